@@ -1,0 +1,211 @@
+//! What the replicated log carries: an [`Entry`] (index, cluster time and a
+//! [`Request`]), the request's [`Origin`] (plain, on a session, or under an
+//! idempotency key) and the [`Command`] itself.
+
+use crate::ids::{ClusterTime, IdempotencyKey, LogIndex, RequestId, Secret, Seq, SessionId};
+use serde::{Deserialize, Serialize};
+
+/// One entry of the replicated log, as the state machine applies it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    /// The entry's log index.
+    pub index: LogIndex,
+    /// The cluster time the leader stamped on the entry.
+    pub time: ClusterTime,
+    /// The request it carries.
+    pub request: Request,
+}
+
+/// A request: how it is deduplicated, and what it does.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Request {
+    /// Plain, on a session, or under an idempotency key.
+    pub origin: Origin,
+    /// The operation.
+    pub command: Command,
+}
+
+impl Request {
+    /// A plain request (at-least-once, as in etcd).
+    pub fn plain(command: Command) -> Request {
+        Request {
+            origin: Origin::Plain,
+            command,
+        }
+    }
+}
+
+/// How a request is deduplicated.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Origin {
+    /// No deduplication: applied every time it is committed.
+    Plain,
+    /// On a session: applied once per `(session, seq)`.
+    Session(RequestHeader),
+    /// A one-shot request: applied once per key while the key is kept.
+    Key(IdempotencyKey),
+}
+
+/// The header every request on a session carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestHeader {
+    /// Session and sequence number: the dedup key.
+    pub id: RequestId,
+    /// The session's secret.
+    pub secret: Secret,
+    /// The lowest sequence number the client still awaits; it acknowledges
+    /// every response below it.
+    pub first_incomplete: Seq,
+    /// Which attempt this is (1, 2, ...): for observability only.
+    pub attempt: u32,
+}
+
+/// A read that needs no log entry when served by read-index.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Query {
+    /// The value of one key.
+    Get {
+        /// The key.
+        key: Vec<u8>,
+    },
+    /// Keys starting with `prefix`, in order, at most `limit` of them
+    /// (0 means the configured maximum).
+    Scan {
+        /// The prefix.
+        prefix: Vec<u8>,
+        /// Most entries to return.
+        limit: u32,
+    },
+    /// All live leases.
+    LeaseList,
+}
+
+/// An operation of the state machine.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    /// Register a session; its id is this entry's index.
+    OpenSession {
+        /// Idle time after which the session expires.
+        ttl_ms: u64,
+        /// How many requests may be in flight at once (1..=window_max).
+        window: u32,
+        /// Drawn at random by the leader that proposed the entry.
+        secret: Secret,
+    },
+    /// Keep a session alive.
+    KeepAlive {
+        /// The session.
+        session: SessionId,
+        /// Its secret.
+        secret: Secret,
+    },
+    /// End a session and free its completion records.
+    CloseSession {
+        /// The session.
+        session: SessionId,
+        /// Its secret.
+        secret: Secret,
+    },
+    /// No operation but the passage of cluster time (proposed by an idle
+    /// leader so that expiry advances).
+    Tick,
+    /// Set a key; optionally attach it to a lease. Returns the previous value.
+    Put {
+        /// The key.
+        key: Vec<u8>,
+        /// The new value.
+        value: Vec<u8>,
+        /// The lease to attach the key to, if any.
+        lease: Option<String>,
+    },
+    /// Remove a key. Returns the previous value.
+    Delete {
+        /// The key.
+        key: Vec<u8>,
+    },
+    /// Append bytes to a key's value (absent counts as empty). Returns the
+    /// new length.
+    Append {
+        /// The key.
+        key: Vec<u8>,
+        /// The suffix.
+        value: Vec<u8>,
+    },
+    /// Add `by` to the decimal integer stored at `key` (absent counts as 0).
+    /// Returns the new value.
+    Incr {
+        /// The key.
+        key: Vec<u8>,
+        /// The increment.
+        by: i64,
+    },
+    /// Set `key` to `new` if its value equals `expected` (`None`: absent).
+    Cas {
+        /// The key.
+        key: Vec<u8>,
+        /// The expected value, or `None` for "absent".
+        expected: Option<Vec<u8>>,
+        /// The new value.
+        new: Vec<u8>,
+    },
+    /// Create a named lease.
+    LeaseGrant {
+        /// The lease's name.
+        name: String,
+        /// Time after the last keep-alive at which it expires.
+        ttl_ms: u64,
+    },
+    /// Renew a lease.
+    LeaseKeepAlive {
+        /// The lease's name.
+        name: String,
+    },
+    /// End a lease and delete its keys.
+    LeaseRevoke {
+        /// The lease's name.
+        name: String,
+    },
+    /// A read, applied through the log.
+    Read(Query),
+}
+
+impl Command {
+    /// Whether the command changes replicated data when applied (a read or a
+    /// tick does not).
+    pub fn is_mutating(&self) -> bool {
+        !matches!(self, Command::Read(_) | Command::Tick)
+    }
+
+    /// Whether the command manages sessions (or time) and so may not itself
+    /// be sent on a session.
+    pub fn is_session_control(&self) -> bool {
+        matches!(
+            self,
+            Command::OpenSession { .. }
+                | Command::KeepAlive { .. }
+                | Command::CloseSession { .. }
+                | Command::Tick
+        )
+    }
+
+    /// A short lowercase name, for metrics and logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Command::OpenSession { .. } => "open_session",
+            Command::KeepAlive { .. } => "keep_alive",
+            Command::CloseSession { .. } => "close_session",
+            Command::Tick => "tick",
+            Command::Put { .. } => "put",
+            Command::Delete { .. } => "delete",
+            Command::Append { .. } => "append",
+            Command::Incr { .. } => "incr",
+            Command::Cas { .. } => "cas",
+            Command::LeaseGrant { .. } => "lease_grant",
+            Command::LeaseKeepAlive { .. } => "lease_keep_alive",
+            Command::LeaseRevoke { .. } => "lease_revoke",
+            Command::Read(Query::Get { .. }) => "get",
+            Command::Read(Query::Scan { .. }) => "scan",
+            Command::Read(Query::LeaseList) => "lease_list",
+        }
+    }
+}

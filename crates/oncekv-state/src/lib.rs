@@ -1,0 +1,62 @@
+//! The pure, deterministic exactly-once state machine of oncekv.
+//!
+//! Every replica applies the same log [`Entry`]s through
+//! [`StateMachine::apply`] and gets the same [`Outcome`]s and the same
+//! snapshot bytes. Deduplication is decided here and nowhere else: requests
+//! on a session are applied once per [`RequestId`] and their
+//! [`CompletionRecord`] answers every retry; one-shot requests do the same
+//! under an [`IdempotencyKey`].
+//!
+//! This crate does no I/O, reads no clock and draws no random numbers: its
+//! only time is the [`ClusterTime`] carried in each entry, and every
+//! replicated collection is ordered, so iteration is deterministic.
+//!
+//! ```
+//! use oncekv_state::*;
+//!
+//! let mut machine = StateMachine::new(Limits::default());
+//! let secret = Secret(7);
+//! let open = Command::OpenSession { ttl_ms: 60_000, window: 1, secret };
+//! let entry = Entry { index: LogIndex(1), time: ClusterTime(0), request: Request::plain(open) };
+//! let Outcome::Applied(Reply::SessionOpened { session, .. }) = machine.apply(&entry) else {
+//!     panic!("session not opened");
+//! };
+//! let header = RequestHeader {
+//!     id: RequestId { session, seq: Seq(1) },
+//!     secret,
+//!     first_incomplete: Seq(1),
+//!     attempt: 1,
+//! };
+//! let incr = Request {
+//!     origin: Origin::Session(header),
+//!     command: Command::Incr { key: b"c".to_vec(), by: 1 },
+//! };
+//! let first = machine.apply(&Entry { index: LogIndex(2), time: ClusterTime(5), request: incr.clone() });
+//! let retry = machine.apply(&Entry { index: LogIndex(3), time: ClusterTime(9), request: incr });
+//! assert_eq!(first, Outcome::Applied(Reply::Incr { value: 1 }));
+//! assert_eq!(retry, Outcome::Replayed { reply: Reply::Incr { value: 1 }, applied_index: LogIndex(2) });
+//! ```
+
+mod command;
+mod digest;
+mod idempotency;
+mod ids;
+mod kv;
+mod lease;
+mod limits;
+mod machine;
+mod outcome;
+mod session;
+mod snapshot;
+
+pub use command::{Command, Entry, Origin, Query, Request, RequestHeader};
+pub use digest::command_digest;
+pub use idempotency::{IdempotencyKeys, KeyRecord};
+pub use ids::{ClusterTime, IdempotencyKey, LogIndex, RequestId, Secret, Seq, SessionId};
+pub use kv::{KvPairs, KvStore, StoredValue};
+pub use lease::{Lease, Leases};
+pub use limits::{Limits, WINDOW_DEFAULT, WINDOW_MAX_ABSOLUTE};
+pub use machine::{StateMachine, Stats};
+pub use outcome::{LeaseInfo, Malformed, Outcome, Rejection, Reply};
+pub use session::{CompletionRecord, Session, SessionTable};
+pub use snapshot::{FORMAT_VERSION, SnapshotError};

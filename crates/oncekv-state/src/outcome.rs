@@ -1,0 +1,278 @@
+//! What applying a request yields: the [`Outcome`] of deduplication and, when
+//! the command ran (or ran before), its [`Reply`]. Deterministic application
+//! answers, including refusals ([`Rejection`]), are replies and are cached;
+//! session-level refusals are outcomes and are not.
+
+use crate::ids::{ClusterTime, LogIndex, Secret, Seq, SessionId};
+use serde::{Deserialize, Serialize};
+
+/// The result of applying one entry.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Outcome {
+    /// The command ran now; on a session or key its reply is recorded.
+    Applied(Reply),
+    /// The command ran before: this is its original reply, first applied at
+    /// `applied_index`. Nothing changed.
+    Replayed {
+        /// The original reply.
+        reply: Reply,
+        /// Where it was first applied.
+        applied_index: LogIndex,
+    },
+    /// The session is unknown: expired, closed, evicted or never opened.
+    SessionExpired,
+    /// The secret does not match the session's.
+    Unauthorized,
+    /// The sequence number is below the acknowledged watermark; its record
+    /// was freed.
+    Stale {
+        /// The session's current watermark.
+        floor: Seq,
+    },
+    /// A record exists for this dedup key, but for a different command.
+    RequestMismatch,
+    /// The sequence number is beyond the session's in-flight window.
+    SequenceGap {
+        /// The lowest sequence number not yet executed.
+        expected: Seq,
+    },
+    /// The request's header or origin is not well formed.
+    Malformed(Malformed),
+}
+
+impl Outcome {
+    /// The reply, if the command ran now or before.
+    pub fn reply(&self) -> Option<&Reply> {
+        match self {
+            Outcome::Applied(reply) | Outcome::Replayed { reply, .. } => Some(reply),
+            _ => None,
+        }
+    }
+
+    /// A short lowercase name, for metrics and logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Outcome::Applied(_) => "applied",
+            Outcome::Replayed { .. } => "replayed",
+            Outcome::SessionExpired => "session_expired",
+            Outcome::Unauthorized => "unauthorized",
+            Outcome::Stale { .. } => "stale",
+            Outcome::RequestMismatch => "request_mismatch",
+            Outcome::SequenceGap { .. } => "sequence_gap",
+            Outcome::Malformed(_) => "malformed",
+        }
+    }
+}
+
+/// Why a request's framing is refused (never cached, never executed).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum Malformed {
+    /// Sequence numbers start at 1.
+    #[error("sequence number 0 is not valid; sequence numbers start at 1")]
+    SeqZero,
+    /// The acknowledged watermark may not exceed the request's own seq.
+    #[error("first_incomplete {first_incomplete} exceeds the request's own seq {seq}")]
+    FirstIncompleteAhead {
+        /// The request's seq.
+        seq: u64,
+        /// The watermark it carried.
+        first_incomplete: u64,
+    },
+    /// Idempotency keys are 1..=128 bytes.
+    #[error("idempotency key must be 1..=128 bytes, got {bytes}")]
+    IdempotencyKeyLength {
+        /// The key's length.
+        bytes: usize,
+    },
+    /// Session control commands are not sent on a session or under a key.
+    #[error("{command} cannot be sent on a session or under an idempotency key")]
+    ControlNotAllowed {
+        /// The command's name.
+        command: String,
+    },
+}
+
+/// The response of a command that ran.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Reply {
+    /// A session was opened.
+    SessionOpened {
+        /// Its id (the index of the opening entry).
+        session: SessionId,
+        /// Its secret.
+        secret: Secret,
+        /// Its idle time-to-live.
+        ttl_ms: u64,
+        /// Its in-flight window.
+        window: u32,
+    },
+    /// A session was kept alive.
+    SessionKeptAlive {
+        /// Its idle time-to-live.
+        ttl_ms: u64,
+    },
+    /// A session was closed.
+    SessionClosed,
+    /// Cluster time advanced.
+    Ticked,
+    /// A key was set.
+    Put {
+        /// Its value before.
+        previous: Option<Vec<u8>>,
+    },
+    /// A key was read.
+    Get {
+        /// Its value, if present.
+        value: Option<Vec<u8>>,
+    },
+    /// A key was removed.
+    Delete {
+        /// Its value before.
+        previous: Option<Vec<u8>>,
+    },
+    /// Bytes were appended.
+    Append {
+        /// The new length of the value in bytes.
+        length: u64,
+    },
+    /// A counter was incremented.
+    Incr {
+        /// Its new value.
+        value: i64,
+    },
+    /// A compare-and-set ran.
+    Cas {
+        /// Whether the value matched and was replaced.
+        swapped: bool,
+        /// The value after the operation.
+        current: Option<Vec<u8>>,
+    },
+    /// A prefix scan.
+    Scan {
+        /// Matching keys and values, in key order.
+        entries: crate::kv::KvPairs,
+        /// Whether more matching keys exist beyond the limit.
+        more: bool,
+    },
+    /// A lease was granted.
+    LeaseGranted {
+        /// Its name.
+        name: String,
+        /// Its time-to-live.
+        ttl_ms: u64,
+        /// Cluster time at which it expires unless kept alive.
+        expires_at: ClusterTime,
+    },
+    /// A lease was kept alive.
+    LeaseKeptAlive {
+        /// Its name.
+        name: String,
+        /// Cluster time at which it now expires.
+        expires_at: ClusterTime,
+    },
+    /// A lease was revoked.
+    LeaseRevoked {
+        /// Its name.
+        name: String,
+        /// How many attached keys were deleted.
+        keys_deleted: u64,
+    },
+    /// The live leases, by name.
+    Leases {
+        /// The leases.
+        leases: Vec<LeaseInfo>,
+    },
+    /// A deterministic application-level "no": nothing changed, and the
+    /// answer is cached like any other reply.
+    Rejected(Rejection),
+}
+
+/// A lease as listed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseInfo {
+    /// Its name.
+    pub name: String,
+    /// Its time-to-live.
+    pub ttl_ms: u64,
+    /// Cluster time at which it expires unless kept alive.
+    pub expires_at: ClusterTime,
+    /// How many keys are attached.
+    pub keys: u64,
+}
+
+/// A deterministic refusal of a command, decided from replicated state.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum Rejection {
+    /// The stored value is not a decimal `i64`.
+    #[error("the value is not a decimal integer")]
+    NotAnInteger,
+    /// The increment would overflow `i64`.
+    #[error("the increment overflows a 64-bit integer")]
+    Overflow,
+    /// A lease of that name exists.
+    #[error("lease {name:?} already exists")]
+    LeaseExists {
+        /// The name.
+        name: String,
+    },
+    /// No lease of that name exists.
+    #[error("lease {name:?} not found")]
+    LeaseNotFound {
+        /// The name.
+        name: String,
+    },
+    /// A key is empty or longer than allowed.
+    #[error("key must be 1..={max} bytes, got {bytes}")]
+    KeyLength {
+        /// Its length.
+        bytes: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A value (or an appended result) is larger than allowed.
+    #[error("value of {bytes} bytes exceeds the limit of {max} bytes")]
+    ValueTooLarge {
+        /// Its length.
+        bytes: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A lease name is empty or longer than allowed.
+    #[error("lease name must be 1..={max} bytes, got {bytes}")]
+    LeaseNameLength {
+        /// Its length.
+        bytes: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A time-to-live outside the allowed range.
+    #[error("ttl of {ttl_ms} ms is outside {min_ms}..={max_ms} ms")]
+    TtlOutOfRange {
+        /// The requested ttl.
+        ttl_ms: u64,
+        /// The smallest allowed.
+        min_ms: u64,
+        /// The largest allowed.
+        max_ms: u64,
+    },
+    /// A session window outside `1..=max`.
+    #[error("window {window} is outside 1..={max}")]
+    WindowOutOfRange {
+        /// The requested window.
+        window: u32,
+        /// The largest allowed.
+        max: u32,
+    },
+    /// The store holds its maximum number of keys.
+    #[error("the store is full ({max} keys)")]
+    TooManyKeys {
+        /// The limit.
+        max: u64,
+    },
+    /// The maximum number of leases exist.
+    #[error("too many leases ({max})")]
+    TooManyLeases {
+        /// The limit.
+        max: u64,
+    },
+}

@@ -1,0 +1,390 @@
+//! Data-driven script tests of the state machine: each file under
+//! `tests/scripts/` holds one command per line with its expected outcome
+//! after `=>`. Run with `ONCEKV_UPDATE_SCRIPTS=1` to rewrite the expectations
+//! from the actual outcomes (then review the diff).
+//!
+//! Syntax, one per line (`#` starts a comment):
+//! - `time MS` / `advance MS`: cluster time of the following entries;
+//! - `open S ttl=MS window=N [secret=N]`: open a session called `S`;
+//! - `[on S seq=N [ack=N] [secret=N]] [key=K] OP`: an operation, plain, on
+//!   session `S` (the ack watermark defaults to `seq`) or under key `K`;
+//! - OP is one of `put K V [lease=L]`, `get K`, `del K`, `append K V`,
+//!   `incr K N`, `cas K EXPECTED NEW` (`-` for absent), `scan P [LIMIT]`,
+//!   `lease-grant L MS`, `lease-keepalive L`, `lease-revoke L`,
+//!   `lease-list`, `keepalive S`, `close S`, `tick`;
+//! - `stats`: prints the state's counts.
+
+use oncekv_state::{
+    ClusterTime, Command, Entry, IdempotencyKey, Limits, LogIndex, Origin, Outcome, Query, Reply,
+    Request, RequestHeader, RequestId, Secret, Seq, SessionId, StateMachine,
+};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+struct Runner {
+    machine: StateMachine,
+    next_index: u64,
+    time: u64,
+    sessions: BTreeMap<String, (SessionId, Secret)>,
+}
+
+impl Runner {
+    fn new() -> Runner {
+        let limits = Limits {
+            sessions_max: 3,
+            idempotency_keys_max: 4,
+            key_bytes_max: 16,
+            value_bytes_max: 32,
+            scan_limit_max: 3,
+            ..Limits::default()
+        };
+        Runner {
+            machine: StateMachine::new(limits),
+            next_index: 1,
+            time: 0,
+            sessions: BTreeMap::new(),
+        }
+    }
+
+    fn apply(&mut self, request: Request) -> Outcome {
+        let entry = Entry {
+            index: LogIndex(self.next_index),
+            time: ClusterTime(self.time),
+            request,
+        };
+        self.next_index += 1;
+        self.machine.apply(&entry)
+    }
+
+    /// The session called `name`; a name never opened stands for a session
+    /// id that does not exist.
+    fn session(&self, name: &str) -> Result<(SessionId, Secret), String> {
+        Ok(self
+            .sessions
+            .get(name)
+            .copied()
+            .unwrap_or((SessionId(424_242), Secret(0))))
+    }
+
+    /// Runs one line; returns its printed outcome, or `None` for directives.
+    fn run(&mut self, line: &str) -> Result<Option<String>, String> {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let Some((&first, rest)) = words.split_first() else {
+            return Ok(None);
+        };
+        match first {
+            "time" => {
+                self.time = number(rest.first())?;
+                return Ok(None);
+            }
+            "advance" => {
+                self.time += number(rest.first())?;
+                return Ok(None);
+            }
+            "stats" => {
+                let s = self.machine.stats();
+                return Ok(Some(format!(
+                    "keys={} sessions={} records={} idempotency_keys={} leases={}",
+                    s.keys, s.sessions, s.completion_records, s.idempotency_keys, s.leases
+                )));
+            }
+            "open" => {
+                let name = rest.first().ok_or("open needs a name")?.to_string();
+                let opts = options(&rest[1..])?;
+                let secret = Secret(
+                    opts.get("secret")
+                        .map_or(Ok(0xfeed), |v| parse_u(v))?
+                        .into(),
+                );
+                let command = Command::OpenSession {
+                    ttl_ms: opts.get("ttl").map_or(Ok(60_000), |v| parse_u(v))?,
+                    window: opts.get("window").map_or(Ok(128), |v| parse_u(v))? as u32,
+                    secret,
+                };
+                let outcome = self.apply(Request::plain(command));
+                if let Outcome::Applied(Reply::SessionOpened { session, .. }) = &outcome {
+                    self.sessions.insert(name, (*session, secret));
+                }
+                return Ok(Some(render(&outcome)));
+            }
+            _ => {}
+        }
+        let mut words = words.as_slice();
+        let mut origin = Origin::Plain;
+        if words.first() == Some(&"on") {
+            let name = words.get(1).ok_or("on needs a session")?;
+            let (session, mut secret) = self.session(name)?;
+            let mut seq = None;
+            let mut ack = None;
+            let mut used = 2;
+            for word in &words[2..] {
+                match word.split_once('=') {
+                    Some(("seq", v)) => seq = Some(parse_u(v)?),
+                    Some(("ack", v)) => ack = Some(parse_u(v)?),
+                    Some(("secret", v)) => secret = Secret(parse_u(v)?.into()),
+                    _ => break,
+                }
+                used += 1;
+            }
+            let seq = seq.ok_or("on needs seq=")?;
+            origin = Origin::Session(RequestHeader {
+                id: RequestId {
+                    session,
+                    seq: Seq(seq),
+                },
+                secret,
+                first_incomplete: Seq(ack.unwrap_or(seq)),
+                attempt: 1,
+            });
+            words = &words[used..];
+        } else if let Some(key) = words.first().and_then(|w| w.strip_prefix("key=")) {
+            origin = Origin::Key(IdempotencyKey(key.as_bytes().to_vec()));
+            words = &words[1..];
+        }
+        let command = self.command(words)?;
+        Ok(Some(render(&self.apply(Request { origin, command }))))
+    }
+
+    fn command(&self, words: &[&str]) -> Result<Command, String> {
+        let text = |i: usize| -> Result<String, String> {
+            let word = words
+                .get(i)
+                .ok_or_else(|| format!("missing argument {i}"))?;
+            Ok(if *word == "\"\"" {
+                String::new()
+            } else {
+                word.to_string()
+            })
+        };
+        let arg = |i: usize| text(i).map(String::into_bytes);
+        let op = words.first().ok_or("missing operation")?;
+        Ok(match *op {
+            "put" => {
+                let lease = words
+                    .get(3)
+                    .and_then(|w| w.strip_prefix("lease="))
+                    .map(String::from);
+                Command::Put {
+                    key: arg(1)?,
+                    value: arg(2)?,
+                    lease,
+                }
+            }
+            "get" => Command::Read(Query::Get { key: arg(1)? }),
+            "del" => Command::Delete { key: arg(1)? },
+            "append" => Command::Append {
+                key: arg(1)?,
+                value: arg(2)?,
+            },
+            "incr" => Command::Incr {
+                key: arg(1)?,
+                by: text(2)?
+                    .parse()
+                    .map_err(|e| format!("bad increment: {e}"))?,
+            },
+            "cas" => Command::Cas {
+                key: arg(1)?,
+                expected: (words.get(2) != Some(&"-")).then(|| arg(2)).transpose()?,
+                new: arg(3)?,
+            },
+            "scan" => Command::Read(Query::Scan {
+                prefix: arg(1)?,
+                limit: words.get(2).map_or(Ok(0), |w| parse_u(w))? as u32,
+            }),
+            "lease-grant" => Command::LeaseGrant {
+                name: text(1)?,
+                ttl_ms: parse_u(&text(2)?)?,
+            },
+            "lease-keepalive" => Command::LeaseKeepAlive { name: text(1)? },
+            "lease-revoke" => Command::LeaseRevoke { name: text(1)? },
+            "lease-list" => Command::Read(Query::LeaseList),
+            "keepalive" | "close" => {
+                let (session, secret) = self.session(&text(1)?)?;
+                let secret = match words.get(2).and_then(|w| w.strip_prefix("secret=")) {
+                    Some(v) => Secret(parse_u(v)?.into()),
+                    None => secret,
+                };
+                if *op == "close" {
+                    Command::CloseSession { session, secret }
+                } else {
+                    Command::KeepAlive { session, secret }
+                }
+            }
+            "tick" => Command::Tick,
+            other => return Err(format!("unknown operation {other}")),
+        })
+    }
+}
+
+fn number(word: Option<&&str>) -> Result<u64, String> {
+    parse_u(word.ok_or("missing number")?)
+}
+
+fn parse_u(word: &str) -> Result<u64, String> {
+    word.parse()
+        .map_err(|e| format!("bad number {word:?}: {e}"))
+}
+
+fn options<'a>(words: &[&'a str]) -> Result<BTreeMap<&'a str, &'a str>, String> {
+    words
+        .iter()
+        .map(|w| {
+            w.split_once('=')
+                .ok_or_else(|| format!("expected k=v, got {w}"))
+        })
+        .collect()
+}
+
+fn bytes(value: &[u8]) -> String {
+    match std::str::from_utf8(value) {
+        Ok(text) if !text.is_empty() && !text.contains(char::is_whitespace) => text.to_string(),
+        _ => format!("{value:?}"),
+    }
+}
+
+fn maybe(value: &Option<Vec<u8>>) -> String {
+    value.as_deref().map_or_else(|| "-".to_string(), bytes)
+}
+
+fn render_reply(reply: &Reply) -> String {
+    match reply {
+        Reply::SessionOpened {
+            session,
+            ttl_ms,
+            window,
+            ..
+        } => {
+            format!(
+                "session-opened id={} ttl={ttl_ms} window={window}",
+                session.0
+            )
+        }
+        Reply::SessionKeptAlive { ttl_ms } => format!("kept-alive ttl={ttl_ms}"),
+        Reply::SessionClosed => "closed".into(),
+        Reply::Ticked => "ticked".into(),
+        Reply::Put { previous } => format!("put previous={}", maybe(previous)),
+        Reply::Get { value } => format!("get value={}", maybe(value)),
+        Reply::Delete { previous } => format!("del previous={}", maybe(previous)),
+        Reply::Append { length } => format!("append length={length}"),
+        Reply::Incr { value } => format!("incr value={value}"),
+        Reply::Cas { swapped, current } => {
+            format!("cas swapped={swapped} current={}", maybe(current))
+        }
+        Reply::Scan { entries, more } => {
+            let mut out = String::from("scan");
+            for (k, v) in entries {
+                let _ = write!(out, " {}={}", bytes(k), bytes(v));
+            }
+            let _ = write!(out, " more={more}");
+            out
+        }
+        Reply::LeaseGranted {
+            name,
+            ttl_ms,
+            expires_at,
+        } => {
+            format!("lease-granted {name} ttl={ttl_ms} expires={}", expires_at.0)
+        }
+        Reply::LeaseKeptAlive { name, expires_at } => {
+            format!("lease-kept-alive {name} expires={}", expires_at.0)
+        }
+        Reply::LeaseRevoked { name, keys_deleted } => {
+            format!("lease-revoked {name} keys_deleted={keys_deleted}")
+        }
+        Reply::Leases { leases } => {
+            let mut out = String::from("leases");
+            for lease in leases {
+                let _ = write!(
+                    out,
+                    " {}(keys={},expires={})",
+                    lease.name, lease.keys, lease.expires_at.0
+                );
+            }
+            out
+        }
+        Reply::Rejected(rejection) => format!("rejected: {rejection}"),
+    }
+}
+
+fn render(outcome: &Outcome) -> String {
+    match outcome {
+        Outcome::Applied(reply) => format!("applied {}", render_reply(reply)),
+        Outcome::Replayed {
+            reply,
+            applied_index,
+        } => {
+            format!("replayed@{} {}", applied_index.0, render_reply(reply))
+        }
+        Outcome::SessionExpired => "session-expired".into(),
+        Outcome::Unauthorized => "unauthorized".into(),
+        Outcome::Stale { floor } => format!("stale floor={}", floor.0),
+        Outcome::RequestMismatch => "request-mismatch".into(),
+        Outcome::SequenceGap { expected } => format!("sequence-gap expected={}", expected.0),
+        Outcome::Malformed(why) => format!("malformed: {why}"),
+    }
+}
+
+fn run_script(path: &Path, update: bool) -> Result<(), String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut runner = Runner::new();
+    let mut rewritten = String::new();
+    let mut failures = Vec::new();
+    for (number, line) in text.lines().enumerate() {
+        let (input, expected) = match line.split_once("=>") {
+            Some((input, expected)) => (input.trim_end(), Some(expected.trim())),
+            None => (line.trim_end(), None),
+        };
+        let code = input.split('#').next().unwrap_or("").trim();
+        let actual = runner
+            .run(code)
+            .map_err(|e| format!("{}:{}: {e}", path.display(), number + 1))?;
+        match actual {
+            Some(actual) => {
+                if expected != Some(actual.as_str()) {
+                    failures.push(format!(
+                        "{}:{}: {code}\n  expected: {}\n  actual:   {actual}",
+                        path.display(),
+                        number + 1,
+                        expected.unwrap_or("(nothing)")
+                    ));
+                }
+                let _ = writeln!(rewritten, "{input} => {actual}");
+            }
+            None => {
+                let _ = writeln!(rewritten, "{input}");
+            }
+        }
+    }
+    if update {
+        std::fs::write(path, rewritten).map_err(|e| e.to_string())?;
+        return Ok(());
+    }
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(failures.join("\n"))
+    }
+}
+
+#[test]
+fn scripts() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scripts");
+    let update = std::env::var_os("ONCEKV_UPDATE_SCRIPTS").is_some();
+    let mut paths: Vec<_> = std::fs::read_dir(&dir)
+        .expect("tests/scripts exists")
+        .map(|entry| entry.expect("readable directory").path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "txt"))
+        .collect();
+    paths.sort();
+    assert!(
+        paths.len() >= 5,
+        "expected the script files under {}",
+        dir.display()
+    );
+    let errors: Vec<String> = paths
+        .iter()
+        .filter_map(|p| run_script(p, update).err())
+        .collect();
+    assert!(errors.is_empty(), "script failures:\n{}", errors.join("\n"));
+}

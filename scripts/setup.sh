@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Makes sure the pinned Rust toolchain (rust-toolchain.toml) with rustfmt and
+# clippy is present; installs it with rustup only if it is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+toolchain=$(sed -n 's/^channel *= *"\(.*\)"/\1/p' rust-toolchain.toml)
+if rustup run "$toolchain" cargo clippy --version >/dev/null 2>&1 \
+    && rustup run "$toolchain" cargo fmt --version >/dev/null 2>&1; then
+    exit 0
+fi
+if ! command -v rustup >/dev/null 2>&1; then
+    echo "setup: rustup is required to install Rust $toolchain" >&2
+    exit 1
+fi
+rustup toolchain install "$toolchain" --profile minimal --component rustfmt,clippy

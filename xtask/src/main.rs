@@ -12,9 +12,12 @@ tasks:
            build the docs with warnings denied (what CI runs)
   fix      format the code and apply clippy's automatic fixes";
 
+/// One cargo invocation: a name for the log, its arguments, extra environment.
+type Step<'a> = (&'a str, &'a [&'a str], &'a [(&'a str, &'a str)]);
+
 fn main() -> ExitCode {
     let task = std::env::args().nth(1);
-    let steps: &[(&str, &[&str], &[(&str, &str)])] = match task.as_deref() {
+    let steps: &[Step] = match task.as_deref() {
         Some("verify") => &[
             ("format", &["fmt", "--all", "--", "--check"], &[]),
             (

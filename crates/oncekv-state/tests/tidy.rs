@@ -21,7 +21,10 @@ const FORBIDDEN: &[(&str, &str)] = &[
     ("std::net", "the state machine does no I/O"),
     ("std::io", "the state machine does no I/O"),
     ("std::env", "the state machine reads no environment"),
-    ("std::thread", "the state machine runs on the caller's thread"),
+    (
+        "std::thread",
+        "the state machine runs on the caller's thread",
+    ),
     ("println!", "the state machine does no I/O"),
     ("eprintln!", "the state machine does no I/O"),
 ];
@@ -51,10 +54,18 @@ fn depends_only_on_the_allow_list() {
             "dependency table [{section}] is not allowed: list dependencies inline"
         );
     }
-    let unexpected: Vec<_> =
-        found.iter().filter(|name| !ALLOWED_DEPENDENCIES.contains(&name.as_str())).collect();
-    assert!(unexpected.is_empty(), "oncekv-state may not depend on {unexpected:?}");
-    assert!(!found.is_empty(), "the manifest scan found no dependencies at all");
+    let unexpected: Vec<_> = found
+        .iter()
+        .filter(|name| !ALLOWED_DEPENDENCIES.contains(&name.as_str()))
+        .collect();
+    assert!(
+        unexpected.is_empty(),
+        "oncekv-state may not depend on {unexpected:?}"
+    );
+    assert!(
+        !found.is_empty(),
+        "the manifest scan found no dependencies at all"
+    );
 }
 
 #[test]
@@ -81,6 +92,13 @@ fn sources_use_no_clock_randomness_io_or_hash_iteration() {
             }
         }
     }
-    assert!(files >= 5, "expected the crate's sources, found {files} files");
-    assert!(violations.is_empty(), "forbidden in oncekv-state:\n{}", violations.join("\n"));
+    assert!(
+        files >= 5,
+        "expected the crate's sources, found {files} files"
+    );
+    assert!(
+        violations.is_empty(),
+        "forbidden in oncekv-state:\n{}",
+        violations.join("\n")
+    );
 }

@@ -1,0 +1,351 @@
+//! Property tests of the state machine: determinism across replicas,
+//! snapshot/restore transparency, replays that change nothing, and
+//! exactly-once appends under random duplicate and reordered delivery.
+
+use oncekv_state::{
+    ClusterTime, Command, Entry, IdempotencyKey, Limits, LogIndex, Origin, Outcome, Query, Reply,
+    Request, RequestHeader, RequestId, Secret, Seq, SessionId, StateMachine,
+};
+use proptest::prelude::*;
+use std::collections::BTreeMap;
+
+fn limits() -> Limits {
+    Limits {
+        sessions_max: 3,
+        idempotency_keys_max: 3,
+        kv_keys_max: 6,
+        leases_max: 2,
+        value_bytes_max: 64,
+        idempotency_key_ttl_ms: 3_000,
+        ..Limits::default()
+    }
+}
+
+/// A step of a random log, before it is turned into entries.
+#[derive(Clone, Debug)]
+enum Step {
+    Open {
+        ttl_ms: u64,
+        window: u32,
+    },
+    Advance(u64),
+    Request {
+        origin: OriginChoice,
+        command: Command,
+    },
+}
+
+#[derive(Clone, Debug)]
+enum OriginChoice {
+    Plain,
+    Session {
+        slot: usize,
+        seq: u64,
+        ack_back: u64,
+        good_secret: bool,
+    },
+    Key(u8),
+}
+
+fn key() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        Just(b"a".to_vec()),
+        Just(b"b".to_vec()),
+        Just(b"c".to_vec()),
+        Just(b"n".to_vec())
+    ]
+}
+
+fn command() -> impl Strategy<Value = Command> {
+    let lease = prop_oneof![Just("l1".to_string()), Just("l2".to_string())];
+    prop_oneof![
+        (
+            key(),
+            prop::collection::vec(any::<u8>(), 0..4),
+            prop::option::of(lease.clone())
+        )
+            .prop_map(|(key, value, lease)| Command::Put { key, value, lease }),
+        key().prop_map(|key| Command::Delete { key }),
+        (key(), prop::collection::vec(b'a'..=b'z', 1..8))
+            .prop_map(|(key, value)| Command::Append { key, value }),
+        (key(), -3i64..5).prop_map(|(key, by)| Command::Incr { key, by }),
+        (
+            key(),
+            prop::option::of(Just(b"1".to_vec())),
+            Just(b"x".to_vec())
+        )
+            .prop_map(|(key, expected, new)| Command::Cas { key, expected, new }),
+        (lease.clone(), 200u64..2_000)
+            .prop_map(|(name, ttl_ms)| Command::LeaseGrant { name, ttl_ms }),
+        lease
+            .clone()
+            .prop_map(|name| Command::LeaseKeepAlive { name }),
+        lease.prop_map(|name| Command::LeaseRevoke { name }),
+        key().prop_map(|key| Command::Read(Query::Get { key })),
+        Just(Command::Read(Query::Scan {
+            prefix: vec![],
+            limit: 0
+        })),
+        Just(Command::Tick),
+    ]
+}
+
+fn origin() -> impl Strategy<Value = OriginChoice> {
+    prop_oneof![
+        1 => Just(OriginChoice::Plain),
+        4 => (0usize..4, 1u64..10, 0u64..4, prop::bool::weighted(0.9)).prop_map(
+            |(slot, seq, ack_back, good_secret)| OriginChoice::Session { slot, seq, ack_back, good_secret }
+        ),
+        2 => (0u8..5).prop_map(OriginChoice::Key),
+    ]
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        1 => (200u64..3_000, 1u32..5).prop_map(|(ttl_ms, window)| Step::Open { ttl_ms, window }),
+        2 => (0u64..800).prop_map(Step::Advance),
+        10 => (origin(), command()).prop_map(|(origin, command)| Step::Request { origin, command }),
+    ]
+}
+
+/// Turns steps into log entries. Session slots name the sessions opened so
+/// far (a slot with no session names one that never existed).
+fn entries(steps: &[Step]) -> Vec<Entry> {
+    let mut opened: Vec<(SessionId, Secret)> = Vec::new();
+    let mut time = 0;
+    let mut out = Vec::new();
+    for step in steps {
+        let index = LogIndex(out.len() as u64 + 1);
+        let request = match step {
+            Step::Advance(ms) => {
+                time += ms;
+                continue;
+            }
+            Step::Open { ttl_ms, window } => {
+                let secret = Secret(u128::from(index.0) * 7919);
+                opened.push((SessionId(index.0), secret));
+                Request::plain(Command::OpenSession {
+                    ttl_ms: *ttl_ms,
+                    window: *window,
+                    secret,
+                })
+            }
+            Step::Request { origin, command } => {
+                let origin = match origin {
+                    OriginChoice::Plain => Origin::Plain,
+                    OriginChoice::Key(k) => Origin::Key(IdempotencyKey(vec![b'k', *k])),
+                    OriginChoice::Session {
+                        slot,
+                        seq,
+                        ack_back,
+                        good_secret,
+                    } => {
+                        let (session, secret) = opened
+                            .get(*slot)
+                            .copied()
+                            .unwrap_or((SessionId(9_999), Secret(1)));
+                        Origin::Session(RequestHeader {
+                            id: RequestId {
+                                session,
+                                seq: Seq(*seq),
+                            },
+                            secret: if *good_secret { secret } else { Secret(3) },
+                            first_incomplete: Seq(seq.saturating_sub(*ack_back).max(1)),
+                            attempt: 1,
+                        })
+                    }
+                };
+                Request {
+                    origin,
+                    command: command.clone(),
+                }
+            }
+        };
+        out.push(Entry {
+            index,
+            time: ClusterTime(time),
+            request,
+        });
+    }
+    out
+}
+
+fn run(entries: &[Entry]) -> (Vec<Outcome>, StateMachine) {
+    let mut machine = StateMachine::new(limits());
+    let outcomes = entries.iter().map(|entry| machine.apply(entry)).collect();
+    (outcomes, machine)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn replicas_applying_the_same_log_agree(steps in prop::collection::vec(step(), 1..80)) {
+        let log = entries(&steps);
+        let (outcomes_a, a) = run(&log);
+        let (outcomes_b, b) = run(&log);
+        prop_assert_eq!(outcomes_a, outcomes_b);
+        prop_assert_eq!(a.snapshot(), b.snapshot());
+        prop_assert!(a.check_invariants().is_ok());
+    }
+
+    #[test]
+    fn snapshot_restore_continue_equals_continue(
+        steps in prop::collection::vec(step(), 1..80),
+        cut in 0usize..80,
+    ) {
+        let log = entries(&steps);
+        let cut = cut.min(log.len());
+        let (outcomes, straight) = run(&log);
+        let (_, mut first_part) = run(&log[..cut]);
+        let bytes = first_part.snapshot();
+        let mut restored = StateMachine::restore(&limits(), &bytes).expect("restore");
+        prop_assert_eq!(&restored, &first_part);
+        let rest: Vec<Outcome> = log[cut..].iter().map(|entry| restored.apply(entry)).collect();
+        prop_assert_eq!(&rest[..], &outcomes[cut..]);
+        prop_assert_eq!(restored.snapshot(), straight.snapshot());
+        // The original keeps working after being snapshotted, too.
+        for entry in &log[cut..] {
+            first_part.apply(entry);
+        }
+        prop_assert_eq!(first_part.snapshot(), straight.snapshot());
+    }
+
+    #[test]
+    fn a_request_that_does_not_execute_changes_no_data(
+        steps in prop::collection::vec(step(), 1..80),
+    ) {
+        let log = entries(&steps);
+        let mut machine = StateMachine::new(limits());
+        for entry in &log {
+            let mut ticked = machine.clone();
+            ticked.apply(&Entry { request: Request::plain(Command::Tick), ..entry.clone() });
+            let outcome = machine.apply(entry);
+            if !matches!(outcome, Outcome::Applied(_)) {
+                prop_assert_eq!(machine.kv(), ticked.kv(), "{:?} changed data", outcome);
+                prop_assert_eq!(machine.leases(), ticked.leases());
+            }
+        }
+    }
+
+    #[test]
+    fn restore_rejects_any_corruption(
+        steps in prop::collection::vec(step(), 1..40),
+        position in any::<prop::sample::Index>(),
+        flip in 1u8..=255,
+    ) {
+        let (_, machine) = run(&entries(&steps));
+        let mut bytes = machine.snapshot();
+        let at = position.index(bytes.len());
+        bytes[at] ^= flip;
+        prop_assert!(StateMachine::restore(&limits(), &bytes).is_err());
+        let whole = machine.snapshot();
+        prop_assert!(StateMachine::restore(&limits(), &whole[..at]).is_err());
+    }
+}
+
+/// One client of the append workload: a session with a window, tokens to
+/// append, and the requests in flight.
+struct AppendClient {
+    session: SessionId,
+    secret: Secret,
+    window: u64,
+    next_seq: u64,
+    /// seq -> (command, acknowledged by the client?)
+    sent: BTreeMap<u64, Command>,
+    done: BTreeMap<u64, bool>,
+}
+
+impl AppendClient {
+    fn first_incomplete(&self) -> u64 {
+        (1..self.next_seq)
+            .find(|seq| !self.done.get(seq).copied().unwrap_or(false))
+            .unwrap_or(self.next_seq)
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    /// Unique-token appends delivered with random duplicates and reorders
+    /// (within the window): every token lands exactly once.
+    #[test]
+    fn every_token_appends_exactly_once(
+        windows in prop::collection::vec(1u64..6, 1..4),
+        choices in prop::collection::vec((0usize..4, 0u8..4, any::<prop::sample::Index>()), 1..300),
+    ) {
+        let mut machine = StateMachine::new(Limits { value_bytes_max: 1 << 20, ..Limits::default() });
+        let mut index = 0;
+        let mut apply = |machine: &mut StateMachine, request: Request| {
+            index += 1;
+            machine.apply(&Entry { index: LogIndex(index), time: ClusterTime(index), request })
+        };
+        let mut clients: Vec<AppendClient> = Vec::new();
+        for (i, window) in windows.iter().enumerate() {
+            let secret = Secret(i as u128 + 100);
+            let open = Command::OpenSession { ttl_ms: 60_000, window: *window as u32, secret };
+            let Outcome::Applied(Reply::SessionOpened { session, .. }) = apply(&mut machine, Request::plain(open)) else {
+                panic!("session not opened");
+            };
+            clients.push(AppendClient { session, secret, window: *window, next_seq: 1, sent: BTreeMap::new(), done: BTreeMap::new() });
+        }
+        let mut applied_tokens = Vec::new();
+        for (which, action, pick) in choices {
+            let client = &mut clients[which % windows.len()];
+            let in_flight: Vec<u64> = client.sent.keys().copied().filter(|s| !client.done[s]).collect();
+            match action {
+                // Issue a new request if the window allows.
+                0 if client.next_seq < client.first_incomplete() + client.window => {
+                    let seq = client.next_seq;
+                    let token = format!("<{}.{}>", client.session.0, seq);
+                    client.sent.insert(seq, Command::Append { key: b"log".to_vec(), value: token.into_bytes() });
+                    client.done.insert(seq, false);
+                    client.next_seq += 1;
+                }
+                // Deliver (possibly again) some request: the client hears the
+                // reply only sometimes (action 1), or the reply is lost (2).
+                1 | 2 if !in_flight.is_empty() || !client.sent.is_empty() => {
+                    let all: Vec<u64> = client.sent.keys().copied().collect();
+                    let seq = if in_flight.is_empty() { all[pick.index(all.len())] } else { in_flight[pick.index(in_flight.len())] };
+                    let header = RequestHeader {
+                        id: RequestId { session: client.session, seq: Seq(seq) },
+                        secret: client.secret,
+                        first_incomplete: Seq(client.first_incomplete().min(seq)),
+                        attempt: 1,
+                    };
+                    let command = client.sent[&seq].clone();
+                    let outcome = apply(&mut machine, Request { origin: Origin::Session(header), command: command.clone() });
+                    match &outcome {
+                        Outcome::Applied(_) => {
+                            let Command::Append { value, .. } = command else { unreachable!() };
+                            applied_tokens.push(value);
+                        }
+                        Outcome::Replayed { .. } | Outcome::Stale { .. } => {}
+                        other => panic!("unexpected outcome {other:?}"),
+                    }
+                    if action == 1 && matches!(outcome, Outcome::Applied(_) | Outcome::Replayed { .. }) {
+                        client.done.insert(seq, true);
+                    }
+                }
+                _ => {}
+            }
+        }
+        let Reply::Get { value } = machine.read(&Query::Get { key: b"log".to_vec() }) else { unreachable!() };
+        let log = String::from_utf8(value.unwrap_or_default()).expect("utf8");
+        let mut seen = std::collections::BTreeSet::new();
+        for token in &applied_tokens {
+            let token = String::from_utf8(token.clone()).expect("utf8");
+            prop_assert!(seen.insert(token.clone()), "token {} applied twice", token);
+            prop_assert_eq!(log.matches(token.as_str()).count(), 1, "token {} in {}", token, log);
+        }
+        for client in &clients {
+            for (seq, done) in &client.done {
+                if *done {
+                    let token = format!("<{}.{}>", client.session.0, seq);
+                    prop_assert_eq!(log.matches(token.as_str()).count(), 1, "acknowledged {} missing", token);
+                }
+            }
+        }
+        prop_assert_eq!(log.matches('<').count(), applied_tokens.len());
+    }
+}

@@ -7,7 +7,7 @@ use crate::command::RequestHeader;
 use crate::ids::{ClusterTime, LogIndex, Secret, Seq, SessionId};
 use crate::outcome::{Malformed, Outcome, Reply};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// The remembered response of an executed request.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -22,7 +22,7 @@ pub struct CompletionRecord {
 }
 
 /// One client session.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Session {
     id: SessionId,
     secret: Secret,
@@ -33,8 +33,35 @@ pub struct Session {
     floor: Seq,
     /// The lowest seq at or above `floor` without a completion record.
     lowest_unexecuted: Seq,
-    records: BTreeMap<Seq, CompletionRecord>,
+    /// Position `i` holds the record of seq `floor + i`; never longer than
+    /// the window.
+    records: VecDeque<Option<CompletionRecord>>,
+    /// How many positions of `records` hold a record (derived).
+    #[serde(skip)]
+    held: usize,
+    /// The keys under which the table's indexes file this session (derived;
+    /// never later than the real values).
+    #[serde(skip)]
+    indexed_activity: ClusterTime,
+    #[serde(skip)]
+    indexed_expiry: ClusterTime,
 }
+
+impl PartialEq for Session {
+    /// Equal replicated state; where the lazy indexes file it does not count.
+    fn eq(&self, other: &Session) -> bool {
+        self.id == other.id
+            && self.secret == other.secret
+            && self.ttl_ms == other.ttl_ms
+            && self.window == other.window
+            && self.last_active == other.last_active
+            && self.floor == other.floor
+            && self.lowest_unexecuted == other.lowest_unexecuted
+            && self.records == other.records
+    }
+}
+
+impl Eq for Session {}
 
 impl Session {
     /// The session's id.
@@ -69,7 +96,13 @@ impl Session {
 
     /// How many completion records it holds.
     pub fn records_held(&self) -> usize {
-        self.records.len()
+        self.held
+    }
+
+    /// The completion record of `seq`, if held.
+    pub fn record(&self, seq: Seq) -> Option<&CompletionRecord> {
+        let offset = seq.0.checked_sub(self.floor.0)?;
+        self.records.get(usize::try_from(offset).ok()?)?.as_ref()
     }
 
     fn expires_at(&self) -> ClusterTime {
@@ -78,14 +111,39 @@ impl Session {
 
     fn advance_floor(&mut self, first_incomplete: Seq) {
         if first_incomplete > self.floor {
+            let freed = first_incomplete.0 - self.floor.0;
+            let freed = usize::try_from(freed)
+                .unwrap_or(usize::MAX)
+                .min(self.records.len());
+            for record in self.records.drain(..freed) {
+                if record.is_some() {
+                    self.held -= 1;
+                }
+            }
             self.floor = first_incomplete;
-            self.records = self.records.split_off(&first_incomplete);
         }
         if self.lowest_unexecuted < self.floor {
             self.lowest_unexecuted = self.floor;
         }
-        while self.records.contains_key(&self.lowest_unexecuted) {
+        while self.record(self.lowest_unexecuted).is_some() {
             self.lowest_unexecuted = self.lowest_unexecuted.next();
+        }
+    }
+
+    /// Stores the record of `seq`, which admission placed within
+    /// `floor..floor + window`.
+    fn insert_record(&mut self, seq: Seq, record: CompletionRecord) {
+        let offset = usize::try_from(seq.0 - self.floor.0).expect("admitted within the window");
+        assert!(
+            offset < self.window as usize,
+            "record {} beyond the window",
+            seq.0
+        );
+        if offset >= self.records.len() {
+            self.records.resize_with(offset + 1, || None);
+        }
+        if self.records[offset].replace(record).is_none() {
+            self.held += 1;
         }
     }
 
@@ -94,15 +152,24 @@ impl Session {
         if !(1..=crate::limits::WINDOW_MAX_ABSOLUTE).contains(&self.window) {
             return Err(format!("session {id}: window {} out of range", self.window));
         }
-        if self.lowest_unexecuted < self.floor {
-            return Err(format!("session {id}: lowest_unexecuted below floor"));
+        if self.records.len() > self.window as usize {
+            return Err(format!(
+                "session {id}: {} record slots beyond the window",
+                self.records.len()
+            ));
         }
-        if self.records.contains_key(&self.lowest_unexecuted) {
-            return Err(format!("session {id}: lowest_unexecuted has a record"));
+        if self.records.back().is_some_and(Option::is_none) {
+            return Err(format!("session {id}: trailing empty record slot"));
+        }
+        if self.records.iter().flatten().count() != self.held {
+            return Err(format!("session {id}: held count out of step"));
+        }
+        if self.lowest_unexecuted < self.floor || self.record(self.lowest_unexecuted).is_some() {
+            return Err(format!("session {id}: lowest_unexecuted misplaced"));
         }
         let mut seq = self.floor;
         while seq < self.lowest_unexecuted {
-            if !self.records.contains_key(&seq) {
+            if self.record(seq).is_none() {
                 return Err(format!(
                     "session {id}: seq {} missing below lowest_unexecuted",
                     seq.0
@@ -110,26 +177,20 @@ impl Session {
             }
             seq = seq.next();
         }
-        if let Some((first, _)) = self.records.first_key_value()
-            && *first < self.floor
-        {
-            return Err(format!("session {id}: record below floor"));
-        }
-        if let Some((last, _)) = self.records.last_key_value()
-            && last.0 >= self.floor.0.saturating_add(u64::from(self.window))
-        {
-            return Err(format!(
-                "session {id}: record {} beyond floor + window",
-                last.0
-            ));
+        if self.indexed_activity > self.last_active || self.indexed_expiry > self.expires_at() {
+            return Err(format!("session {id}: indexed later than it is"));
         }
         Ok(())
     }
 }
 
-/// All live sessions, with indexes by activity (for eviction) and by expiry
-/// deadline. The indexes are derived and rebuilt on restore.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// All live sessions, with lazy indexes by activity (for eviction) and by
+/// expiry deadline. Each session is filed once in each index under a key
+/// never later than its real one, so touching a session costs nothing; a
+/// sweep that meets an outdated entry re-files it. The indexes are derived
+/// and rebuilt on restore, and decisions never depend on how outdated they
+/// are.
+#[derive(Clone, Debug, Default)]
 pub struct SessionTable {
     sessions: BTreeMap<SessionId, Session>,
     by_activity: BTreeSet<(ClusterTime, SessionId)>,
@@ -137,11 +198,20 @@ pub struct SessionTable {
     records_held: u64,
 }
 
+impl PartialEq for SessionTable {
+    fn eq(&self, other: &SessionTable) -> bool {
+        self.sessions == other.sessions
+    }
+}
+
+impl Eq for SessionTable {}
+
 impl SessionTable {
     /// Rebuilds a table (and its indexes) from its sessions.
     pub fn from_sessions(sessions: impl IntoIterator<Item = Session>) -> SessionTable {
         let mut table = SessionTable::default();
-        for session in sessions {
+        for mut session in sessions {
+            session.held = session.records.iter().flatten().count();
             table.insert(session);
         }
         table
@@ -172,19 +242,36 @@ impl SessionTable {
         self.sessions.get(&id)
     }
 
-    fn insert(&mut self, session: Session) {
-        self.by_activity.insert((session.last_active, session.id));
-        self.by_expiry.insert((session.expires_at(), session.id));
-        self.records_held += session.records.len() as u64;
+    fn insert(&mut self, mut session: Session) {
+        session.indexed_activity = session.last_active;
+        session.indexed_expiry = session.expires_at();
+        self.by_activity
+            .insert((session.indexed_activity, session.id));
+        self.by_expiry.insert((session.indexed_expiry, session.id));
+        self.records_held += session.held as u64;
         self.sessions.insert(session.id, session);
     }
 
     fn remove(&mut self, id: SessionId) -> Option<Session> {
         let session = self.sessions.remove(&id)?;
-        self.by_activity.remove(&(session.last_active, id));
-        self.by_expiry.remove(&(session.expires_at(), id));
-        self.records_held -= session.records.len() as u64;
+        self.by_activity.remove(&(session.indexed_activity, id));
+        self.by_expiry.remove(&(session.indexed_expiry, id));
+        self.records_held -= session.held as u64;
         Some(session)
+    }
+
+    /// The least recently active session (ties by id).
+    fn least_recently_active(&mut self) -> Option<SessionId> {
+        while let Some(&(indexed, id)) = self.by_activity.first() {
+            let session = self.sessions.get_mut(&id)?;
+            if session.last_active == indexed {
+                return Some(id);
+            }
+            self.by_activity.remove(&(indexed, id));
+            session.indexed_activity = session.last_active;
+            self.by_activity.insert((session.last_active, id));
+        }
+        None
     }
 
     /// Opens session `id` at `now`. When `sessions_max` are live, the least
@@ -200,7 +287,7 @@ impl SessionTable {
     ) -> Option<SessionId> {
         let mut evicted = None;
         if self.len() >= sessions_max
-            && let Some(&(_, victim)) = self.by_activity.first()
+            && let Some(victim) = self.least_recently_active()
         {
             self.remove(victim);
             evicted = Some(victim);
@@ -213,7 +300,10 @@ impl SessionTable {
             last_active: now,
             floor: Seq(1),
             lowest_unexecuted: Seq(1),
-            records: BTreeMap::new(),
+            records: VecDeque::new(),
+            held: 0,
+            indexed_activity: now,
+            indexed_expiry: now,
         });
         evicted
     }
@@ -224,17 +314,15 @@ impl SessionTable {
         id: SessionId,
         secret: Secret,
         now: ClusterTime,
-    ) -> Result<&Session, Outcome> {
-        let Some(session) = self.sessions.get(&id) else {
+    ) -> Result<&mut Session, Outcome> {
+        let Some(session) = self.sessions.get_mut(&id) else {
             return Err(Outcome::SessionExpired);
         };
         if session.secret != secret {
             return Err(Outcome::Unauthorized);
         }
-        let mut session = self.remove(id).ok_or(Outcome::SessionExpired)?;
         session.last_active = session.last_active.max(now);
-        self.insert(session);
-        self.sessions.get(&id).ok_or(Outcome::SessionExpired)
+        Ok(session)
     }
 
     /// Ends a session, freeing its records.
@@ -246,12 +334,23 @@ impl SessionTable {
     /// (`now - last_active > ttl`) and returns their ids.
     pub fn expire(&mut self, now: ClusterTime) -> Vec<SessionId> {
         let mut expired = Vec::new();
-        while let Some(&(deadline, id)) = self.by_expiry.first() {
-            if deadline >= now {
+        while let Some(&(indexed, id)) = self.by_expiry.first() {
+            if indexed >= now {
                 break;
             }
-            self.remove(id);
-            expired.push(id);
+            let Some(session) = self.sessions.get_mut(&id) else {
+                self.by_expiry.remove(&(indexed, id));
+                continue;
+            };
+            let deadline = session.expires_at();
+            if deadline < now {
+                self.remove(id);
+                expired.push(id);
+            } else {
+                self.by_expiry.remove(&(indexed, id));
+                session.indexed_expiry = deadline;
+                self.by_expiry.insert((deadline, id));
+            }
         }
         expired
     }
@@ -282,7 +381,7 @@ impl SessionTable {
                 floor: session.floor,
             });
         }
-        if let Some(record) = session.records.get(&seq) {
+        if let Some(record) = session.record(seq) {
             if record.digest != digest {
                 return Err(Outcome::RequestMismatch);
             }
@@ -290,7 +389,9 @@ impl SessionTable {
                 reply: record.reply.clone(),
                 applied_index: record.applied_index,
             };
-            self.with_session(header.id.session, |s| s.advance_floor(first_incomplete));
+            let before = session.held;
+            session.advance_floor(first_incomplete);
+            self.records_held -= (before - session.held) as u64;
             return Err(replay);
         }
         let window = u64::from(session.window);
@@ -308,19 +409,14 @@ impl SessionTable {
     /// Records the reply of a request that [`SessionTable::admit`] let
     /// through, and moves the watermark.
     pub fn complete(&mut self, header: &RequestHeader, record: CompletionRecord) {
-        let seq = header.id.seq;
-        self.with_session(header.id.session, |session| {
-            session.records.insert(seq, record);
-            session.advance_floor(header.first_incomplete);
-        });
-    }
-
-    fn with_session(&mut self, id: SessionId, change: impl FnOnce(&mut Session)) {
-        if let Some(session) = self.sessions.get_mut(&id) {
-            let before = session.records.len() as u64;
-            change(session);
-            self.records_held = self.records_held - before + session.records.len() as u64;
-        }
+        let Some(session) = self.sessions.get_mut(&header.id.session) else {
+            return;
+        };
+        let before = session.held;
+        session.advance_floor(header.first_incomplete);
+        session.insert_record(header.id.seq, record);
+        session.advance_floor(session.floor);
+        self.records_held = self.records_held + session.held as u64 - before as u64;
     }
 
     /// Checks the table's invariants.
@@ -343,8 +439,10 @@ impl SessionTable {
             }
             if !self
                 .by_activity
-                .contains(&(session.last_active, session.id))
-                || !self.by_expiry.contains(&(session.expires_at(), session.id))
+                .contains(&(session.indexed_activity, session.id))
+                || !self
+                    .by_expiry
+                    .contains(&(session.indexed_expiry, session.id))
             {
                 return Err(format!("session {} missing from an index", id.0));
             }
@@ -355,7 +453,7 @@ impl SessionTable {
                 return Err(format!("session {} outlived its ttl", id.0));
             }
             session.check()?;
-            records += session.records.len() as u64;
+            records += session.held as u64;
         }
         if records != self.records_held {
             return Err("completion record count out of step".into());

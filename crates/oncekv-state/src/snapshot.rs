@@ -51,7 +51,7 @@ pub enum SnapshotError {
 struct Body {
     limits: Limits,
     clock: ClusterTime,
-    last_applied: LogIndex,
+    last_applied: Option<LogIndex>,
     kv: KvStore,
     sessions: Vec<Session>,
     keys: Vec<KeyRecord>,

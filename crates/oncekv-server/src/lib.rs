@@ -1,0 +1,9 @@
+//! The oncekv node: openraft consensus over a durable log, the exactly-once
+//! state machine of `oncekv-state`, and the gRPC services for clients and
+//! peers.
+
+pub mod clock;
+pub mod identity;
+pub mod node;
+pub mod raft;
+pub mod telemetry;

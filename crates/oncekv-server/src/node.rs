@@ -1,0 +1,271 @@
+//! [`Node`]: an oncekv replica as its services see it. It stamps proposals
+//! with cluster time, joins a retry to the identical request already in
+//! flight (the retry rendezvous), serves linearizable and serializable
+//! reads, keeps cluster time moving on an idle leader, and reports status.
+//! Deduplication itself is decided only by the state machine at apply.
+
+use crate::clock::LeaderClock;
+use crate::raft::consensus::{Consensus, RaftStatus, WriteError};
+use crate::raft::type_config::{Applied, NodeId, NodeInfo, Proposal};
+use oncekv_state::{
+    Command, Origin, Query, Reply, Request, RequestId, Secret, Stats, command_digest,
+};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+/// Settings of the node's request handling.
+#[derive(Clone, Debug)]
+pub struct NodeOptions {
+    /// How long a request waits for its entry to be applied before the
+    /// caller is told "unavailable, may still apply".
+    pub propose_timeout: Duration,
+    /// How often an idle leader proposes a tick while anything can expire.
+    pub tick_interval: Duration,
+}
+
+impl Default for NodeOptions {
+    fn default() -> Self {
+        NodeOptions {
+            propose_timeout: Duration::from_secs(5),
+            tick_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+/// A node's status: consensus progress and the state machine's counts.
+#[derive(Clone, Debug)]
+pub struct NodeStatus {
+    /// Consensus progress and membership.
+    pub raft: RaftStatus,
+    /// State machine counts.
+    pub state: Stats,
+}
+
+type InFlightResult = Option<Result<Applied, WriteError>>;
+/// Requests on sessions proposed here and not yet applied, by dedup key and
+/// command digest.
+type InFlight = HashMap<(RequestId, u64), watch::Receiver<InFlightResult>>;
+
+struct Inner {
+    consensus: Consensus,
+    options: NodeOptions,
+    clock: LeaderClock,
+    in_flight: Mutex<InFlight>,
+    last_proposal: Mutex<Instant>,
+}
+
+/// An oncekv replica.
+#[derive(Clone)]
+pub struct Node {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("id", &self.inner.consensus.id())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Node {
+    /// A node over started consensus; spawns its ticker.
+    pub fn new(consensus: Consensus, options: NodeOptions) -> Node {
+        let node = Node {
+            inner: Arc::new(Inner {
+                consensus,
+                options,
+                clock: LeaderClock::default(),
+                in_flight: Mutex::new(HashMap::new()),
+                last_proposal: Mutex::new(Instant::now()),
+            }),
+        };
+        let weak = Arc::downgrade(&node.inner);
+        let interval = node.inner.options.tick_interval;
+        tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(interval);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticker.tick().await;
+                let Some(inner) = weak.upgrade() else { return };
+                Node { inner }.tick_if_idle().await;
+            }
+        });
+        node
+    }
+
+    /// This node's id.
+    pub fn id(&self) -> NodeId {
+        self.inner.consensus.id()
+    }
+
+    /// The consensus handle (for the peer service).
+    pub fn consensus(&self) -> &Consensus {
+        &self.inner.consensus
+    }
+
+    /// Draws the secret of a new session (on the leader, into the entry).
+    pub fn draw_secret() -> Secret {
+        Secret(rand::random::<u128>())
+    }
+
+    /// The client address of node `id`, if it is a member.
+    pub fn client_address_of(&self, id: NodeId) -> Option<String> {
+        self.inner
+            .consensus
+            .member(id)
+            .map(|info| info.client_address)
+    }
+
+    async fn tick_if_idle(&self) {
+        let leadership = self.inner.consensus.leadership();
+        if !leadership.is_leader {
+            return;
+        }
+        let idle = self.lock_last_proposal().elapsed() >= self.inner.options.tick_interval;
+        let expiring = self
+            .inner
+            .consensus
+            .state()
+            .lock()
+            .machine
+            .has_expiring_state();
+        if idle
+            && expiring
+            && let Err(error) = self.execute(Request::plain(Command::Tick)).await
+        {
+            tracing::debug!(%error, "tick not applied");
+        }
+    }
+
+    fn lock_last_proposal(&self) -> std::sync::MutexGuard<'_, Instant> {
+        self.inner
+            .last_proposal
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn lock_in_flight(&self) -> std::sync::MutexGuard<'_, InFlight> {
+        self.inner
+            .in_flight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Proposes a request and returns what applying it decided. A request on
+    /// a session that is already in flight here waits for that entry's
+    /// result instead of being proposed again.
+    pub async fn execute(&self, request: Request) -> Result<Applied, WriteError> {
+        let key = match &request.origin {
+            Origin::Session(header) => Some((header.id, command_digest(&request.command))),
+            _ => None,
+        };
+        let deadline = self.inner.options.propose_timeout;
+        if let Some(key) = key {
+            let joined = self.lock_in_flight().get(&key).cloned();
+            if let Some(receiver) = joined {
+                metrics::counter!("oncekv_retry_rendezvous_total").increment(1);
+                if let Some(result) = wait_for(receiver, deadline).await {
+                    return result;
+                }
+            }
+        }
+        let (sender, receiver) = watch::channel(None);
+        if let Some(key) = key {
+            self.lock_in_flight().insert(key, receiver.clone());
+        }
+        let node = self.clone();
+        tokio::spawn(async move {
+            let result = node.propose(request).await;
+            let _ = sender.send(Some(result));
+            if let Some(key) = key {
+                let mut in_flight = node.lock_in_flight();
+                if in_flight
+                    .get(&key)
+                    .is_some_and(|r| r.same_channel(&sender.subscribe()))
+                {
+                    in_flight.remove(&key);
+                }
+            }
+        });
+        match wait_for(receiver, deadline).await {
+            Some(result) => result,
+            None => Err(WriteError::Unavailable(format!(
+                "not applied within {} ms; it may still apply",
+                deadline.as_millis()
+            ))),
+        }
+    }
+
+    async fn propose(&self, request: Request) -> Result<Applied, WriteError> {
+        let leadership = self.inner.consensus.leadership();
+        if !leadership.is_leader {
+            return Err(WriteError::NotLeader {
+                leader_id: leadership.leader_id,
+                leader: leadership
+                    .leader_id
+                    .and_then(|id| self.inner.consensus.member(id)),
+            });
+        }
+        let applied_time = self.inner.consensus.state().lock().machine.cluster_time();
+        let time = self.inner.clock.stamp(leadership.term, applied_time);
+        *self.lock_last_proposal() = Instant::now();
+        let command = request.command.name();
+        let result = self.inner.consensus.write(Proposal { time, request }).await;
+        let outcome = match &result {
+            Ok(Applied {
+                outcome: Some(outcome),
+                ..
+            }) => outcome.name(),
+            Ok(_) => "none",
+            Err(WriteError::NotLeader { .. }) => "not_leader",
+            Err(WriteError::Unavailable(_)) => "unavailable",
+        };
+        metrics::counter!("oncekv_requests_total", "operation" => command, "outcome" => outcome)
+            .increment(1);
+        result
+    }
+
+    /// Answers a query: linearizable by read-index unless `serializable`
+    /// (then from this replica's applied state, possibly stale).
+    pub async fn read(&self, query: &Query, serializable: bool) -> Result<Reply, WriteError> {
+        if !serializable {
+            self.inner.consensus.read_barrier().await?;
+        }
+        let reply = self.inner.consensus.state().lock().machine.read(query);
+        Ok(reply)
+    }
+
+    /// Consensus progress and state machine counts.
+    pub fn status(&self) -> NodeStatus {
+        NodeStatus {
+            raft: self.inner.consensus.status(),
+            state: self.inner.consensus.state().lock().machine.stats(),
+        }
+    }
+
+    /// Adds a member (learner first, then voter).
+    pub async fn add_member(&self, id: NodeId, info: NodeInfo) -> Result<(), WriteError> {
+        self.inner.consensus.add_member(id, info).await
+    }
+
+    /// Removes a member.
+    pub async fn remove_member(&self, id: NodeId) -> Result<(), WriteError> {
+        self.inner.consensus.remove_member(id).await
+    }
+}
+
+/// Waits up to `deadline` for an in-flight result; `None` if it did not
+/// come (timed out, or its proposer went away).
+async fn wait_for(
+    mut receiver: watch::Receiver<InFlightResult>,
+    deadline: Duration,
+) -> Option<Result<Applied, WriteError>> {
+    let waited = tokio::time::timeout(deadline, receiver.wait_for(Option::is_some)).await;
+    match waited {
+        Ok(Ok(value)) => value.clone(),
+        _ => None,
+    }
+}

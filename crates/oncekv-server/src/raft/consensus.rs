@@ -1,0 +1,317 @@
+//! [`Consensus`]: the node's handle on openraft, in the node's own terms.
+//! Writes a [`Proposal`] and returns its [`Applied`] outcome, waits for a
+//! read barrier (read-index), reports leadership and status, and changes
+//! membership. Everything outside `raft/` talks to consensus through it.
+
+use super::state_machine_store::{SharedState, StateMachineStore};
+use super::type_config::{Applied, NodeId, NodeInfo, Proposal, Raft, TypeConfig};
+use openraft::error::{ClientWriteError, InitializeError, RaftError};
+use openraft::storage::RaftLogStorage;
+use openraft::{
+    ChangeMembers, Config, RaftNetworkFactory, ReadPolicy, ServerState, SnapshotPolicy,
+};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+/// Timing and snapshot settings of consensus.
+#[derive(Clone, Debug)]
+pub struct ConsensusOptions {
+    /// Heartbeat interval, in milliseconds.
+    pub heartbeat_ms: u64,
+    /// Lower bound of the randomised election timeout, in milliseconds.
+    pub election_timeout_min_ms: u64,
+    /// Upper bound of the randomised election timeout, in milliseconds.
+    pub election_timeout_max_ms: u64,
+    /// Take a snapshot after this many entries since the last one.
+    pub snapshot_after_entries: u64,
+    /// Entries kept in the log behind a snapshot (for slow followers).
+    pub log_entries_kept_after_snapshot: u64,
+}
+
+impl Default for ConsensusOptions {
+    fn default() -> Self {
+        ConsensusOptions {
+            heartbeat_ms: 100,
+            election_timeout_min_ms: 500,
+            election_timeout_max_ms: 1000,
+            snapshot_after_entries: 10_000,
+            log_entries_kept_after_snapshot: 1_000,
+        }
+    }
+}
+
+/// Why a write or a read barrier did not complete.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum WriteError {
+    /// This node is not the leader; the leader, if known, is given.
+    #[error("not the leader")]
+    NotLeader {
+        /// The leader's id, if known.
+        leader_id: Option<NodeId>,
+        /// The leader's addresses, if known.
+        leader: Option<NodeInfo>,
+    },
+    /// Consensus cannot serve now (shutting down, no quorum, storage
+    /// failure); the caller may retry.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// Why consensus could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The configuration is invalid.
+    #[error("invalid consensus configuration: {0}")]
+    Config(String),
+    /// Storage could not be opened.
+    #[error("storage: {0}")]
+    Storage(#[from] std::io::Error),
+    /// openraft refused to start.
+    #[error("consensus failed to start: {0}")]
+    Raft(String),
+}
+
+/// Who leads, as this node sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Leadership {
+    /// The current term.
+    pub term: u64,
+    /// The leader, if known.
+    pub leader_id: Option<NodeId>,
+    /// Whether this node is the leader.
+    pub is_leader: bool,
+}
+
+/// One member of the cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberStatus {
+    /// Its id.
+    pub id: NodeId,
+    /// Its addresses.
+    pub info: NodeInfo,
+    /// Whether it votes (otherwise a learner).
+    pub voter: bool,
+}
+
+/// Consensus progress, for status and metrics.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RaftStatus {
+    /// This node's id.
+    pub id: NodeId,
+    /// Leadership as seen here.
+    pub leadership: Leadership,
+    /// Index of the last log entry.
+    pub last_log_index: Option<u64>,
+    /// Index of the last committed entry.
+    pub commit_index: Option<u64>,
+    /// Index of the last applied entry.
+    pub applied_index: Option<u64>,
+    /// Index covered by the latest snapshot.
+    pub snapshot_index: Option<u64>,
+    /// The members.
+    pub members: Vec<MemberStatus>,
+}
+
+/// The node's consensus engine.
+#[derive(Clone)]
+pub struct Consensus {
+    id: NodeId,
+    raft: Raft,
+    state: SharedState,
+}
+
+impl std::fmt::Debug for Consensus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Consensus")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+fn write_error(error: RaftError<TypeConfig, ClientWriteError<TypeConfig>>) -> WriteError {
+    match error.forward_to_leader() {
+        Some(forward) => WriteError::NotLeader {
+            leader_id: forward.leader_id,
+            leader: forward.leader_node.clone(),
+        },
+        None => WriteError::Unavailable(error.to_string()),
+    }
+}
+
+impl Consensus {
+    /// Starts consensus for node `id` over `log_store` and `state_machine`,
+    /// talking to peers through `network`. When `initial_members` is given
+    /// and the node has no state yet, the cluster is initialised with them.
+    pub async fn start<LS, N>(
+        id: NodeId,
+        options: &ConsensusOptions,
+        log_store: LS,
+        state_machine: StateMachineStore,
+        network: N,
+        initial_members: Option<BTreeMap<NodeId, NodeInfo>>,
+    ) -> Result<Consensus, StartError>
+    where
+        LS: RaftLogStorage<TypeConfig>,
+        N: RaftNetworkFactory<TypeConfig>,
+        N::Network: openraft::network::NetSnapshot<TypeConfig, SnapshotData = Vec<u8>>,
+    {
+        let config = Config {
+            cluster_name: "oncekv".into(),
+            heartbeat_interval: options.heartbeat_ms,
+            election_timeout_min: options.election_timeout_min_ms,
+            election_timeout_max: options.election_timeout_max_ms,
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(options.snapshot_after_entries),
+            max_in_snapshot_log_to_keep: options.log_entries_kept_after_snapshot,
+            ..Config::default()
+        }
+        .validate()
+        .map_err(|e| StartError::Config(e.to_string()))?;
+        let state = state_machine.shared();
+        let raft = Raft::new(id, Arc::new(config), network, log_store, state_machine)
+            .await
+            .map_err(|e| StartError::Raft(e.to_string()))?;
+        if let Some(members) = initial_members {
+            let initialized = raft
+                .is_initialized()
+                .await
+                .map_err(|e| StartError::Raft(e.to_string()))?;
+            if !initialized {
+                match raft.initialize(members).await {
+                    Ok(()) => {}
+                    // Another member initialised the cluster first: fine.
+                    Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {}
+                    Err(error) => return Err(StartError::Raft(error.to_string())),
+                }
+            }
+        }
+        Ok(Consensus { id, raft, state })
+    }
+
+    /// This node's id.
+    pub fn id(&self) -> NodeId {
+        self.id
+    }
+
+    /// The applied state.
+    pub fn state(&self) -> &SharedState {
+        &self.state
+    }
+
+    /// Proposes an entry and waits until it is applied here.
+    pub async fn write(&self, proposal: Proposal) -> Result<Applied, WriteError> {
+        self.raft
+            .client_write(proposal)
+            .await
+            .map(|response| response.data)
+            .map_err(write_error)
+    }
+
+    /// Waits until this node has applied everything committed before the
+    /// call (read-index), so a read of local state is linearizable.
+    pub async fn read_barrier(&self) -> Result<(), WriteError> {
+        match self.raft.ensure_linearizable(ReadPolicy::ReadIndex).await {
+            Ok(_) => Ok(()),
+            Err(error) => Err(match error.forward_to_leader() {
+                Some(forward) => WriteError::NotLeader {
+                    leader_id: forward.leader_id,
+                    leader: forward.leader_node.clone(),
+                },
+                None => WriteError::Unavailable(error.to_string()),
+            }),
+        }
+    }
+
+    /// Leadership as this node sees it now.
+    pub fn leadership(&self) -> Leadership {
+        let metrics = self.raft.metrics();
+        let metrics = openraft::async_runtime::WatchReceiver::borrow_watched(&metrics);
+        Leadership {
+            term: metrics.current_term,
+            leader_id: metrics.current_leader,
+            is_leader: metrics.state == ServerState::Leader,
+        }
+    }
+
+    /// The addresses of member `id`, if it is one.
+    pub fn member(&self, id: NodeId) -> Option<NodeInfo> {
+        let metrics = self.raft.metrics();
+        let metrics = openraft::async_runtime::WatchReceiver::borrow_watched(&metrics);
+        metrics
+            .membership_config
+            .membership()
+            .get_node(&id)
+            .cloned()
+    }
+
+    /// Consensus progress and membership.
+    pub fn status(&self) -> RaftStatus {
+        let metrics = self.raft.metrics();
+        let metrics = openraft::async_runtime::WatchReceiver::borrow_watched(&metrics);
+        let membership = metrics.membership_config.membership();
+        let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
+        let members = membership
+            .nodes()
+            .map(|(id, info)| MemberStatus {
+                id: *id,
+                info: info.clone(),
+                voter: voters.contains(id),
+            })
+            .collect();
+        RaftStatus {
+            id: self.id,
+            leadership: Leadership {
+                term: metrics.current_term,
+                leader_id: metrics.current_leader,
+                is_leader: metrics.state == ServerState::Leader,
+            },
+            last_log_index: metrics.last_log_index,
+            commit_index: metrics.local_committed.as_ref().map(|id| id.index),
+            applied_index: metrics.last_applied.as_ref().map(|id| id.index),
+            snapshot_index: metrics.snapshot.as_ref().map(|id| id.index),
+            members,
+        }
+    }
+
+    /// Adds a node: first as a learner (waiting until it caught up), then
+    /// as a voter.
+    pub async fn add_member(&self, id: NodeId, info: NodeInfo) -> Result<(), WriteError> {
+        self.raft
+            .add_learner(id, info, true)
+            .await
+            .map_err(write_error)?;
+        let voters: BTreeSet<NodeId> = [id].into();
+        self.raft
+            .change_membership(ChangeMembers::AddVoterIds(voters), false)
+            .await
+            .map_err(write_error)?;
+        Ok(())
+    }
+
+    /// Removes a node from the cluster.
+    pub async fn remove_member(&self, id: NodeId) -> Result<(), WriteError> {
+        let ids: BTreeSet<NodeId> = [id].into();
+        self.raft
+            .change_membership(ChangeMembers::RemoveVoters(ids.clone()), false)
+            .await
+            .map_err(write_error)?;
+        self.raft
+            .change_membership(ChangeMembers::RemoveNodes(ids), false)
+            .await
+            .map_err(write_error)?;
+        Ok(())
+    }
+
+    /// Asks consensus to take a snapshot now.
+    pub async fn trigger_snapshot(&self) -> Result<(), WriteError> {
+        self.raft
+            .trigger()
+            .snapshot()
+            .await
+            .map_err(|e| WriteError::Unavailable(e.to_string()))
+    }
+
+    /// Stops consensus.
+    pub async fn shutdown(&self) {
+        let _ = self.raft.shutdown().await;
+    }
+}

@@ -1,0 +1,494 @@
+//! [`SegmentLog`]: the durable, crash-safe Raft log. Records are appended to
+//! segment files as `[length u32][crc32 u32][postcard record]`; a writer
+//! thread drains every queued append, writes them, and issues one
+//! `fdatasync` for the whole batch (group commit) before any of their
+//! callbacks fire. Truncation and purge are records too, so replaying the
+//! segments in order rebuilds the log exactly. A torn tail (a crash in the
+//! middle of a write) is detected by length and checksum and cut off on
+//! open; damage anywhere else is an error, never silently skipped. The vote
+//! lives in its own file, replaced atomically and fsynced before
+//! `save_vote` returns. Entries are also kept in memory, so reads never
+//! touch the disk.
+
+use super::type_config::TypeConfig;
+use openraft::OptionalSend;
+use openraft::alias::{EntryOf, LogIdOf, VoteOf};
+use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Write as _};
+use std::ops::RangeBounds;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock, mpsc};
+
+/// Segments are rolled once they exceed this size.
+const SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
+const HEADER_BYTES: usize = 8;
+/// Largest record accepted when reading (a longer length is damage).
+const RECORD_BYTES_MAX: usize = 256 * 1024 * 1024;
+const VOTE_FILE: &str = "vote";
+
+type Entry = EntryOf<TypeConfig>;
+type LogId = LogIdOf<TypeConfig>;
+type Vote = VoteOf<TypeConfig>;
+
+#[derive(Serialize, Deserialize)]
+enum Record {
+    Entry(Entry),
+    /// Every entry after this log id (or every entry, for `None`) is gone.
+    TruncateAfter(Option<LogId>),
+    /// Every entry up to and including this log id is purged.
+    Purged(LogId),
+}
+
+#[derive(Default)]
+struct Memory {
+    entries: BTreeMap<u64, Entry>,
+    purged: Option<LogId>,
+    vote: Option<Vote>,
+}
+
+impl Memory {
+    fn replay(&mut self, record: Record) {
+        match record {
+            Record::Entry(entry) => {
+                let index = entry.log_id.index;
+                self.entries.split_off(&index);
+                self.entries.insert(index, entry);
+            }
+            Record::TruncateAfter(last) => match last {
+                Some(last) => {
+                    self.entries.split_off(&(last.index + 1));
+                }
+                None => self.entries.clear(),
+            },
+            Record::Purged(log_id) => {
+                self.entries = self.entries.split_off(&(log_id.index + 1));
+                self.purged = Some(log_id);
+            }
+        }
+    }
+}
+
+enum Done {
+    Flushed(IOFlushed<TypeConfig>),
+    Reply(tokio::sync::oneshot::Sender<io::Result<()>>),
+}
+
+struct Pending {
+    bytes: Vec<u8>,
+    max_index: Option<u64>,
+    purge_through: Option<u64>,
+    done: Done,
+}
+
+/// The durable Raft log of one node.
+#[derive(Clone)]
+pub struct SegmentLog {
+    dir: PathBuf,
+    memory: Arc<RwLock<Memory>>,
+    writer: mpsc::Sender<Pending>,
+}
+
+impl Debug for SegmentLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SegmentLog")
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
+    }
+}
+
+fn corrupt(message: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, message)
+}
+
+fn encode(record: &Record, out: &mut Vec<u8>) -> io::Result<()> {
+    let body = postcard::to_allocvec(record)
+        .map_err(|e| io::Error::other(format!("log record does not encode: {e}")))?;
+    let length =
+        u32::try_from(body.len()).map_err(|_| io::Error::other("log record larger than 4 GiB"))?;
+    out.extend_from_slice(&length.to_le_bytes());
+    out.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
+    out.extend_from_slice(&body);
+    Ok(())
+}
+
+fn segment_path(dir: &Path, number: u64) -> PathBuf {
+    dir.join(format!("{number:010}.log"))
+}
+
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Parses the record at the start of `bytes`: the record and its size.
+fn parse_record(bytes: &[u8]) -> Option<(Record, usize)> {
+    let header = bytes.get(..HEADER_BYTES)?;
+    let length = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
+    let crc = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
+    if length > RECORD_BYTES_MAX {
+        return None;
+    }
+    let body = bytes.get(HEADER_BYTES..HEADER_BYTES + length)?;
+    if crc32fast::hash(body) != crc {
+        return None;
+    }
+    let record = postcard::from_bytes(body).ok()?;
+    Some((record, HEADER_BYTES + length))
+}
+
+/// Reads every record of one segment. A bad record at the end of the last
+/// segment is a torn write: the file is cut there. Anywhere else it is an
+/// error.
+fn read_segment(path: &Path, last: bool) -> io::Result<(Vec<Record>, u64)> {
+    let mut bytes = Vec::new();
+    File::open(path)?.read_to_end(&mut bytes)?;
+    let mut records = Vec::new();
+    let mut offset = 0usize;
+    while offset < bytes.len() {
+        match parse_record(&bytes[offset..]) {
+            Some((record, size)) => {
+                records.push(record);
+                offset += size;
+            }
+            // A torn write can only damage the very end of the log: if any
+            // intact record follows the damage, it is not a torn write.
+            None if last
+                && !(offset + 1..bytes.len()).any(|at| parse_record(&bytes[at..]).is_some()) =>
+            {
+                tracing::warn!(
+                    segment = %path.display(),
+                    offset,
+                    dropped_bytes = bytes.len() - offset,
+                    "torn write at the end of the log: cutting it off"
+                );
+                let file = OpenOptions::new().write(true).open(path)?;
+                file.set_len(offset as u64)?;
+                file.sync_all()?;
+                break;
+            }
+            None => {
+                return Err(corrupt(format!(
+                    "log segment {} is damaged at byte {offset} (not a torn tail): refusing to start",
+                    path.display()
+                )));
+            }
+        }
+    }
+    Ok((records, offset as u64))
+}
+
+fn read_vote(dir: &Path) -> io::Result<Option<Vote>> {
+    match std::fs::read(dir.join(VOTE_FILE)) {
+        Ok(bytes) => {
+            if bytes.len() < 4 {
+                return Err(corrupt("vote file truncated".into()));
+            }
+            let (crc, body) = bytes.split_at(4);
+            if crc32fast::hash(body).to_le_bytes() != crc {
+                return Err(corrupt("vote file checksum mismatch".into()));
+            }
+            postcard::from_bytes(body)
+                .map(Some)
+                .map_err(|e| corrupt(format!("vote file does not decode: {e}")))
+        }
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(error) => Err(error),
+    }
+}
+
+fn write_vote(dir: &Path, vote: &Vote) -> io::Result<()> {
+    let body = postcard::to_allocvec(vote).map_err(io::Error::other)?;
+    let mut bytes = crc32fast::hash(&body).to_le_bytes().to_vec();
+    bytes.extend_from_slice(&body);
+    let tmp = dir.join(format!("{VOTE_FILE}.tmp"));
+    let mut file = File::create(&tmp)?;
+    file.write_all(&bytes)?;
+    file.sync_all()?;
+    std::fs::rename(&tmp, dir.join(VOTE_FILE))?;
+    sync_dir(dir)
+}
+
+/// The writer thread's view of the segment files.
+struct Segments {
+    dir: PathBuf,
+    /// Segment number and the highest entry index ever written to it.
+    closed: Vec<(u64, Option<u64>)>,
+    current: File,
+    current_number: u64,
+    current_max: Option<u64>,
+    current_bytes: u64,
+}
+
+impl Segments {
+    fn write_batch(&mut self, batch: &[Pending]) -> io::Result<()> {
+        let mut purge_through = None;
+        for write in batch {
+            self.current.write_all(&write.bytes)?;
+            self.current_bytes += write.bytes.len() as u64;
+            self.current_max = self.current_max.max(write.max_index);
+            purge_through = purge_through.max(write.purge_through);
+        }
+        self.current.sync_data()?;
+        if self.current_bytes >= SEGMENT_BYTES {
+            self.roll()?;
+        }
+        if let Some(through) = purge_through {
+            self.delete_purged(through)?;
+        }
+        Ok(())
+    }
+
+    fn roll(&mut self) -> io::Result<()> {
+        let number = self.current_number + 1;
+        let file = OpenOptions::new()
+            .create_new(true)
+            .append(true)
+            .open(segment_path(&self.dir, number))?;
+        sync_dir(&self.dir)?;
+        self.closed.push((self.current_number, self.current_max));
+        self.current = file;
+        self.current_number = number;
+        self.current_max = None;
+        self.current_bytes = 0;
+        Ok(())
+    }
+
+    /// Deletes the oldest segments while every entry they hold is purged.
+    fn delete_purged(&mut self, through: u64) -> io::Result<()> {
+        let mut deleted = 0;
+        for (number, max) in &self.closed {
+            if max.is_some_and(|max| max > through) {
+                break;
+            }
+            std::fs::remove_file(segment_path(&self.dir, *number))?;
+            deleted += 1;
+        }
+        if deleted > 0 {
+            self.closed.drain(..deleted);
+            sync_dir(&self.dir)?;
+        }
+        Ok(())
+    }
+}
+
+fn run_writer(mut segments: Segments, requests: mpsc::Receiver<Pending>) {
+    while let Ok(first) = requests.recv() {
+        let mut batch = vec![first];
+        while let Ok(more) = requests.try_recv() {
+            batch.push(more);
+        }
+        let result = segments.write_batch(&batch);
+        if let Err(error) = &result {
+            tracing::error!(%error, "log write failed: this node stops acknowledging");
+        }
+        for write in batch {
+            let outcome = match &result {
+                Ok(()) => Ok(()),
+                Err(error) => Err(io::Error::new(error.kind(), error.to_string())),
+            };
+            match write.done {
+                Done::Flushed(callback) => callback.io_completed(outcome),
+                Done::Reply(reply) => {
+                    let _ = reply.send(outcome);
+                }
+            }
+        }
+        if result.is_err() {
+            // A failed fsync leaves the file in an unknown state: never
+            // write to it again. Later requests fail until restart.
+            for write in requests.iter() {
+                let failed = Err(io::Error::other("the log is failed after a write error"));
+                match write.done {
+                    Done::Flushed(callback) => callback.io_completed(failed),
+                    Done::Reply(reply) => {
+                        let _ = reply.send(failed);
+                    }
+                }
+            }
+            return;
+        }
+    }
+}
+
+impl SegmentLog {
+    /// Opens (or creates) the log in `dir`, replaying its segments.
+    pub fn open(dir: &Path) -> io::Result<SegmentLog> {
+        std::fs::create_dir_all(dir)?;
+        let mut numbers: Vec<u64> = std::fs::read_dir(dir)?
+            .filter_map(|entry| {
+                let name = entry.ok()?.file_name();
+                name.to_str()?.strip_suffix(".log")?.parse().ok()
+            })
+            .collect();
+        numbers.sort_unstable();
+        let mut memory = Memory {
+            vote: read_vote(dir)?,
+            ..Memory::default()
+        };
+        let mut closed = Vec::new();
+        let mut tail = None;
+        for (position, number) in numbers.iter().enumerate() {
+            let last = position + 1 == numbers.len();
+            let (records, bytes) = read_segment(&segment_path(dir, *number), last)?;
+            let mut max = None;
+            for record in records {
+                if let Record::Entry(entry) = &record {
+                    max = max.max(Some(entry.log_id.index));
+                }
+                memory.replay(record);
+            }
+            if last {
+                tail = Some((*number, max, bytes));
+            } else {
+                closed.push((*number, max));
+            }
+        }
+        let (current_number, current_max, current_bytes) = tail.unwrap_or((0, None, 0));
+        let current = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(segment_path(dir, current_number))?;
+        sync_dir(dir)?;
+        let segments = Segments {
+            dir: dir.to_path_buf(),
+            closed,
+            current,
+            current_number,
+            current_max,
+            current_bytes,
+        };
+        let (writer, requests) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("oncekv-log-writer".into())
+            .spawn(move || run_writer(segments, requests))?;
+        Ok(SegmentLog {
+            dir: dir.to_path_buf(),
+            memory: Arc::new(RwLock::new(memory)),
+            writer,
+        })
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Memory> {
+        self.memory.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Memory> {
+        self.memory.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn submit(&self, write: Pending) -> io::Result<()> {
+        self.writer
+            .send(write)
+            .map_err(|_| io::Error::other("the log writer has stopped after a write error"))
+    }
+
+    /// Writes one record and waits until it is durable.
+    async fn write_durably(&self, record: &Record, purge_through: Option<u64>) -> io::Result<()> {
+        let mut bytes = Vec::new();
+        encode(record, &mut bytes)?;
+        let (reply, done) = tokio::sync::oneshot::channel();
+        self.submit(Pending {
+            bytes,
+            max_index: None,
+            purge_through,
+            done: Done::Reply(reply),
+        })?;
+        done.await
+            .map_err(|_| io::Error::other("the log writer has stopped"))?
+    }
+}
+
+impl RaftLogReader<TypeConfig> for SegmentLog {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry>, io::Error> {
+        Ok(self
+            .read()
+            .entries
+            .range(range)
+            .map(|(_, entry)| entry.clone())
+            .collect())
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote>, io::Error> {
+        Ok(self.read().vote)
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for SegmentLog {
+    type LogReader = SegmentLog;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, io::Error> {
+        let memory = self.read();
+        let last = memory
+            .entries
+            .last_key_value()
+            .map(|(_, entry)| entry.log_id);
+        Ok(LogState {
+            last_purged_log_id: memory.purged,
+            last_log_id: last.or_else(|| memory.purged),
+        })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote) -> Result<(), io::Error> {
+        let dir = self.dir.clone();
+        let saved = *vote;
+        tokio::task::spawn_blocking(move || write_vote(&dir, &saved))
+            .await
+            .map_err(io::Error::other)??;
+        self.write().vote = Some(*vote);
+        Ok(())
+    }
+
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: IOFlushed<TypeConfig>,
+    ) -> Result<(), io::Error>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut bytes = Vec::new();
+        let mut max_index = None;
+        {
+            let mut memory = self.write();
+            for entry in entries {
+                let record = Record::Entry(entry);
+                encode(&record, &mut bytes)?;
+                memory.replay(record);
+            }
+            if let Some((index, _)) = memory.entries.last_key_value() {
+                max_index = Some(*index);
+            }
+        }
+        self.submit(Pending {
+            bytes,
+            max_index,
+            purge_through: None,
+            done: Done::Flushed(callback),
+        })
+    }
+
+    async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> Result<(), io::Error> {
+        let record = Record::TruncateAfter(last_log_id);
+        self.write_durably(&record, None).await?;
+        self.write().replay(record);
+        Ok(())
+    }
+
+    async fn purge(&mut self, log_id: LogId) -> Result<(), io::Error> {
+        let record = Record::Purged(log_id);
+        self.write_durably(&record, Some(log_id.index)).await?;
+        self.write().replay(record);
+        Ok(())
+    }
+}

@@ -1,0 +1,294 @@
+//! The openraft state-machine store: applies committed entries to the pure
+//! `oncekv_state::StateMachine`, answers each proposer with its outcome, and
+//! builds, persists and installs snapshots (sessions and completion records
+//! included). The newest snapshot is kept in one file, replaced atomically
+//! (write, fsync, rename, fsync the directory), so a restart resumes from it
+//! plus the log tail.
+
+use super::type_config::{Applied, TypeConfig};
+use futures_util::{Stream, StreamExt};
+use oncekv_state::{ClusterTime, Entry, Limits, LogIndex, StateMachine};
+use openraft::alias::{LogIdOf, SnapshotMetaOf, SnapshotOf, StoredMembershipOf};
+use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
+use openraft::{EntryPayload, OptionalSend};
+use serde::{Deserialize, Serialize};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+const SNAPSHOT_FILE: &str = "snapshot.bin";
+const SNAPSHOT_MAGIC: &[u8; 8] = b"OKVRSNP1";
+
+/// The applied state, shared between the store (which applies) and the node
+/// (which reads from it for read-index and serializable reads, and status).
+#[derive(Debug)]
+pub struct AppliedState {
+    /// The replicated state machine.
+    pub machine: StateMachine,
+    /// The log id of the last applied entry.
+    pub last_applied: Option<LogIdOf<TypeConfig>>,
+    /// The last applied membership.
+    pub membership: StoredMembershipOf<TypeConfig>,
+}
+
+/// A handle to the applied state.
+#[derive(Clone, Debug)]
+pub struct SharedState(Arc<Mutex<AppliedState>>);
+
+impl SharedState {
+    /// Locks the applied state. A poisoned lock means an apply panicked,
+    /// which is a crash of the state machine: the node must stop.
+    pub fn lock(&self) -> MutexGuard<'_, AppliedState> {
+        self.0.lock().unwrap_or_else(|poisoned| {
+            panic!("state machine lock poisoned by a failed apply: {poisoned}")
+        })
+    }
+}
+
+/// What the snapshot file holds besides the state machine bytes.
+#[derive(Serialize, Deserialize)]
+struct SnapshotHeader {
+    meta: SnapshotMetaOf<TypeConfig>,
+}
+
+/// The state-machine store.
+#[derive(Debug, Clone)]
+pub struct StateMachineStore {
+    state: SharedState,
+    limits: Limits,
+    dir: PathBuf,
+    current: Arc<Mutex<Option<StoredSnapshot>>>,
+}
+
+#[derive(Debug, Clone)]
+struct StoredSnapshot {
+    meta: SnapshotMetaOf<TypeConfig>,
+    data: Vec<u8>,
+}
+
+fn invalid(message: impl Into<String>) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, message.into())
+}
+
+impl StateMachineStore {
+    /// Opens the store in `dir`, resuming from the snapshot there if any.
+    pub fn open(dir: &Path, limits: Limits) -> io::Result<StateMachineStore> {
+        std::fs::create_dir_all(dir)?;
+        let mut store = StateMachineStore {
+            state: SharedState(Arc::new(Mutex::new(AppliedState {
+                machine: StateMachine::new(limits.clone()),
+                last_applied: None,
+                membership: StoredMembershipOf::<TypeConfig>::default(),
+            }))),
+            limits,
+            dir: dir.to_path_buf(),
+            current: Arc::new(Mutex::new(None)),
+        };
+        let path = dir.join(SNAPSHOT_FILE);
+        match std::fs::read(&path) {
+            Ok(bytes) => {
+                let snapshot = decode_snapshot_file(&bytes)
+                    .map_err(|e| invalid(format!("{}: {e}", path.display())))?;
+                store.load(&snapshot)?;
+                *store.current_lock() = Some(snapshot);
+            }
+            Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+            Err(error) => return Err(error),
+        }
+        Ok(store)
+    }
+
+    /// The applied state, for reads.
+    pub fn shared(&self) -> SharedState {
+        self.state.clone()
+    }
+
+    fn current_lock(&mut self) -> MutexGuard<'_, Option<StoredSnapshot>> {
+        self.current
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Replaces the applied state with a snapshot's.
+    fn load(&mut self, snapshot: &StoredSnapshot) -> io::Result<()> {
+        let machine = StateMachine::restore(&self.limits, &snapshot.data)
+            .map_err(|e| invalid(format!("snapshot does not restore: {e}")))?;
+        let expected = snapshot
+            .meta
+            .last_log_id
+            .as_ref()
+            .map(|id| LogIndex(id.index));
+        if machine.last_applied() != expected {
+            return Err(invalid(
+                "snapshot state and metadata disagree on the last index",
+            ));
+        }
+        let mut state = self.state.lock();
+        state.machine = machine;
+        state.last_applied = snapshot.meta.last_log_id;
+        state.membership = snapshot.meta.last_membership.clone();
+        Ok(())
+    }
+
+    /// Writes the snapshot file durably and atomically.
+    fn persist(&self, snapshot: &StoredSnapshot) -> io::Result<()> {
+        let header = postcard::to_allocvec(&SnapshotHeader {
+            meta: snapshot.meta.clone(),
+        })
+        .map_err(|e| invalid(format!("snapshot metadata does not encode: {e}")))?;
+        let mut bytes = Vec::with_capacity(16 + header.len() + snapshot.data.len());
+        bytes.extend_from_slice(SNAPSHOT_MAGIC);
+        bytes.extend_from_slice(&(header.len() as u64).to_le_bytes());
+        bytes.extend_from_slice(&header);
+        bytes.extend_from_slice(&snapshot.data);
+        let tmp = self.dir.join(format!("{SNAPSHOT_FILE}.tmp"));
+        {
+            use std::io::Write;
+            let mut file = std::fs::File::create(&tmp)?;
+            file.write_all(&bytes)?;
+            file.sync_all()?;
+        }
+        std::fs::rename(&tmp, self.dir.join(SNAPSHOT_FILE))?;
+        std::fs::File::open(&self.dir)?.sync_all()?;
+        Ok(())
+    }
+}
+
+fn decode_snapshot_file(bytes: &[u8]) -> Result<StoredSnapshot, String> {
+    if bytes.len() < 16 || &bytes[..8] != SNAPSHOT_MAGIC {
+        return Err("not a snapshot file (bad magic)".into());
+    }
+    let mut length = [0u8; 8];
+    length.copy_from_slice(&bytes[8..16]);
+    let length = usize::try_from(u64::from_le_bytes(length)).map_err(|e| e.to_string())?;
+    let end = 16usize
+        .checked_add(length)
+        .filter(|end| *end <= bytes.len());
+    let end = end.ok_or("snapshot header truncated")?;
+    let header: SnapshotHeader =
+        postcard::from_bytes(&bytes[16..end]).map_err(|e| format!("snapshot header: {e}"))?;
+    Ok(StoredSnapshot {
+        meta: header.meta,
+        data: bytes[end..].to_vec(),
+    })
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
+    type SnapshotData = Vec<u8>;
+
+    async fn build_snapshot(&mut self) -> Result<SnapshotOf<TypeConfig, Vec<u8>>, io::Error> {
+        let snapshot = {
+            let state = self.state.lock();
+            StoredSnapshot {
+                meta: SnapshotMetaOf::<TypeConfig> {
+                    last_log_id: state.last_applied,
+                    last_membership: state.membership.clone(),
+                },
+                data: state.machine.snapshot(),
+            }
+        };
+        let store = self.clone();
+        let written = snapshot.clone();
+        tokio::task::spawn_blocking(move || store.persist(&written))
+            .await
+            .map_err(io::Error::other)??;
+        *self.current_lock() = Some(snapshot.clone());
+        Ok(SnapshotOf::<TypeConfig, Vec<u8>> {
+            meta: snapshot.meta,
+            snapshot: snapshot.data,
+        })
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachineStore {
+    type SnapshotData = Vec<u8>;
+    type SnapshotBuilder = StateMachineStore;
+
+    async fn applied_state(
+        &mut self,
+    ) -> Result<(Option<LogIdOf<TypeConfig>>, StoredMembershipOf<TypeConfig>), io::Error> {
+        let state = self.state.lock();
+        Ok((state.last_applied, state.membership.clone()))
+    }
+
+    async fn apply<Strm>(&mut self, mut entries: Strm) -> Result<(), io::Error>
+    where
+        Strm: Stream<Item = Result<openraft::storage::EntryResponder<TypeConfig>, io::Error>>
+            + Unpin
+            + OptionalSend,
+    {
+        while let Some(item) = entries.next().await {
+            let (entry, responder) = item?;
+            let index = LogIndex(entry.log_id.index);
+            let applied = {
+                let mut state = self.state.lock();
+                let outcome = match entry.payload {
+                    EntryPayload::Normal(proposal) => {
+                        let applied = Entry {
+                            index,
+                            time: proposal.time,
+                            request: proposal.request,
+                        };
+                        Some(state.machine.apply(&applied))
+                    }
+                    EntryPayload::Membership(membership) => {
+                        state.machine.apply_empty(index);
+                        state.membership =
+                            StoredMembershipOf::<TypeConfig>::new(Some(entry.log_id), membership);
+                        None
+                    }
+                    EntryPayload::Blank => {
+                        state.machine.apply_empty(index);
+                        None
+                    }
+                };
+                state.last_applied = Some(entry.log_id);
+                let time: ClusterTime = state.machine.cluster_time();
+                Applied {
+                    index,
+                    time,
+                    outcome,
+                }
+            };
+            if let Some(responder) = responder {
+                responder.send(applied);
+            }
+        }
+        Ok(())
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        self.clone()
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMetaOf<TypeConfig>,
+        snapshot: Self::SnapshotData,
+    ) -> Result<(), io::Error> {
+        let stored = StoredSnapshot {
+            meta: meta.clone(),
+            data: snapshot,
+        };
+        self.load(&stored)?;
+        let store = self.clone();
+        let written = stored.clone();
+        tokio::task::spawn_blocking(move || store.persist(&written))
+            .await
+            .map_err(io::Error::other)??;
+        *self.current_lock() = Some(stored);
+        Ok(())
+    }
+
+    async fn get_current_snapshot(
+        &mut self,
+    ) -> Result<Option<SnapshotOf<TypeConfig, Vec<u8>>>, io::Error> {
+        Ok(self
+            .current_lock()
+            .clone()
+            .map(|stored| SnapshotOf::<TypeConfig, Vec<u8>> {
+                meta: stored.meta,
+                snapshot: stored.data,
+            }))
+    }
+}

@@ -1,0 +1,68 @@
+//! The openraft type configuration of oncekv: what a log entry carries
+//! ([`Proposal`]: a request stamped with cluster time), what applying it
+//! answers ([`Applied`]), and how a node is addressed ([`NodeInfo`]).
+
+use oncekv_state::{ClusterTime, LogIndex, Outcome, Request};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// A node's id in the cluster.
+pub type NodeId = u64;
+
+/// Where a node listens: for its peers and for clients.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeInfo {
+    /// `host:port` of the peer (Raft) service.
+    pub peer_address: String,
+    /// `host:port` clients are told to use (leader hints).
+    pub client_address: String,
+}
+
+impl fmt::Display for NodeInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "peer={} client={}",
+            self.peer_address, self.client_address
+        )
+    }
+}
+
+/// What a leader proposes: a request and the cluster time it stamped on it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Proposal {
+    /// The leader's cluster time when it proposed the entry.
+    pub time: ClusterTime,
+    /// The request.
+    pub request: Request,
+}
+
+impl fmt::Display for Proposal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}@{}ms", self.request.command.name(), self.time.0)
+    }
+}
+
+/// The result of applying a proposal, returned to the proposer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Applied {
+    /// The entry's index.
+    pub index: LogIndex,
+    /// The cluster time the entry was applied at.
+    pub time: ClusterTime,
+    /// What the state machine decided; `None` for an entry without a
+    /// request (a leader's blank entry or a membership change).
+    pub outcome: Option<Outcome>,
+}
+
+openraft::declare_raft_types!(
+    /// oncekv's Raft types.
+    pub TypeConfig:
+        D = Proposal,
+        R = Applied,
+        NodeId = NodeId,
+        Node = NodeInfo,
+);
+
+/// The Raft handle of an oncekv node.
+pub type Raft = openraft::Raft<TypeConfig, super::state_machine_store::StateMachineStore>;

@@ -3,7 +3,10 @@
 //! peers.
 
 pub mod clock;
+pub mod grpc;
 pub mod identity;
 pub mod node;
 pub mod raft;
+pub mod server;
 pub mod telemetry;
+pub mod transport;

@@ -240,10 +240,17 @@ impl Node {
 
     /// Consensus progress and state machine counts.
     pub fn status(&self) -> NodeStatus {
+        let raft = self.inner.consensus.status();
         NodeStatus {
-            raft: self.inner.consensus.status(),
+            raft,
             state: self.inner.consensus.state().lock().machine.stats(),
         }
+    }
+
+    /// A digest of this replica's state machine (encodes the whole state:
+    /// for checks, not for frequent polling).
+    pub fn state_digest(&self) -> u64 {
+        self.inner.consensus.state().lock().machine.state_digest()
     }
 
     /// Adds a member (learner first, then voter).

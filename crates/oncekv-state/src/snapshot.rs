@@ -79,6 +79,12 @@ impl StateMachine {
         bytes
     }
 
+    /// A digest of the snapshot bytes: equal on replicas that applied the
+    /// same entries.
+    pub fn state_digest(&self) -> u64 {
+        fnv64(&self.snapshot())
+    }
+
     /// Restores a state machine from snapshot bytes taken under `limits`.
     pub fn restore(limits: &Limits, bytes: &[u8]) -> Result<StateMachine, SnapshotError> {
         if bytes.len() < HEADER_BYTES || &bytes[..8] != MAGIC {

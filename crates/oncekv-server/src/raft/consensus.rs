@@ -197,6 +197,11 @@ impl Consensus {
         &self.state
     }
 
+    /// The peer service for this node's consensus.
+    pub fn peer_service(&self) -> super::peer_service::PeerService {
+        super::peer_service::PeerService::new(self.raft.clone())
+    }
+
     /// Proposes an entry and waits until it is applied here.
     pub async fn write(&self, proposal: Proposal) -> Result<Applied, WriteError> {
         self.raft

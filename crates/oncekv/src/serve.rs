@@ -1,0 +1,310 @@
+//! `oncekv serve`: parses the node's flags into a `ServerConfig`, binds its
+//! listeners and runs it until SIGINT or SIGTERM.
+
+use anyhow::{Context, anyhow, bail};
+use clap::Args;
+use oncekv_server::node::NodeOptions;
+use oncekv_server::raft::consensus::ConsensusOptions;
+use oncekv_server::raft::type_config::{NodeId, NodeInfo};
+use oncekv_server::server::{ServeError, ServerConfig, serve};
+use oncekv_state::Limits;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+const AFTER_HELP: &str = "\
+Examples:
+  oncekv serve
+      a single-node cluster on 127.0.0.1:7379, data in ./oncekv-data
+  oncekv serve --id 1 --listen-client 127.0.0.1:7379 --listen-peer 127.0.0.1:7380 \\
+      --initial-cluster 1=127.0.0.1:7380/127.0.0.1:7379,2=127.0.0.1:7382/127.0.0.1:7381,3=127.0.0.1:7384/127.0.0.1:7383
+      node 1 of a three-node cluster (start nodes 2 and 3 the same way)
+
+--initial-cluster lists every member as ID=PEER_ADDRESS/CLIENT_ADDRESS (the
+client address is what clients are told to use in leader hints). It is used
+on the first start only; later starts resume from the data directory, which
+remembers its node id and cluster and refuses another.
+
+Exit codes:
+  0  stopped cleanly (SIGINT or SIGTERM)
+  1  failed while running
+  2  usage error (bad flags, id not in --initial-cluster)
+  3  data directory unusable, or it belongs to another node or cluster
+  4  an address cannot be bound (in use, or not local)";
+
+/// Flags of `oncekv serve`.
+#[derive(Debug, Args)]
+#[command(after_help = AFTER_HELP)]
+pub struct ServeArgs {
+    /// This node's id (unique in the cluster, not 0).
+    #[arg(long, env = "ONCEKV_ID", default_value_t = 1)]
+    id: NodeId,
+
+    /// Directory for the log, state and snapshots (created if missing).
+    #[arg(long, env = "ONCEKV_DATA_DIR", default_value = "oncekv-data")]
+    data_dir: PathBuf,
+
+    /// Address for client requests.
+    #[arg(long, env = "ONCEKV_LISTEN_CLIENT", default_value = "127.0.0.1:7379")]
+    listen_client: SocketAddr,
+
+    /// Address for Raft traffic from other nodes.
+    #[arg(long, env = "ONCEKV_LISTEN_PEER", default_value = "127.0.0.1:7380")]
+    listen_peer: SocketAddr,
+
+    /// Client address given to clients in leader hints [default: --listen-client].
+    #[arg(long, env = "ONCEKV_ADVERTISE_CLIENT")]
+    advertise_client: Option<String>,
+
+    /// Peer address other nodes use [default: --listen-peer].
+    #[arg(long, env = "ONCEKV_ADVERTISE_PEER")]
+    advertise_peer: Option<String>,
+
+    /// Initial members, ID=PEER/CLIENT,... [default: this node alone].
+    #[arg(long, env = "ONCEKV_INITIAL_CLUSTER", conflicts_with = "join")]
+    initial_cluster: Option<String>,
+
+    /// Start without forming a cluster: wait to be added by `member add`.
+    #[arg(long)]
+    join: bool,
+
+    /// Serve Prometheus metrics at http://ADDRESS/metrics.
+    #[arg(long, env = "ONCEKV_LISTEN_METRICS")]
+    listen_metrics: Option<SocketAddr>,
+
+    /// Raft heartbeat interval.
+    #[arg(long, default_value = "100ms", value_parser = humantime::parse_duration)]
+    heartbeat: Duration,
+
+    /// Minimum election timeout (the maximum is twice this).
+    #[arg(long, default_value = "500ms", value_parser = humantime::parse_duration)]
+    election_timeout: Duration,
+
+    /// Take a snapshot after this many log entries.
+    #[arg(long, default_value_t = 10_000)]
+    snapshot_after_entries: u64,
+
+    /// Log entries kept behind a snapshot for slow followers.
+    #[arg(long, default_value_t = 1_000)]
+    log_entries_kept: u64,
+
+    /// How often an idle leader advances cluster time (for expiry).
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    tick_interval: Duration,
+
+    /// How long a request waits for its entry to apply before the client is
+    /// told the outcome is unknown.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    request_timeout: Duration,
+
+    /// Largest client message, in bytes.
+    #[arg(long, default_value_t = 4 * 1024 * 1024)]
+    max_message_bytes: usize,
+
+    /// Longest key, in bytes (a cluster setting: the same on every node).
+    #[arg(long, default_value_t = Limits::default().key_bytes_max)]
+    key_bytes_max: usize,
+
+    /// Largest value, in bytes (a cluster setting).
+    #[arg(long, default_value_t = Limits::default().value_bytes_max)]
+    value_bytes_max: usize,
+
+    /// Most live sessions (a cluster setting).
+    #[arg(long, default_value_t = Limits::default().sessions_max)]
+    sessions_max: u64,
+
+    /// Shortest session or lease TTL, in milliseconds (a cluster setting).
+    #[arg(long, default_value_t = Limits::default().session_ttl_ms_min)]
+    ttl_ms_min: u64,
+}
+
+/// Parses `ID=PEER/CLIENT,...`.
+fn parse_cluster(text: &str) -> anyhow::Result<BTreeMap<NodeId, NodeInfo>> {
+    let mut members = BTreeMap::new();
+    for item in text
+        .split(',')
+        .map(str::trim)
+        .filter(|item| !item.is_empty())
+    {
+        let (id, addresses) = item
+            .split_once('=')
+            .ok_or_else(|| anyhow!("`{item}`: expected ID=PEER_ADDRESS/CLIENT_ADDRESS"))?;
+        let id: NodeId = id
+            .trim()
+            .parse()
+            .with_context(|| format!("`{item}`: bad node id"))?;
+        if id == 0 {
+            bail!("`{item}`: node ids start at 1");
+        }
+        let (peer, client) = addresses.split_once('/').ok_or_else(|| {
+            anyhow!("`{item}`: give both addresses, ID=PEER_ADDRESS/CLIENT_ADDRESS")
+        })?;
+        let info = NodeInfo {
+            peer_address: peer.trim().into(),
+            client_address: client.trim().into(),
+        };
+        if info.peer_address.is_empty() || info.client_address.is_empty() {
+            bail!("`{item}`: empty address");
+        }
+        if members.insert(id, info).is_some() {
+            bail!("node {id} is listed twice");
+        }
+    }
+    if members.is_empty() {
+        bail!("--initial-cluster lists no member");
+    }
+    Ok(members)
+}
+
+fn config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
+    if args.id == 0 {
+        bail!("--id must be at least 1");
+    }
+    let advertise = NodeInfo {
+        peer_address: args
+            .advertise_peer
+            .clone()
+            .unwrap_or_else(|| args.listen_peer.to_string()),
+        client_address: args
+            .advertise_client
+            .clone()
+            .unwrap_or_else(|| args.listen_client.to_string()),
+    };
+    let initial_cluster = match (&args.initial_cluster, args.join) {
+        (_, true) => None,
+        (None, false) => Some(BTreeMap::from([(args.id, advertise.clone())])),
+        (Some(text), false) => {
+            let members = parse_cluster(text).context("--initial-cluster")?;
+            if !members.contains_key(&args.id) {
+                bail!("--id {} is not in --initial-cluster ({text})", args.id);
+            }
+            Some(members)
+        }
+    };
+    let election_ms = u64::try_from(args.election_timeout.as_millis()).unwrap_or(u64::MAX);
+    let heartbeat_ms = u64::try_from(args.heartbeat.as_millis()).unwrap_or(u64::MAX);
+    if heartbeat_ms == 0 || heartbeat_ms >= election_ms {
+        bail!("--heartbeat must be positive and shorter than --election-timeout");
+    }
+    let limits = Limits {
+        key_bytes_max: args.key_bytes_max,
+        value_bytes_max: args.value_bytes_max,
+        sessions_max: args.sessions_max,
+        session_ttl_ms_min: args.ttl_ms_min,
+        lease_ttl_ms_min: args.ttl_ms_min,
+        ..Limits::default()
+    };
+    Ok(ServerConfig {
+        id: args.id,
+        data_dir: args.data_dir.clone(),
+        advertise,
+        initial_cluster,
+        limits,
+        consensus: ConsensusOptions {
+            heartbeat_ms,
+            election_timeout_min_ms: election_ms,
+            election_timeout_max_ms: election_ms.saturating_mul(2),
+            snapshot_after_entries: args.snapshot_after_entries.max(1),
+            log_entries_kept_after_snapshot: args.log_entries_kept,
+        },
+        node: NodeOptions {
+            propose_timeout: args.request_timeout,
+            tick_interval: args.tick_interval,
+        },
+        client_message_bytes_max: args.max_message_bytes,
+        metrics: args.listen_metrics,
+    })
+}
+
+fn bind(address: SocketAddr, what: &str) -> Result<tokio::net::TcpListener, String> {
+    let listener = std::net::TcpListener::bind(address)
+        .map_err(|error| format!("cannot listen for {what} on {address}: {error}"))?;
+    listener
+        .set_nonblocking(true)
+        .and_then(|()| tokio::net::TcpListener::from_std(listener))
+        .map_err(|error| format!("cannot listen for {what} on {address}: {error}"))
+}
+
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut terminate =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(signal) => signal,
+                Err(_) => {
+                    let _ = interrupt.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = interrupt => {}
+            _ = terminate.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = interrupt.await;
+}
+
+/// Runs `oncekv serve`; returns the documented exit code.
+pub async fn run(args: ServeArgs) -> ExitCode {
+    let config = match config(&args) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let listeners = bind(args.listen_client, "clients")
+        .and_then(|client| Ok((client, bind(args.listen_peer, "peers")?)));
+    let (client, peer) = match listeners {
+        Ok(listeners) => listeners,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return ExitCode::from(4);
+        }
+    };
+    let client = oncekv_server::transport::tcp_incoming(client);
+    let peer = oncekv_server::transport::tcp_incoming(peer);
+    eprintln!(
+        "oncekv node {} serving clients on {} (peers on {}), data in {}",
+        config.id,
+        args.listen_client,
+        args.listen_peer,
+        config.data_dir.display()
+    );
+    match serve(config, client, peer, shutdown_signal()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error @ ServeError::Identity(_)) => {
+            eprintln!("error: {error}");
+            ExitCode::from(3)
+        }
+        Err(error @ ServeError::Storage { .. }) => {
+            eprintln!("error: {error}");
+            ExitCode::from(3)
+        }
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_initial_cluster() {
+        let members = parse_cluster("1=a:1/a:2, 2=b:1/b:2").expect("valid");
+        assert_eq!(members.len(), 2);
+        assert_eq!(members[&2].client_address, "b:2");
+        assert!(parse_cluster("1=a:1").is_err());
+        assert!(parse_cluster("x=a:1/a:2").is_err());
+        assert!(parse_cluster("0=a:1/a:2").is_err());
+        assert!(parse_cluster("1=a:1/a:2,1=b:1/b:2").is_err());
+        assert!(parse_cluster("").is_err());
+    }
+}

@@ -1,0 +1,384 @@
+//! The replicated, durable node under real faults: multi-process clusters
+//! on loopback, SIGKILL, SIGSTOP, restarts, and bad input on the wire.
+
+mod support;
+
+use oncekv_proto::v1;
+use oncekv_state::{
+    Command, Malformed, Outcome, Query, Rejection, Reply, Request, Secret, SessionId,
+};
+use std::time::Duration;
+use support::{Cluster, FAST, TestSession, eventually, exclusive, execute_on};
+
+const ELECTION: Duration = Duration::from_secs(15);
+
+fn append(value: &str) -> Command {
+    Command::Append {
+        key: b"log".to_vec(),
+        value: value.as_bytes().to_vec(),
+    }
+}
+
+/// The pattern's own scenario: the leader commits a session request and
+/// dies before its reply is read; the retry on the new leader is answered
+/// from the completion record, and the value holds the append once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_the_leader_dies_is_replayed_not_reapplied() {
+    let _one = exclusive().await;
+    let mut cluster = Cluster::start(3, FAST);
+    let leader = cluster.leader(ELECTION).await;
+    let session = TestSession::open(cluster.node(leader), 60_000, 8).await;
+    let first = session.request(1, 1, append("token-1;"));
+    // The reply to this call is never read.
+    let address = cluster.node(leader).client.clone();
+    let request = first.clone();
+    let lost = tokio::spawn(async move { execute_on(&address, &request).await });
+    let follower = cluster
+        .nodes
+        .iter()
+        .find(|n| n.id != leader)
+        .expect("a follower")
+        .id;
+    eventually(Duration::from_secs(10), "the append to reach a follower", || {
+        let node = &cluster.nodes[(follower - 1) as usize];
+        async move { (node.local_value(b"log").await.as_deref() == Some(b"token-1;")).then_some(()) }
+    })
+    .await;
+    cluster.node(leader).kill();
+    lost.abort();
+    let new_leader = cluster.leader(ELECTION).await;
+    assert_ne!(new_leader, leader);
+    let retry = session.request(1, 2, append("token-1;"));
+    match cluster.outcome(&retry, ELECTION).await {
+        Outcome::Replayed {
+            reply: Reply::Append { length: 8 },
+            ..
+        } => {}
+        other => panic!("expected the original reply replayed, got {other:?}"),
+    }
+    let value = cluster
+        .node(new_leader)
+        .read(
+            &Query::Get {
+                key: b"log".to_vec(),
+            },
+            false,
+        )
+        .await;
+    assert_eq!(
+        value,
+        Ok(Reply::Get {
+            value: Some(b"token-1;".to_vec())
+        })
+    );
+}
+
+/// Every node killed and restarted: acknowledged writes survive, sessions
+/// still deduplicate, and replicas agree byte for byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_whole_cluster_restart_keeps_writes_and_completion_records() {
+    let _one = exclusive().await;
+    let flags: Vec<&str> = FAST
+        .iter()
+        .copied()
+        .chain(["--snapshot-after-entries", "16", "--log-entries-kept", "4"])
+        .collect();
+    let mut cluster = Cluster::start(3, &flags);
+    let leader = cluster.leader(ELECTION).await;
+    let session = TestSession::open(cluster.node(leader), 600_000, 8).await;
+    let mut last = None;
+    for seq in 1..=40u64 {
+        let incr = session.request(
+            seq,
+            1,
+            Command::Incr {
+                key: b"counter".to_vec(),
+                by: 1,
+            },
+        );
+        let outcome = cluster.node(leader).outcome(&incr).await;
+        assert_eq!(outcome, Outcome::Applied(Reply::Incr { value: seq as i64 }));
+        last = Some(outcome);
+    }
+    for node in &mut cluster.nodes {
+        node.kill();
+    }
+    for node in &mut cluster.nodes {
+        node.spawn();
+    }
+    let leader = cluster.leader(ELECTION).await;
+    let retry = session.request(
+        40,
+        2,
+        Command::Incr {
+            key: b"counter".to_vec(),
+            by: 1,
+        },
+    );
+    match (cluster.node(leader).outcome(&retry).await, last) {
+        (Outcome::Replayed { reply, .. }, Some(Outcome::Applied(original))) => {
+            assert_eq!(reply, original)
+        }
+        (other, _) => panic!("expected a replay after restart, got {other:?}"),
+    }
+    let value = cluster
+        .node(leader)
+        .read(
+            &Query::Get {
+                key: b"counter".to_vec(),
+            },
+            false,
+        )
+        .await;
+    assert_eq!(
+        value,
+        Ok(Reply::Get {
+            value: Some(b"40".to_vec())
+        })
+    );
+    let statuses = eventually(Duration::from_secs(20), "replicas to converge", || {
+        let nodes = &cluster.nodes;
+        async move {
+            let mut statuses = Vec::new();
+            for node in nodes {
+                statuses.push(node.status().await.ok()?);
+            }
+            let same = statuses.windows(2).all(|pair| {
+                pair[0].applied_index == pair[1].applied_index
+                    && pair[0].state_digest == pair[1].state_digest
+            });
+            same.then_some(statuses)
+        }
+    })
+    .await;
+    assert!(
+        statuses.iter().all(|s| s.snapshot_index.is_some()),
+        "snapshots were taken: {statuses:?}"
+    );
+    assert!(
+        statuses
+            .iter()
+            .all(|s| s.sessions == 1 && s.completion_records >= 1)
+    );
+}
+
+/// A follower paused past the log the leader keeps catches up by snapshot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_follower_catches_up_by_snapshot() {
+    let _one = exclusive().await;
+    let flags: Vec<&str> = FAST
+        .iter()
+        .copied()
+        .chain(["--snapshot-after-entries", "10", "--log-entries-kept", "2"])
+        .collect();
+    let mut cluster = Cluster::start(3, &flags);
+    let leader = cluster.leader(ELECTION).await;
+    let follower = cluster
+        .nodes
+        .iter()
+        .find(|n| n.id != leader)
+        .expect("follower")
+        .id;
+    cluster.node(follower).signal("-STOP");
+    for i in 0..60 {
+        let put = Request::plain(Command::Put {
+            key: format!("k{i}").into_bytes(),
+            value: b"v".to_vec(),
+            lease: None,
+        });
+        assert!(matches!(
+            cluster.node(leader).outcome(&put).await,
+            Outcome::Applied(_)
+        ));
+    }
+    let leader_status = cluster.node(leader).status().await.expect("leader status");
+    cluster.node(follower).signal("-CONT");
+    let caught_up = eventually(Duration::from_secs(20), "the follower to catch up", || {
+        let node = &cluster.nodes[(follower - 1) as usize];
+        let target = leader_status.applied_index;
+        async move {
+            node.status()
+                .await
+                .ok()
+                .filter(|s| s.applied_index >= target)
+        }
+    })
+    .await;
+    assert!(
+        caught_up.snapshot_index.is_some(),
+        "caught up through a snapshot: {caught_up:?}"
+    );
+    assert_eq!(
+        cluster.node(follower).local_value(b"k59").await,
+        Some(b"v".to_vec())
+    );
+}
+
+/// Expiry is decided on cluster time carried in the log: an idle session
+/// is gone on every node, and stays gone after a leader change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_session_expires_on_every_node_and_after_failover() {
+    let _one = exclusive().await;
+    let mut cluster = Cluster::start(3, FAST);
+    let leader = cluster.leader(ELECTION).await;
+    let session = TestSession::open(cluster.node(leader), 1_000, 4).await;
+    let put = session.request(
+        1,
+        1,
+        Command::Put {
+            key: b"k".to_vec(),
+            value: b"v".to_vec(),
+            lease: None,
+        },
+    );
+    assert!(matches!(
+        cluster.node(leader).outcome(&put).await,
+        Outcome::Applied(_)
+    ));
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let next = session.request(
+        2,
+        1,
+        Command::Put {
+            key: b"k".to_vec(),
+            value: b"w".to_vec(),
+            lease: None,
+        },
+    );
+    assert_eq!(
+        cluster.node(leader).outcome(&next).await,
+        Outcome::SessionExpired
+    );
+    eventually(
+        Duration::from_secs(10),
+        "every node to drop the session",
+        || {
+            let nodes = &cluster.nodes;
+            async move {
+                for node in nodes {
+                    if node.status().await.ok()?.sessions != 0 {
+                        return None;
+                    }
+                }
+                Some(())
+            }
+        },
+    )
+    .await;
+    cluster.node(leader).kill();
+    let new_leader = cluster.leader(ELECTION).await;
+    assert_eq!(
+        cluster.node(new_leader).outcome(&next).await,
+        Outcome::SessionExpired
+    );
+    let value = cluster
+        .node(new_leader)
+        .read(&Query::Get { key: b"k".to_vec() }, false)
+        .await;
+    assert_eq!(
+        value,
+        Ok(Reply::Get {
+            value: Some(b"v".to_vec())
+        })
+    );
+}
+
+/// Bad input on the wire gets a clear answer and the node keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_clear_errors_and_the_node_keeps_serving() {
+    let _one = exclusive().await;
+    let mut cluster = Cluster::start(1, FAST);
+    let leader = cluster.leader(ELECTION).await;
+    let node = cluster.node(leader);
+    // Over the 4 MiB message limit: refused by the transport.
+    let huge = Request::plain(Command::Put {
+        key: b"k".to_vec(),
+        value: vec![0; 5 << 20],
+        lease: None,
+    });
+    let error = node
+        .execute(&huge)
+        .await
+        .expect_err("oversized message refused");
+    assert!(
+        error.contains("message") || error.contains("large"),
+        "{error}"
+    );
+    // Unknown session, wrong secret, seq 0, empty key.
+    let session = TestSession::open(node, 60_000, 4).await;
+    let unknown = TestSession {
+        id: SessionId(987_654),
+        secret: session.secret,
+    };
+    let put = |key: &[u8]| Command::Put {
+        key: key.to_vec(),
+        value: b"v".to_vec(),
+        lease: None,
+    };
+    assert_eq!(
+        node.outcome(&unknown.request(1, 1, put(b"k"))).await,
+        Outcome::SessionExpired
+    );
+    let thief = TestSession {
+        id: session.id,
+        secret: Secret(12345),
+    };
+    assert_eq!(
+        node.outcome(&thief.request(1, 1, put(b"k"))).await,
+        Outcome::Unauthorized
+    );
+    assert_eq!(
+        node.outcome(&session.request(0, 1, put(b"k"))).await,
+        Outcome::Malformed(Malformed::SeqZero)
+    );
+    assert!(matches!(
+        node.outcome(&Request::plain(put(b""))).await,
+        Outcome::Applied(Reply::Rejected(Rejection::KeyLength { bytes: 0, .. }))
+    ));
+    // Malformed protobuf content: no command, a secret of the wrong size.
+    let mut client = node.connect().await.expect("connect");
+    let empty = client
+        .execute(v1::ExecuteRequest::default())
+        .await
+        .expect("answered")
+        .into_inner();
+    assert!(
+        matches!(empty.result, Some(v1::execute_response::Result::Invalid(_))),
+        "{empty:?}"
+    );
+    let short_secret = v1::ExecuteRequest {
+        origin: Some(v1::execute_request::Origin::Session(v1::RequestHeader {
+            session_id: session.id.0,
+            secret: vec![1, 2, 3],
+            seq: 1,
+            first_incomplete: 1,
+            attempt: 1,
+        })),
+        command: Some(v1::Command {
+            kind: Some(v1::command::Kind::Delete(v1::Delete { key: b"k".to_vec() })),
+        }),
+    };
+    let answer = client
+        .execute(short_secret)
+        .await
+        .expect("answered")
+        .into_inner();
+    assert!(
+        matches!(
+            answer.result,
+            Some(v1::execute_response::Result::Invalid(_))
+        ),
+        "{answer:?}"
+    );
+    // Still serving, and nothing was applied by the bad requests.
+    assert!(matches!(
+        node.outcome(&session.request(1, 1, put(b"k"))).await,
+        Outcome::Applied(_)
+    ));
+    assert_eq!(
+        node.read(&Query::Get { key: b"k".to_vec() }, false).await,
+        Ok(Reply::Get {
+            value: Some(b"v".to_vec())
+        })
+    );
+}

@@ -1,19 +1,39 @@
 //! The `oncekv` command: a thin shell over the libraries. `serve` runs a
 //! node; the other commands are clients of a running cluster.
 
+mod commands;
 mod serve;
+mod session_file;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
+const EXIT_CODES: &str = "\
+Quick start:
+  oncekv serve &                      # a single node on 127.0.0.1:7379
+  oncekv incr visits --idempotency-key k1
+  oncekv incr visits --idempotency-key k1   # a retry: the same answer, applied once
+  oncekv get visits
+
+Exit codes of the client commands:
+  0  applied or replayed (or found, for reads)
+  1  other error (unreachable, invalid request)
+  2  usage error
+  3  definite rejection (CAS did not match, lease exists, key absent, ...)
+  4  session or sequence error (expired, stale, gap, unauthorized)
+  5  outcome unknown: the request may or may not have applied";
+
 /// oncekv: a replicated, durable key-value store that applies every
 /// mutating request exactly once.
 #[derive(Debug, Parser)]
-#[command(name = "oncekv", version, about, long_about = None, propagate_version = true)]
+#[command(name = "oncekv", version, about, long_about = None, propagate_version = true, after_help = EXIT_CODES)]
 struct Cli {
     /// Log filter (for example `info`, `oncekv_server=debug`).
     #[arg(long, global = true, env = "ONCEKV_LOG", default_value = "warn")]
     log: String,
+
+    #[command(flatten)]
+    connection: commands::Connection,
 
     #[command(subcommand)]
     command: Commands,
@@ -24,6 +44,8 @@ enum Commands {
     /// Run a node (with no flags: a single-node cluster on 127.0.0.1:7379
     /// with data in ./oncekv-data).
     Serve(Box<serve::ServeArgs>),
+    #[command(flatten)]
+    Client(commands::ClientCommand),
 }
 
 fn main() -> ExitCode {
@@ -43,5 +65,14 @@ fn main() -> ExitCode {
     };
     match cli.command {
         Commands::Serve(args) => runtime.block_on(serve::run(*args)),
+        Commands::Client(command) => {
+            match runtime.block_on(commands::run(&cli.connection, command)) {
+                Ok(code) => code,
+                Err(error) => {
+                    eprintln!("error: {error:#}");
+                    ExitCode::from(commands::EXIT_ERROR)
+                }
+            }
+        }
     }
 }

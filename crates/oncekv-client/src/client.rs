@@ -1,0 +1,517 @@
+//! [`Client`]: leader discovery and the retry loop. A request goes to the
+//! node believed to lead; `NotLeader` hints redirect it, unreachable nodes
+//! are skipped in turn, and transient failures are retried with jittered
+//! backoff until the deadline. Only requests that are deduplicated (on a
+//! session or under an idempotency key) or read-only are retried after
+//! they may have been sent.
+
+use crate::connector::{Connector, TcpConnector};
+use crate::error::ClientError;
+use crate::retry::{Backoff, Jitter, RandomJitter};
+use oncekv_proto::convert;
+use oncekv_proto::v1::kv_client::KvClient;
+use oncekv_proto::v1::{self, execute_response, read_response};
+use oncekv_state::{Command, IdempotencyKey, Origin, Outcome, Query, Reply, Request, RequestId};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::time::Instant;
+use tonic::transport::Channel;
+
+/// How the client retries.
+#[derive(Clone, Debug)]
+pub struct ClientOptions {
+    /// Longest wait for one attempt's answer.
+    pub attempt_timeout: Duration,
+    /// Longest time a call may take in all, retries included.
+    pub deadline: Duration,
+    /// Delay between retries.
+    pub backoff: Backoff,
+    /// Jitter source of the backoff.
+    pub jitter: Arc<dyn Jitter>,
+    /// How nodes are reached.
+    pub connector: Arc<dyn Connector>,
+    /// Largest message sent or received, in bytes.
+    pub message_bytes_max: usize,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions {
+            attempt_timeout: Duration::from_secs(3),
+            deadline: Duration::from_secs(15),
+            backoff: Backoff::default(),
+            jitter: Arc::new(RandomJitter),
+            connector: Arc::new(TcpConnector),
+            message_bytes_max: 64 * 1024 * 1024,
+        }
+    }
+}
+
+/// A reply and how it was obtained.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Completed {
+    /// The command's reply.
+    pub reply: Reply,
+    /// Whether it came from a completion record (the request had applied
+    /// before, on an earlier attempt or run).
+    pub replayed: bool,
+    /// The log index where the request was applied.
+    pub applied_index: u64,
+    /// How many times it was sent.
+    pub attempts: u32,
+}
+
+struct Inner {
+    endpoints: Vec<String>,
+    options: ClientOptions,
+    leader: Mutex<Option<String>>,
+    channels: Mutex<HashMap<String, Channel>>,
+}
+
+/// A connection to an oncekv cluster.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("endpoints", &self.inner.endpoints)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What one attempt learned.
+enum Attempt<T> {
+    Done(T),
+    /// Definitely not proposed there; try `hint` (or the next node).
+    Redirect(Option<String>),
+    /// Not proposed: the node could not be reached.
+    NotSent(String),
+    /// May have been proposed.
+    MaybeSent(String),
+    Refused(ClientError),
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Whether a transport status means the request never left this client.
+fn never_sent(status: &tonic::Status) -> bool {
+    status.code() == tonic::Code::Unavailable && {
+        let text = format!("{status:?}").to_lowercase();
+        text.contains("connect") || text.contains("connection refused")
+    }
+}
+
+fn refused_by_transport(status: &tonic::Status) -> Option<ClientError> {
+    match status.code() {
+        tonic::Code::ResourceExhausted | tonic::Code::OutOfRange | tonic::Code::InvalidArgument => {
+            Some(ClientError::Invalid(status.message().to_string()))
+        }
+        _ => None,
+    }
+}
+
+impl Client {
+    /// A client of the cluster reachable at `endpoints` (`host:port` client
+    /// addresses). Connections are made lazily.
+    pub fn connect<I, S>(endpoints: I, options: ClientOptions) -> Result<Client, ClientError>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let endpoints: Vec<String> = endpoints.into_iter().map(Into::into).collect();
+        if endpoints.is_empty() {
+            return Err(ClientError::Config("no endpoints given".into()));
+        }
+        Ok(Client {
+            inner: Arc::new(Inner {
+                endpoints,
+                options,
+                leader: Mutex::new(None),
+                channels: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    /// The options in force.
+    pub fn options(&self) -> &ClientOptions {
+        &self.inner.options
+    }
+
+    fn rpc(&self, address: &str) -> Result<KvClient<Channel>, String> {
+        let channel = {
+            let mut channels = lock(&self.inner.channels);
+            match channels.get(address) {
+                Some(channel) => channel.clone(),
+                None => {
+                    let channel = self.inner.options.connector.channel(address)?;
+                    channels.insert(address.to_string(), channel.clone());
+                    channel
+                }
+            }
+        };
+        let limit = self.inner.options.message_bytes_max;
+        Ok(KvClient::new(channel)
+            .max_decoding_message_size(limit)
+            .max_encoding_message_size(limit))
+    }
+
+    fn forget_channel(&self, address: &str) {
+        lock(&self.inner.channels).remove(address);
+    }
+
+    /// The node to try first: the known leader, else the first endpoint.
+    fn first_target(&self) -> String {
+        lock(&self.inner.leader)
+            .clone()
+            .unwrap_or_else(|| self.inner.endpoints[0].clone())
+    }
+
+    fn next_target(&self, current: &str) -> String {
+        let endpoints = &self.inner.endpoints;
+        let position = endpoints.iter().position(|e| e == current);
+        let next = position.map_or(0, |p| (p + 1) % endpoints.len());
+        endpoints[next].clone()
+    }
+
+    /// Runs `attempt` against the leader until it is done, the deadline
+    /// passes, or it fails after maybe being sent when `retry_safe` is off.
+    async fn with_retries<T, F, Fut>(
+        &self,
+        retry_safe: bool,
+        request_id: Option<RequestId>,
+        mut attempt: F,
+    ) -> Result<(T, u32), ClientError>
+    where
+        F: FnMut(KvClient<Channel>, Duration, u32) -> Fut,
+        Fut: std::future::Future<Output = Attempt<T>>,
+    {
+        let options = &self.inner.options;
+        let deadline = Instant::now() + options.deadline;
+        let mut target = self.first_target();
+        let mut attempts = 0u32;
+        let mut retries = 0u32;
+        let mut maybe_sent = false;
+        let mut last_error = String::new();
+        loop {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                return Err(if maybe_sent {
+                    ClientError::OutcomeUnknown {
+                        request_id,
+                        attempts,
+                    }
+                } else {
+                    ClientError::Unreachable(last_error)
+                });
+            }
+            attempts += 1;
+            let timeout = options.attempt_timeout.min(remaining);
+            let result = match self.rpc(&target) {
+                Ok(rpc) => attempt(rpc, timeout, attempts).await,
+                Err(error) => Attempt::NotSent(error),
+            };
+            match result {
+                Attempt::Done(value) => {
+                    *lock(&self.inner.leader) = Some(target);
+                    return Ok((value, attempts));
+                }
+                Attempt::Refused(error) => return Err(error),
+                Attempt::Redirect(hint) => {
+                    last_error = format!("{target} is not the leader");
+                    target = match hint {
+                        Some(leader) if leader != target => leader,
+                        _ => {
+                            self.pause(&mut retries, deadline).await;
+                            self.next_target(&target)
+                        }
+                    };
+                    *lock(&self.inner.leader) = None;
+                }
+                Attempt::NotSent(error) => {
+                    last_error = format!("{target}: {error}");
+                    self.forget_channel(&target);
+                    target = self.next_target(&target);
+                    self.pause(&mut retries, deadline).await;
+                }
+                Attempt::MaybeSent(error) => {
+                    maybe_sent = true;
+                    last_error = format!("{target}: {error}");
+                    if !retry_safe {
+                        return Err(ClientError::OutcomeUnknown {
+                            request_id,
+                            attempts,
+                        });
+                    }
+                    self.forget_channel(&target);
+                    *lock(&self.inner.leader) = None;
+                    target = self.next_target(&target);
+                    self.pause(&mut retries, deadline).await;
+                }
+            }
+        }
+    }
+
+    async fn pause(&self, retries: &mut u32, deadline: Instant) {
+        let options = &self.inner.options;
+        let delay = options.backoff.delay(*retries, options.jitter.as_ref());
+        *retries += 1;
+        tokio::time::sleep_until((Instant::now() + delay).min(deadline)).await;
+    }
+
+    /// Sends a request through the log and returns what the state machine
+    /// decided. Retries follow the rules above; `Tick` cannot be sent.
+    pub async fn execute_request(
+        &self,
+        request: Request,
+    ) -> Result<(Outcome, u64, u32), ClientError> {
+        let retry_safe = !matches!(request.origin, Origin::Plain) || !request.command.is_mutating();
+        let request_id = match &request.origin {
+            Origin::Session(header) => Some(header.id),
+            _ => None,
+        };
+        let wire =
+            convert::request_to_wire(&request).map_err(|e| ClientError::Invalid(e.to_string()))?;
+        let ((outcome, index), attempts) = self
+            .with_retries(retry_safe, request_id, |mut rpc, timeout, attempt| {
+                let mut wire = wire.clone();
+                if let Some(v1::execute_request::Origin::Session(header)) = &mut wire.origin {
+                    header.attempt = attempt;
+                }
+                async move {
+                    let mut message = tonic::Request::new(wire);
+                    message.set_timeout(timeout);
+                    match rpc.execute(message).await {
+                        Ok(response) => {
+                            let response = response.into_inner();
+                            match response.result {
+                                Some(execute_response::Result::Outcome(outcome)) => {
+                                    match convert::outcome_from_wire(outcome) {
+                                        Ok(outcome) => Attempt::Done((outcome, response.log_index)),
+                                        Err(error) => Attempt::MaybeSent(error.to_string()),
+                                    }
+                                }
+                                Some(execute_response::Result::NotLeader(hint)) => {
+                                    Attempt::Redirect(
+                                        Some(hint.leader_client_address).filter(|a| !a.is_empty()),
+                                    )
+                                }
+                                Some(execute_response::Result::Unavailable(why)) => {
+                                    Attempt::MaybeSent(why.reason)
+                                }
+                                Some(execute_response::Result::Invalid(why)) => {
+                                    Attempt::Refused(ClientError::Invalid(why.reason))
+                                }
+                                None => Attempt::MaybeSent("empty response".into()),
+                            }
+                        }
+                        Err(status) if never_sent(&status) => {
+                            Attempt::NotSent(status.message().to_string())
+                        }
+                        Err(status) => match refused_by_transport(&status) {
+                            Some(error) => Attempt::Refused(error),
+                            None => Attempt::MaybeSent(status.message().to_string()),
+                        },
+                    }
+                }
+            })
+            .await?;
+        Ok((outcome, index, attempts))
+    }
+
+    /// Runs a command as a one-shot request under an idempotency key
+    /// (random when `key` is `None`), so retries and re-runs with the same
+    /// key apply it once.
+    pub async fn execute_once(
+        &self,
+        command: Command,
+        key: Option<Vec<u8>>,
+    ) -> Result<Completed, ClientError> {
+        let key = key.unwrap_or_else(|| format!("{:032x}", rand::random::<u128>()).into_bytes());
+        let request = Request {
+            origin: Origin::Key(IdempotencyKey(key)),
+            command,
+        };
+        let (outcome, index, attempts) = self.execute_request(request).await?;
+        completed(outcome, index, attempts)
+    }
+
+    /// Runs a command as a plain request (at-least-once: never retried once
+    /// it may have been sent, if it changes anything).
+    pub async fn execute_plain(&self, command: Command) -> Result<Completed, ClientError> {
+        let (outcome, index, attempts) = self.execute_request(Request::plain(command)).await?;
+        completed(outcome, index, attempts)
+    }
+
+    /// Answers a query: linearizable unless `serializable`.
+    pub async fn read(&self, query: Query, serializable: bool) -> Result<Reply, ClientError> {
+        let wire = v1::ReadRequest {
+            query: Some(convert::query_to_wire(&query)),
+            serializable,
+        };
+        let (reply, _) = self
+            .with_retries(true, None, |mut rpc, timeout, _| {
+                let wire = wire.clone();
+                async move {
+                    let mut message = tonic::Request::new(wire);
+                    message.set_timeout(timeout);
+                    match rpc.read(message).await {
+                        Ok(response) => match response.into_inner().result {
+                            Some(read_response::Result::Reply(reply)) => {
+                                match convert::reply_from_wire(reply) {
+                                    Ok(reply) => Attempt::Done(reply),
+                                    Err(error) => Attempt::MaybeSent(error.to_string()),
+                                }
+                            }
+                            Some(read_response::Result::NotLeader(hint)) => Attempt::Redirect(
+                                Some(hint.leader_client_address).filter(|a| !a.is_empty()),
+                            ),
+                            Some(read_response::Result::Unavailable(why)) => {
+                                Attempt::MaybeSent(why.reason)
+                            }
+                            Some(read_response::Result::Invalid(why)) => {
+                                Attempt::Refused(ClientError::Invalid(why.reason))
+                            }
+                            None => Attempt::MaybeSent("empty response".into()),
+                        },
+                        Err(status) if never_sent(&status) => {
+                            Attempt::NotSent(status.message().to_string())
+                        }
+                        Err(status) => match refused_by_transport(&status) {
+                            Some(error) => Attempt::Refused(error),
+                            None => Attempt::MaybeSent(status.message().to_string()),
+                        },
+                    }
+                }
+            })
+            .await?;
+        match reply {
+            Reply::Rejected(rejection) => Err(ClientError::Rejected(rejection)),
+            reply => Ok(reply),
+        }
+    }
+
+    /// The status of one node (`address`), or of the first reachable
+    /// endpoint when `None`.
+    pub async fn status(&self, address: Option<&str>) -> Result<v1::StatusResponse, ClientError> {
+        let candidates: Vec<String> = match address {
+            Some(address) => vec![address.to_string()],
+            None => self.inner.endpoints.clone(),
+        };
+        let mut last = String::new();
+        for address in candidates {
+            let mut rpc = self.rpc(&address).map_err(ClientError::Unreachable)?;
+            let mut message = tonic::Request::new(v1::StatusRequest {});
+            message.set_timeout(self.inner.options.attempt_timeout);
+            match rpc.status(message).await {
+                Ok(status) => return Ok(status.into_inner()),
+                Err(status) => last = format!("{address}: {}", status.message()),
+            }
+        }
+        Err(ClientError::Unreachable(last))
+    }
+
+    /// Adds a member (through the leader).
+    pub async fn add_member(
+        &self,
+        id: u64,
+        peer: &str,
+        client: &str,
+    ) -> Result<Vec<v1::Member>, ClientError> {
+        let request = v1::AddMemberRequest {
+            id,
+            peer_address: peer.into(),
+            client_address: client.into(),
+        };
+        self.membership(move |mut rpc, timeout| {
+            let request = request.clone();
+            async move {
+                let mut message = tonic::Request::new(request);
+                message.set_timeout(timeout);
+                rpc.add_member(message).await
+            }
+        })
+        .await
+    }
+
+    /// Removes a member (through the leader).
+    pub async fn remove_member(&self, id: u64) -> Result<Vec<v1::Member>, ClientError> {
+        self.membership(move |mut rpc, timeout| async move {
+            let mut message = tonic::Request::new(v1::RemoveMemberRequest { id });
+            message.set_timeout(timeout);
+            rpc.remove_member(message).await
+        })
+        .await
+    }
+
+    async fn membership<F, Fut>(&self, mut call: F) -> Result<Vec<v1::Member>, ClientError>
+    where
+        F: FnMut(KvClient<Channel>, Duration) -> Fut,
+        Fut: std::future::Future<
+                Output = Result<tonic::Response<v1::MembershipResponse>, tonic::Status>,
+            >,
+    {
+        use v1::membership_response::Result as Membership;
+        let timeout = self.inner.options.deadline;
+        let (members, _) = self
+            .with_retries(true, None, |rpc, _, _| {
+                let call = call(rpc, timeout);
+                async move {
+                    match call.await {
+                        Ok(response) => match response.into_inner().result {
+                            Some(Membership::Members(members)) => Attempt::Done(members.members),
+                            Some(Membership::NotLeader(hint)) => Attempt::Redirect(
+                                Some(hint.leader_client_address).filter(|a| !a.is_empty()),
+                            ),
+                            Some(Membership::Unavailable(why)) => Attempt::MaybeSent(why.reason),
+                            Some(Membership::Invalid(why)) => {
+                                Attempt::Refused(ClientError::Invalid(why.reason))
+                            }
+                            None => Attempt::MaybeSent("empty response".into()),
+                        },
+                        Err(status) if never_sent(&status) => {
+                            Attempt::NotSent(status.message().to_string())
+                        }
+                        Err(status) => Attempt::MaybeSent(status.message().to_string()),
+                    }
+                }
+            })
+            .await?;
+        Ok(members)
+    }
+}
+
+/// Turns an outcome into what the caller is told.
+pub(crate) fn completed(
+    outcome: Outcome,
+    index: u64,
+    attempts: u32,
+) -> Result<Completed, ClientError> {
+    let (reply, replayed, applied_index) = match outcome {
+        Outcome::Applied(reply) => (reply, false, index),
+        Outcome::Replayed {
+            reply,
+            applied_index,
+        } => (reply, true, applied_index.0),
+        Outcome::SessionExpired => return Err(ClientError::SessionExpired),
+        Outcome::Unauthorized => return Err(ClientError::Unauthorized),
+        Outcome::Stale { floor } => return Err(ClientError::Stale { floor: floor.0 }),
+        Outcome::RequestMismatch => return Err(ClientError::RequestMismatch),
+        Outcome::SequenceGap { expected } => return Err(ClientError::gap(expected)),
+        Outcome::Malformed(why) => return Err(ClientError::Malformed(why.to_string())),
+    };
+    match reply {
+        Reply::Rejected(rejection) => Err(ClientError::Rejected(rejection)),
+        reply => Ok(Completed {
+            reply,
+            replayed,
+            applied_index,
+            attempts,
+        }),
+    }
+}

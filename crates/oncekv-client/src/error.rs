@@ -1,0 +1,71 @@
+//! [`ClientError`]: what the client knows when a call does not end with a
+//! reply. Each variant says whether the request was applied.
+
+use oncekv_state::{Rejection, RequestId, Seq};
+
+/// Why a call did not return a reply.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ClientError {
+    /// Applied with an application-level "no" (a value over the limit, a
+    /// lease that exists, INCR on text, ...). Definite: nothing changed.
+    #[error("rejected: {0}")]
+    Rejected(Rejection),
+    /// The session expired (or was evicted or closed): the request was not
+    /// applied under it. Open a new session.
+    #[error("session expired: the request was not applied")]
+    SessionExpired,
+    /// The session secret was wrong: not applied.
+    #[error("unauthorized: wrong session secret, not applied")]
+    Unauthorized,
+    /// The sequence number was already acknowledged and its record freed:
+    /// not applied again.
+    #[error("stale request: sequence numbers below {floor} were acknowledged")]
+    Stale {
+        /// The session's watermark.
+        floor: u64,
+    },
+    /// The sequence number is beyond the session's window: not applied.
+    #[error("sequence gap: the next sequence number expected is {expected}")]
+    SequenceGap {
+        /// The lowest sequence number not yet executed.
+        expected: u64,
+    },
+    /// The dedup key was used before for a different command: not applied.
+    #[error("request mismatch: that sequence number or key was used for another command")]
+    RequestMismatch,
+    /// The request's framing was refused: not applied.
+    #[error("malformed request: {0}")]
+    Malformed(String),
+    /// The request was refused before proposing: not applied.
+    #[error("invalid request: {0}")]
+    Invalid(String),
+    /// The deadline passed without a definite answer: the request may or
+    /// may not have applied (and may still apply).
+    #[error("outcome unknown after {attempts} attempt(s){}: it may or may not have applied", request_id.map(|id| format!(" of request {id}")).unwrap_or_default())]
+    OutcomeUnknown {
+        /// The request's id, if it was on a session.
+        request_id: Option<RequestId>,
+        /// How many times it was sent.
+        attempts: u32,
+    },
+    /// No node could be reached before anything was sent: not applied.
+    #[error("no node reachable: {0}")]
+    Unreachable(String),
+    /// The client was configured wrongly.
+    #[error("configuration: {0}")]
+    Config(String),
+}
+
+impl ClientError {
+    /// Whether the request definitely did not apply (so the caller may
+    /// safely do something else instead).
+    pub fn not_applied(&self) -> bool {
+        !matches!(self, ClientError::OutcomeUnknown { .. })
+    }
+
+    pub(crate) fn gap(expected: Seq) -> ClientError {
+        ClientError::SequenceGap {
+            expected: expected.0,
+        }
+    }
+}

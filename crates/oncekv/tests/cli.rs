@@ -1,0 +1,148 @@
+//! The command line against a real node: exactly-once across separate
+//! invocations, through a session file or an idempotency key.
+
+mod support;
+
+use serde_json::Value;
+use std::process::Command as Process;
+use support::{Cluster, FAST, exclusive};
+
+struct Cli {
+    endpoint: String,
+    dir: std::path::PathBuf,
+}
+
+impl Cli {
+    /// Runs `oncekv ARGS -o json`; returns (exit code, parsed output).
+    fn run(&self, args: &[&str]) -> (i32, Value) {
+        let output = Process::new(env!("CARGO_BIN_EXE_oncekv"))
+            .args(args)
+            .args(["-o", "json", "--endpoints", &self.endpoint])
+            .current_dir(&self.dir)
+            .output()
+            .expect("run oncekv");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let value = serde_json::from_str(stdout.trim()).unwrap_or_else(|_| {
+            panic!(
+                "not JSON: {stdout:?}; stderr: {}",
+                String::from_utf8_lossy(&output.stderr)
+            )
+        });
+        (output.status.code().expect("exit code"), value)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_classic_lesson_through_the_command_line() {
+    let _one = exclusive().await;
+    let mut cluster = Cluster::start(1, FAST);
+    cluster.leader(std::time::Duration::from_secs(15)).await;
+    let cli = Cli {
+        endpoint: cluster.node(1).client.clone(),
+        dir: cluster.dir.path().to_path_buf(),
+    };
+    let (code, opened) = cli.run(&[
+        "session",
+        "open",
+        "--window",
+        "1",
+        "--session-file",
+        "s.json",
+    ]);
+    assert_eq!(
+        (code, opened["outcome"].as_str()),
+        (0, Some("applied")),
+        "{opened}"
+    );
+    let put = [
+        "put",
+        "x",
+        "hello",
+        "--session-file",
+        "s.json",
+        "--seq",
+        "1",
+    ];
+    let (code, first) = cli.run(&put);
+    assert_eq!(
+        (code, first["outcome"].as_str()),
+        (0, Some("applied")),
+        "{first}"
+    );
+    for _ in 0..2 {
+        let (code, again) = cli.run(&put);
+        assert_eq!(
+            (code, again["outcome"].as_str()),
+            (0, Some("replayed")),
+            "{again}"
+        );
+        assert_eq!(again["previous"], first["previous"]);
+        assert_eq!(again["applied_index"], first["applied_index"]);
+    }
+    let (code, second) = cli.run(&[
+        "put",
+        "x",
+        "world",
+        "--session-file",
+        "s.json",
+        "--seq",
+        "2",
+    ]);
+    assert_eq!(
+        (code, second["outcome"].as_str()),
+        (0, Some("applied")),
+        "{second}"
+    );
+    let (code, gap) = cli.run(&["put", "x", "jump", "--session-file", "s.json", "--seq", "5"]);
+    assert_eq!(code, 4, "{gap}");
+    assert_eq!(gap["outcome"], "sequence_gap");
+    assert_eq!(gap["expected"], 3);
+    let (code, value) = cli.run(&["get", "x"]);
+    assert_eq!(
+        (code, value["value"].as_str()),
+        (0, Some("world")),
+        "{value}"
+    );
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(cluster.dir.path().join("s.json"))
+            .expect("file")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "the session file holds a secret");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rerun_with_the_same_idempotency_key_applies_once() {
+    let _one = exclusive().await;
+    let mut cluster = Cluster::start(1, FAST);
+    cluster.leader(std::time::Duration::from_secs(15)).await;
+    let cli = Cli {
+        endpoint: cluster.node(1).client.clone(),
+        dir: cluster.dir.path().to_path_buf(),
+    };
+    let (code, first) = cli.run(&["incr", "c", "--idempotency-key", "k"]);
+    assert_eq!((code, first["value"].as_i64()), (0, Some(1)), "{first}");
+    let (code, second) = cli.run(&["incr", "c", "--idempotency-key", "k"]);
+    assert_eq!((code, second["value"].as_i64()), (0, Some(1)), "{second}");
+    assert_eq!(second["outcome"], "replayed");
+    let (code, value) = cli.run(&["get", "c"]);
+    assert_eq!((code, value["value"].as_str()), (0, Some("1")), "{value}");
+    // Automatic sequence numbers from a session file advance per invocation.
+    let (code, _) = cli.run(&["session", "open", "--session-file", "auto.json"]);
+    assert_eq!(code, 0);
+    for expected in 2..=4 {
+        let (code, incr) = cli.run(&["incr", "c", "--session-file", "auto.json"]);
+        assert_eq!(
+            (code, incr["value"].as_i64()),
+            (0, Some(expected)),
+            "{incr}"
+        );
+    }
+    // A CAS that does not match is a definite rejection (exit 3).
+    let (code, cas) = cli.run(&["cas", "c", "999", "0"]);
+    assert_eq!(code, 3, "{cas}");
+    assert_eq!(cas["swapped"], false);
+}

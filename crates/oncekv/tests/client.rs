@@ -1,0 +1,122 @@
+//! The client library against real clusters: pipelined exactly-once
+//! appends across a leader kill and restart, and an expired session that
+//! is reported, never silently re-executed.
+
+mod support;
+
+use oncekv_client::{Client, ClientError, ClientOptions, Command, Query, Reply, SessionOptions};
+use std::collections::BTreeSet;
+use std::time::Duration;
+use support::{Cluster, FAST, exclusive};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_appends_apply_exactly_once_across_a_leader_kill() {
+    let _one = exclusive().await;
+    let mut cluster = Cluster::start(3, FAST);
+    let leader = cluster.leader(Duration::from_secs(15)).await;
+    let endpoints: Vec<String> = cluster.nodes.iter().map(|n| n.client.clone()).collect();
+    let options = ClientOptions {
+        deadline: Duration::from_secs(30),
+        ..ClientOptions::default()
+    };
+    let client = Client::connect(endpoints, options).expect("client");
+    let session = client
+        .open_session(SessionOptions {
+            window: 16,
+            ..SessionOptions::default()
+        })
+        .await
+        .expect("session");
+    let mut tasks = Vec::new();
+    for task in 0..8 {
+        let session = session.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut acknowledged = Vec::new();
+            for i in 0..25 {
+                let token = format!("<{task}.{i}>");
+                let append = Command::Append {
+                    key: b"log".to_vec(),
+                    value: token.clone().into_bytes(),
+                };
+                match session.execute(append).await {
+                    Ok(_) => acknowledged.push(token),
+                    Err(error) => panic!("append {token}: {error}"),
+                }
+            }
+            acknowledged
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    cluster.node(leader).kill();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    cluster.node(leader).spawn();
+    let mut acknowledged = BTreeSet::new();
+    for task in tasks {
+        acknowledged.extend(task.await.expect("task"));
+    }
+    assert_eq!(acknowledged.len(), 200);
+    let Ok(Reply::Get { value: Some(log) }) = client
+        .read(
+            Query::Get {
+                key: b"log".to_vec(),
+            },
+            false,
+        )
+        .await
+    else {
+        panic!("no log");
+    };
+    let log = String::from_utf8(log).expect("utf8");
+    for token in &acknowledged {
+        assert_eq!(log.matches(token.as_str()).count(), 1, "{token} in the log");
+    }
+    assert_eq!(
+        log.matches('<').count(),
+        200,
+        "no token twice, none unknown"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_session_is_reported_not_reexecuted() {
+    let _one = exclusive().await;
+    let mut cluster = Cluster::start(1, FAST);
+    cluster.leader(Duration::from_secs(15)).await;
+    let client = Client::connect([cluster.node(1).client.clone()], ClientOptions::default())
+        .expect("client");
+    let options = SessionOptions {
+        ttl: Duration::from_millis(500),
+        window: 4,
+        keep_alive: false,
+    };
+    let session = client.open_session(options).await.expect("session");
+    let incr = || Command::Incr {
+        key: b"n".to_vec(),
+        by: 1,
+    };
+    assert_eq!(session.execute(incr()).await, Ok(Reply::Incr { value: 1 }));
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(
+        session.execute(incr()).await,
+        Err(ClientError::SessionExpired)
+    );
+    assert!(session.is_expired());
+    let value = client.read(Query::Get { key: b"n".to_vec() }, false).await;
+    assert_eq!(
+        value,
+        Ok(Reply::Get {
+            value: Some(b"1".to_vec())
+        })
+    );
+    // Kept alive, a session outlives its ttl.
+    let kept = client
+        .open_session(SessionOptions {
+            ttl: Duration::from_millis(600),
+            window: 4,
+            keep_alive: true,
+        })
+        .await
+        .expect("session");
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(kept.execute(incr()).await, Ok(Reply::Incr { value: 2 }));
+}

@@ -28,12 +28,14 @@
 mod client;
 mod connector;
 mod error;
+mod lease;
 mod retry;
 mod session;
 
 pub use client::{Client, ClientOptions, Completed};
 pub use connector::{Connector, TcpConnector};
 pub use error::ClientError;
+pub use lease::LeaseKeeper;
 pub use oncekv_state::{Command, Outcome, Query, Rejection, Reply, RequestId};
 pub use retry::{Backoff, Jitter, RandomJitter};
 pub use session::{Session, SessionOptions};

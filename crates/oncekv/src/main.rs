@@ -1,6 +1,7 @@
 //! The `oncekv` command: a thin shell over the libraries. `serve` runs a
 //! node; the other commands are clients of a running cluster.
 
+mod bench;
 mod commands;
 mod serve;
 mod session_file;
@@ -44,6 +45,8 @@ enum Commands {
     /// Run a node (with no flags: a single-node cluster on 127.0.0.1:7379
     /// with data in ./oncekv-data).
     Serve(Box<serve::ServeArgs>),
+    /// Measure throughput and latency against a running cluster.
+    Bench(bench::BenchArgs),
     #[command(flatten)]
     Client(commands::ClientCommand),
 }
@@ -65,6 +68,13 @@ fn main() -> ExitCode {
     };
     match cli.command {
         Commands::Serve(args) => runtime.block_on(serve::run(*args)),
+        Commands::Bench(args) => match runtime.block_on(bench::run(&cli.connection, args)) {
+            Ok(code) => code,
+            Err(error) => {
+                eprintln!("error: {error:#}");
+                ExitCode::from(commands::EXIT_ERROR)
+            }
+        },
         Commands::Client(command) => {
             match runtime.block_on(commands::run(&cli.connection, command)) {
                 Ok(code) => code,

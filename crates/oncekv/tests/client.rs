@@ -67,8 +67,24 @@ async fn pipelined_appends_apply_exactly_once_across_a_leader_kill() {
         panic!("no log");
     };
     let log = String::from_utf8(log).expect("utf8");
-    for token in &acknowledged {
-        assert_eq!(log.matches(token.as_str()).count(), 1, "{token} in the log");
+    let missing: Vec<&String> = acknowledged
+        .iter()
+        .filter(|t| log.matches(t.as_str()).count() != 1)
+        .collect();
+    if !missing.is_empty() {
+        let mut statuses = Vec::new();
+        for node in &cluster.nodes {
+            statuses.push(
+                node.status()
+                    .await
+                    .map(|s| (s.id, s.is_leader, s.term, s.applied_index, s.state_digest)),
+            );
+        }
+        panic!(
+            "acknowledged tokens not exactly once: {missing:?}\ntokens in log: {}\nstatuses: {statuses:?}\nlog: {log}\n{}",
+            log.matches('<').count(),
+            cluster.logs()
+        );
     }
     assert_eq!(
         log.matches('<').count(),
@@ -119,4 +135,53 @@ async fn an_expired_session_is_reported_not_reexecuted() {
         .expect("session");
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     assert_eq!(kept.execute(incr()).await, Ok(Reply::Incr { value: 2 }));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_lease_holds_its_keys_and_a_dropped_one_deletes_them() {
+    let _one = exclusive().await;
+    let mut cluster = Cluster::start(1, FAST);
+    cluster.leader(Duration::from_secs(15)).await;
+    let client = Client::connect([cluster.node(1).client.clone()], ClientOptions::default())
+        .expect("client");
+    let ttl = Duration::from_millis(600);
+    assert!(matches!(
+        client.lease_grant("web", ttl).await,
+        Ok(Reply::LeaseGranted { .. })
+    ));
+    assert!(matches!(
+        client.lease_grant("web", ttl).await,
+        Err(ClientError::Rejected(
+            oncekv_client::Rejection::LeaseExists { .. }
+        ))
+    ));
+    let put = Command::Put {
+        key: b"svc/web".to_vec(),
+        value: b"up".to_vec(),
+        lease: Some("web".into()),
+    };
+    client.execute_once(put, None).await.expect("put");
+    let keeper = client.keep_lease_alive("web", ttl);
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let get = || {
+        client.read(
+            Query::Get {
+                key: b"svc/web".to_vec(),
+            },
+            false,
+        )
+    };
+    assert_eq!(
+        get().await,
+        Ok(Reply::Get {
+            value: Some(b"up".to_vec())
+        })
+    );
+    drop(keeper);
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(
+        get().await,
+        Ok(Reply::Get { value: None }),
+        "the lease expired with its key"
+    );
 }

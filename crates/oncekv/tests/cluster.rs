@@ -382,3 +382,50 @@ async fn bad_input_gets_clear_errors_and_the_node_keeps_serving() {
         })
     );
 }
+
+/// A leader killed and restarted at once must not serve a linearizable
+/// read before it knows what was committed (no stale read of acknowledged
+/// writes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_leader_never_serves_a_stale_read() {
+    let _one = exclusive().await;
+    let mut cluster = Cluster::start(3, FAST);
+    for round in 1..=3u64 {
+        for i in 0..20 {
+            let put = Request::plain(Command::Incr {
+                key: b"n".to_vec(),
+                by: 1,
+            });
+            let outcome = cluster.outcome(&put, ELECTION).await;
+            assert!(
+                matches!(outcome, Outcome::Applied(_)),
+                "round {round} write {i}: {outcome:?}"
+            );
+        }
+        let leader = cluster.leader(ELECTION).await;
+        cluster.node(leader).kill();
+        cluster.node(leader).spawn();
+        let expected = (round * 20).to_string().into_bytes();
+        // Whoever answers a linearizable read first must have every write.
+        let answer = eventually(Duration::from_secs(15), "a linearizable read", || {
+            let nodes = &cluster.nodes;
+            async move {
+                for node in nodes {
+                    if let Ok(reply) = node.read(&Query::Get { key: b"n".to_vec() }, false).await {
+                        return Some((node.id, reply));
+                    }
+                }
+                None
+            }
+        })
+        .await;
+        assert_eq!(
+            answer.1,
+            Reply::Get {
+                value: Some(expected)
+            },
+            "stale read from node {} in round {round}",
+            answer.0
+        );
+    }
+}

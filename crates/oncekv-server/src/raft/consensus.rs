@@ -129,6 +129,11 @@ impl std::fmt::Debug for Consensus {
 }
 
 fn write_error(error: RaftError<TypeConfig, ClientWriteError<TypeConfig>>) -> WriteError {
+    // The entry was appended, then discarded by a leader change: it may
+    // still commit through another leader, so the outcome is unknown.
+    if let RaftError::APIError(ClientWriteError::LogEntryDiscarded(_)) = &error {
+        return WriteError::Unavailable(error.to_string());
+    }
     match error.forward_to_leader() {
         Some(forward) => WriteError::NotLeader {
             leader_id: forward.leader_id,
@@ -162,6 +167,10 @@ impl Consensus {
             election_timeout_max: options.election_timeout_max_ms,
             snapshot_policy: SnapshotPolicy::LogsSinceLast(options.snapshot_after_entries),
             max_in_snapshot_log_to_keep: options.log_entries_kept_after_snapshot,
+            // A node that led before a restart must win an election again:
+            // restored at once, it would serve read-index reads before it
+            // knows the commit index (reads could miss acknowledged writes).
+            enable_leader_restore: Some(false),
             ..Config::default()
         }
         .validate()

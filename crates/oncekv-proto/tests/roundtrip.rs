@@ -1,0 +1,245 @@
+//! Wire conversions round-trip: every request (but the internal tick),
+//! outcome and reply survives `to_wire` then `from_wire` unchanged, and
+//! malformed wire input is an error, never a panic.
+
+use oncekv_proto::convert::{
+    ConvertError, outcome_from_wire, outcome_to_wire, request_from_wire, request_to_wire,
+};
+use oncekv_proto::v1;
+use oncekv_state::{
+    ClusterTime, Command, IdempotencyKey, LeaseInfo, LogIndex, Malformed, Origin, Outcome, Query,
+    Rejection, Reply, Request, RequestHeader, RequestId, Secret, Seq, SessionId,
+};
+use proptest::prelude::*;
+
+fn bytes() -> impl Strategy<Value = Vec<u8>> {
+    prop::collection::vec(any::<u8>(), 0..8)
+}
+
+fn command() -> impl Strategy<Value = Command> {
+    prop_oneof![
+        (any::<u64>(), any::<u32>()).prop_map(|(ttl_ms, window)| Command::OpenSession {
+            ttl_ms,
+            window,
+            secret: Secret(42)
+        }),
+        (any::<u64>(), any::<u128>()).prop_map(|(s, k)| Command::KeepAlive {
+            session: SessionId(s),
+            secret: Secret(k)
+        }),
+        (any::<u64>(), any::<u128>()).prop_map(|(s, k)| Command::CloseSession {
+            session: SessionId(s),
+            secret: Secret(k)
+        }),
+        (bytes(), bytes(), prop::option::of(".{0,4}"))
+            .prop_map(|(key, value, lease)| Command::Put { key, value, lease }),
+        bytes().prop_map(|key| Command::Delete { key }),
+        (bytes(), bytes()).prop_map(|(key, value)| Command::Append { key, value }),
+        (bytes(), any::<i64>()).prop_map(|(key, by)| Command::Incr { key, by }),
+        (bytes(), prop::option::of(bytes()), bytes())
+            .prop_map(|(key, expected, new)| Command::Cas { key, expected, new }),
+        (".{0,4}", any::<u64>()).prop_map(|(name, ttl_ms)| Command::LeaseGrant { name, ttl_ms }),
+        ".{0,4}".prop_map(|name| Command::LeaseKeepAlive { name }),
+        ".{0,4}".prop_map(|name| Command::LeaseRevoke { name }),
+        bytes().prop_map(|key| Command::Read(Query::Get { key })),
+        (bytes(), any::<u32>())
+            .prop_map(|(prefix, limit)| Command::Read(Query::Scan { prefix, limit })),
+        Just(Command::Read(Query::LeaseList)),
+    ]
+}
+
+fn origin() -> impl Strategy<Value = Origin> {
+    prop_oneof![
+        Just(Origin::Plain),
+        (
+            any::<u64>(),
+            any::<u64>(),
+            any::<u128>(),
+            any::<u64>(),
+            any::<u32>()
+        )
+            .prop_map(|(s, q, k, f, a)| {
+                Origin::Session(RequestHeader {
+                    id: RequestId {
+                        session: SessionId(s),
+                        seq: Seq(q),
+                    },
+                    secret: Secret(k),
+                    first_incomplete: Seq(f),
+                    attempt: a,
+                })
+            }),
+        bytes().prop_map(|key| Origin::Key(IdempotencyKey(key))),
+    ]
+}
+
+fn rejection() -> impl Strategy<Value = Rejection> {
+    prop_oneof![
+        Just(Rejection::NotAnInteger),
+        Just(Rejection::Overflow),
+        ".{0,4}".prop_map(|name| Rejection::LeaseExists { name }),
+        ".{0,4}".prop_map(|name| Rejection::LeaseNotFound { name }),
+        (any::<u32>(), any::<u32>()).prop_map(|(b, m)| Rejection::KeyLength {
+            bytes: b as usize,
+            max: m as usize
+        }),
+        (any::<u32>(), any::<u32>()).prop_map(|(b, m)| Rejection::ValueTooLarge {
+            bytes: b as usize,
+            max: m as usize
+        }),
+        (any::<u32>(), any::<u32>()).prop_map(|(b, m)| Rejection::LeaseNameLength {
+            bytes: b as usize,
+            max: m as usize
+        }),
+        (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(ttl_ms, min_ms, max_ms)| {
+            Rejection::TtlOutOfRange {
+                ttl_ms,
+                min_ms,
+                max_ms,
+            }
+        }),
+        (any::<u32>(), any::<u32>())
+            .prop_map(|(window, max)| Rejection::WindowOutOfRange { window, max }),
+        any::<u64>().prop_map(|max| Rejection::TooManyKeys { max }),
+        any::<u64>().prop_map(|max| Rejection::TooManyLeases { max }),
+    ]
+}
+
+fn reply() -> impl Strategy<Value = Reply> {
+    prop_oneof![
+        (any::<u64>(), any::<u128>(), any::<u64>(), any::<u32>()).prop_map(
+            |(s, k, ttl_ms, window)| Reply::SessionOpened {
+                session: SessionId(s),
+                secret: Secret(k),
+                ttl_ms,
+                window
+            }
+        ),
+        any::<u64>().prop_map(|ttl_ms| Reply::SessionKeptAlive { ttl_ms }),
+        Just(Reply::SessionClosed),
+        Just(Reply::Ticked),
+        prop::option::of(bytes()).prop_map(|previous| Reply::Put { previous }),
+        prop::option::of(bytes()).prop_map(|value| Reply::Get { value }),
+        prop::option::of(bytes()).prop_map(|previous| Reply::Delete { previous }),
+        any::<u64>().prop_map(|length| Reply::Append { length }),
+        any::<i64>().prop_map(|value| Reply::Incr { value }),
+        (any::<bool>(), prop::option::of(bytes()))
+            .prop_map(|(swapped, current)| Reply::Cas { swapped, current }),
+        (
+            prop::collection::vec((bytes(), bytes()), 0..3),
+            any::<bool>()
+        )
+            .prop_map(|(entries, more)| Reply::Scan { entries, more }),
+        (".{0,4}", any::<u64>(), any::<u64>()).prop_map(|(name, ttl_ms, t)| Reply::LeaseGranted {
+            name,
+            ttl_ms,
+            expires_at: ClusterTime(t)
+        }),
+        (".{0,4}", any::<u64>()).prop_map(|(name, t)| Reply::LeaseKeptAlive {
+            name,
+            expires_at: ClusterTime(t)
+        }),
+        (".{0,4}", any::<u64>())
+            .prop_map(|(name, keys_deleted)| Reply::LeaseRevoked { name, keys_deleted }),
+        prop::collection::vec((".{0,4}", any::<u64>(), any::<u64>(), any::<u64>()), 0..3).prop_map(
+            |leases| Reply::Leases {
+                leases: leases
+                    .into_iter()
+                    .map(|(name, ttl_ms, t, keys)| LeaseInfo {
+                        name,
+                        ttl_ms,
+                        expires_at: ClusterTime(t),
+                        keys
+                    })
+                    .collect()
+            }
+        ),
+        rejection().prop_map(Reply::Rejected),
+    ]
+}
+
+fn outcome() -> impl Strategy<Value = Outcome> {
+    prop_oneof![
+        reply().prop_map(Outcome::Applied),
+        (reply(), any::<u64>()).prop_map(|(reply, i)| Outcome::Replayed {
+            reply,
+            applied_index: LogIndex(i)
+        }),
+        Just(Outcome::SessionExpired),
+        Just(Outcome::Unauthorized),
+        any::<u64>().prop_map(|f| Outcome::Stale { floor: Seq(f) }),
+        Just(Outcome::RequestMismatch),
+        any::<u64>().prop_map(|e| Outcome::SequenceGap { expected: Seq(e) }),
+        Just(Outcome::Malformed(Malformed::SeqZero)),
+        (any::<u64>(), any::<u64>()).prop_map(|(seq, first_incomplete)| Outcome::Malformed(
+            Malformed::FirstIncompleteAhead {
+                seq,
+                first_incomplete
+            }
+        )),
+        any::<u32>().prop_map(|b| Outcome::Malformed(Malformed::IdempotencyKeyLength {
+            bytes: b as usize
+        })),
+        ".{0,6}".prop_map(|command| Outcome::Malformed(Malformed::ControlNotAllowed { command })),
+    ]
+}
+
+proptest! {
+    #[test]
+    fn requests_round_trip(origin in origin(), command in command()) {
+        let request = Request { origin, command };
+        let wire = request_to_wire(&request).expect("representable");
+        let back = request_from_wire(wire, || Secret(42)).expect("valid");
+        prop_assert_eq!(back, request);
+    }
+
+    #[test]
+    fn outcomes_round_trip(outcome in outcome()) {
+        prop_assert_eq!(outcome_from_wire(outcome_to_wire(&outcome)).expect("valid"), outcome);
+    }
+}
+
+#[test]
+fn tick_is_not_representable() {
+    assert_eq!(
+        request_to_wire(&Request::plain(Command::Tick)),
+        Err(ConvertError::Internal("tick"))
+    );
+}
+
+#[test]
+fn malformed_wire_input_is_an_error() {
+    assert_eq!(
+        request_from_wire(v1::ExecuteRequest::default(), || Secret(0)),
+        Err(ConvertError::Missing("command"))
+    );
+    let empty_command = v1::ExecuteRequest {
+        origin: None,
+        command: Some(v1::Command { kind: None }),
+    };
+    assert_eq!(
+        request_from_wire(empty_command, || Secret(0)),
+        Err(ConvertError::Missing("command.kind"))
+    );
+    let short = v1::ExecuteRequest {
+        origin: Some(v1::execute_request::Origin::Session(v1::RequestHeader {
+            secret: vec![1],
+            ..Default::default()
+        })),
+        command: Some(v1::Command {
+            kind: Some(v1::command::Kind::Delete(v1::Delete { key: vec![1] })),
+        }),
+    };
+    assert_eq!(
+        request_from_wire(short, || Secret(0)),
+        Err(ConvertError::SecretLength(1))
+    );
+    assert!(outcome_from_wire(v1::Outcome { kind: None }).is_err());
+    let no_reply = v1::Outcome {
+        kind: Some(v1::outcome::Kind::Replayed(v1::Replayed {
+            reply: None,
+            applied_index: 1,
+        })),
+    };
+    assert!(outcome_from_wire(no_reply).is_err());
+}

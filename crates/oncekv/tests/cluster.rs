@@ -5,12 +5,21 @@ mod support;
 
 use oncekv_proto::v1;
 use oncekv_state::{
-    Command, Malformed, Outcome, Query, Rejection, Reply, Request, Secret, SessionId,
+    Command, IdempotencyKey, Malformed, Origin, Outcome, Query, Rejection, Reply, Request, Secret,
+    SessionId,
 };
 use std::time::Duration;
 use support::{Cluster, FAST, TestSession, eventually, exclusive, execute_on};
 
 const ELECTION: Duration = Duration::from_secs(15);
+
+/// A request under an idempotency key: safe for the harness to retry.
+fn keyed(key: String, command: Command) -> Request {
+    Request {
+        origin: Origin::Key(IdempotencyKey(key.into_bytes())),
+        command,
+    }
+}
 
 fn append(value: &str) -> Command {
     Command::Append {
@@ -96,7 +105,7 @@ async fn a_whole_cluster_restart_keeps_writes_and_completion_records() {
                 by: 1,
             },
         );
-        let outcome = cluster.node(leader).outcome(&incr).await;
+        let outcome = cluster.outcome(&incr, ELECTION).await;
         assert_eq!(outcome, Outcome::Applied(Reply::Incr { value: seq as i64 }));
         last = Some(outcome);
     }
@@ -115,7 +124,7 @@ async fn a_whole_cluster_restart_keeps_writes_and_completion_records() {
             by: 1,
         },
     );
-    match (cluster.node(leader).outcome(&retry).await, last) {
+    match (cluster.outcome(&retry, ELECTION).await, last) {
         (Outcome::Replayed { reply, .. }, Some(Outcome::Applied(original))) => {
             assert_eq!(reply, original)
         }
@@ -181,16 +190,21 @@ async fn a_paused_follower_catches_up_by_snapshot() {
         .id;
     cluster.node(follower).signal("-STOP");
     for i in 0..60 {
-        let put = Request::plain(Command::Put {
-            key: format!("k{i}").into_bytes(),
-            value: b"v".to_vec(),
-            lease: None,
-        });
-        assert!(matches!(
-            cluster.node(leader).outcome(&put).await,
-            Outcome::Applied(_)
-        ));
+        let put = keyed(
+            format!("put-{i}"),
+            Command::Put {
+                key: format!("k{i}").into_bytes(),
+                value: b"v".to_vec(),
+                lease: None,
+            },
+        );
+        let outcome = cluster.outcome(&put, ELECTION).await;
+        assert!(
+            matches!(outcome, Outcome::Applied(_) | Outcome::Replayed { .. }),
+            "{outcome:?}"
+        );
     }
+    let leader = cluster.leader(ELECTION).await;
     let leader_status = cluster.node(leader).status().await.expect("leader status");
     cluster.node(follower).signal("-CONT");
     let caught_up = eventually(Duration::from_secs(20), "the follower to catch up", || {
@@ -232,7 +246,7 @@ async fn an_idle_session_expires_on_every_node_and_after_failover() {
         },
     );
     assert!(matches!(
-        cluster.node(leader).outcome(&put).await,
+        cluster.outcome(&put, ELECTION).await,
         Outcome::Applied(_)
     ));
     tokio::time::sleep(Duration::from_millis(2_500)).await;
@@ -246,9 +260,10 @@ async fn an_idle_session_expires_on_every_node_and_after_failover() {
         },
     );
     assert_eq!(
-        cluster.node(leader).outcome(&next).await,
+        cluster.outcome(&next, ELECTION).await,
         Outcome::SessionExpired
     );
+    let leader = cluster.leader(ELECTION).await;
     eventually(
         Duration::from_secs(10),
         "every node to drop the session",
@@ -392,10 +407,13 @@ async fn a_restarted_leader_never_serves_a_stale_read() {
     let mut cluster = Cluster::start(3, FAST);
     for round in 1..=3u64 {
         for i in 0..20 {
-            let put = Request::plain(Command::Incr {
-                key: b"n".to_vec(),
-                by: 1,
-            });
+            let put = keyed(
+                format!("incr-{round}-{i}"),
+                Command::Incr {
+                    key: b"n".to_vec(),
+                    by: 1,
+                },
+            );
             let outcome = cluster.outcome(&put, ELECTION).await;
             assert!(
                 matches!(outcome, Outcome::Applied(_)),

@@ -26,11 +26,17 @@ pub fn free_port() -> u16 {
 }
 
 /// A gRPC client of the node at `address`.
-pub async fn connect(address: &str) -> Result<KvClient<Channel>, tonic::transport::Error> {
-    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{address}"))?
+pub async fn connect(address: &str) -> Result<KvClient<Channel>, String> {
+    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+        .map_err(|e| e.to_string())?
         .connect_timeout(Duration::from_millis(500))
         .timeout(Duration::from_secs(10));
-    Ok(KvClient::new(endpoint.connect().await?).max_decoding_message_size(64 << 20))
+    // The HTTP/2 handshake with a paused process would wait forever.
+    let channel = tokio::time::timeout(Duration::from_secs(2), endpoint.connect())
+        .await
+        .map_err(|_| format!("{address}: connect timed out"))?
+        .map_err(|e| e.to_string())?;
+    Ok(KvClient::new(channel).max_decoding_message_size(64 << 20))
 }
 
 /// Sends a request to the node at `address`.
@@ -57,7 +63,7 @@ pub const FAST: &[&str] = &[
     "--heartbeat",
     "50ms",
     "--election-timeout",
-    "300ms",
+    "500ms",
     "--tick-interval",
     "200ms",
 ];
@@ -69,6 +75,8 @@ pub struct NodeProcess {
     pub peer: String,
     pub data_dir: PathBuf,
     pub child: Option<Child>,
+    /// Stopped with SIGSTOP and not yet continued.
+    pub paused: bool,
     extra: Vec<String>,
     cluster: String,
     log: PathBuf,
@@ -107,6 +115,7 @@ impl Cluster {
                 client,
                 peer,
                 child: None,
+                paused: false,
                 extra: extra.iter().map(|s| s.to_string()).collect(),
                 cluster: cluster.clone(),
             })
@@ -125,7 +134,7 @@ impl Cluster {
     pub async fn leader(&self, timeout: Duration) -> u64 {
         let deadline = Instant::now() + timeout;
         while Instant::now() < deadline {
-            for node in self.nodes.iter().filter(|n| n.child.is_some()) {
+            for node in self.nodes.iter().filter(|n| n.child.is_some() && !n.paused) {
                 if let Ok(status) = node.status().await
                     && status.is_leader
                 {
@@ -219,7 +228,8 @@ impl NodeProcess {
         }
     }
 
-    pub fn signal(&self, signal: &str) {
+    pub fn signal(&mut self, signal: &str) {
+        self.paused = signal == "-STOP";
         let child = self.child.as_ref().expect("running");
         let status = Process::new("kill")
             .args([signal, &child.id().to_string()])
@@ -228,7 +238,7 @@ impl NodeProcess {
         assert!(status.success(), "kill {signal} failed");
     }
 
-    pub async fn connect(&self) -> Result<KvClient<Channel>, tonic::transport::Error> {
+    pub async fn connect(&self) -> Result<KvClient<Channel>, String> {
         connect(&self.client).await
     }
 

@@ -2,7 +2,8 @@
 //! requests, sends the lowest sequence number still awaited as the
 //! acknowledgement watermark, keeps up to `window` requests in flight from
 //! any number of tasks, retries each with its own sequence number until it
-//! completes or its deadline passes, and keeps itself alive every `ttl/3`.
+//! completes or its deadline passes, keeps itself alive every `ttl/3`, and
+//! closes itself when its last handle is dropped.
 
 use crate::client::{Client, Completed, completed};
 use crate::error::ClientError;
@@ -49,10 +50,14 @@ struct Inner {
     /// Signalled whenever a request completes (the window may slide).
     slid: Notify,
     expired: AtomicBool,
+    /// Closed explicitly (or a handle that must not close on drop).
+    closed: AtomicBool,
     keep_alive: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl Drop for Inner {
+    /// The last handle is gone: stop keeping the session alive and close it
+    /// in the background (best effort; an unclosed session expires by TTL).
     fn drop(&mut self) {
         if let Some(task) = self
             .keep_alive
@@ -61,6 +66,19 @@ impl Drop for Inner {
             .take()
         {
             task.abort();
+        }
+        if self.closed.load(Ordering::SeqCst) || self.expired.load(Ordering::SeqCst) {
+            return;
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let client = self.client.clone();
+            let command = Command::CloseSession {
+                session: self.id,
+                secret: self.secret,
+            };
+            runtime.spawn(async move {
+                let _ = client.execute_request(Request::plain(command)).await;
+            });
         }
     }
 }
@@ -134,6 +152,7 @@ impl Session {
                 incomplete: Mutex::new(BTreeSet::new()),
                 slid: Notify::new(),
                 expired: AtomicBool::new(false),
+                closed: AtomicBool::new(false),
                 keep_alive: Mutex::new(None),
             }),
         }
@@ -205,6 +224,7 @@ impl Session {
 
     /// Closes the session, freeing its completion records.
     pub async fn close(&self) -> Result<(), ClientError> {
+        self.inner.closed.store(true, Ordering::SeqCst);
         if let Some(task) = self
             .inner
             .keep_alive
@@ -224,6 +244,12 @@ impl Session {
             .execute_request(Request::plain(command))
             .await?;
         completed(outcome, index, attempts).map(|_| ())
+    }
+
+    /// Keeps the session open when the last handle is dropped (for a
+    /// session saved elsewhere, such as a session file).
+    pub fn detach(&self) {
+        self.inner.closed.store(true, Ordering::SeqCst);
     }
 
     /// Runs a command exactly once and returns its reply.

@@ -62,12 +62,15 @@ async fn segment_log(dir: &std::path::Path, ops: usize, batch: u64) -> Vec<Durat
     let mut next = 1u64;
     let mut samples = Vec::with_capacity(ops);
     for _ in 0..ops {
-        let entries: Vec<EntryOf<TypeConfig>> =
-            (next..next + batch).map(|i| blank_ent::<TypeConfig>(1, 1, i)).collect();
+        let entries: Vec<EntryOf<TypeConfig>> = (next..next + batch)
+            .map(|i| blank_ent::<TypeConfig>(1, 1, i))
+            .collect();
         next += batch;
         let start = Instant::now();
         let (tx, rx) = <OneshotOf<TypeConfig> as Oneshot>::channel();
-        log.append(entries, IOFlushed::signal(tx)).await.expect("append");
+        log.append(entries, IOFlushed::signal(tx))
+            .await
+            .expect("append");
         rx.await.expect("callback").expect("durable");
         samples.push(start.elapsed());
     }
@@ -77,7 +80,10 @@ async fn segment_log(dir: &std::path::Path, ops: usize, batch: u64) -> Vec<Durat
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let quick = !std::env::args().any(|arg| arg == "--bench");
-    let ops: usize = std::env::var("ONCEKV_BENCH_OPS").ok().and_then(|v| v.parse().ok()).unwrap_or(if quick { 20 } else { 300 });
+    let ops: usize = std::env::var("ONCEKV_BENCH_OPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(if quick { 20 } else { 300 });
     let rounds = if quick { 1 } else { 5 };
     let mut results: [Vec<Duration>; 4] = Default::default();
     for _ in 0..rounds {
@@ -85,7 +91,9 @@ async fn main() {
         results[0].push(median(raw_fdatasync(dir.path(), ops)));
         results[1].push(median(segment_log(&dir.path().join("seg1"), ops, 1).await));
         results[2].push(median(redb_commits(dir.path(), ops)));
-        results[3].push(median(segment_log(&dir.path().join("seg64"), ops, 64).await));
+        results[3].push(median(
+            segment_log(&dir.path().join("seg64"), ops, 64).await,
+        ));
     }
     let names = [
         "write + fdatasync (floor)",
@@ -99,6 +107,10 @@ async fn main() {
     println!("|---|---|---|");
     for (name, samples) in names.iter().zip(results) {
         let p50 = median(samples);
-        println!("| {name} | {:.0} | {:.2} |", micros(p50), p50.as_secs_f64() / floor.as_secs_f64());
+        println!(
+            "| {name} | {:.0} | {:.2} |",
+            micros(p50),
+            p50.as_secs_f64() / floor.as_secs_f64()
+        );
     }
 }

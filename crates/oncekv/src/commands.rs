@@ -436,6 +436,7 @@ async fn mutate(
         options,
         saved.next_seq,
     );
+    session.detach();
     if let Some(seq) = once.seq {
         return Ok(session.execute_seq(seq, None, command).await);
     }
@@ -626,6 +627,7 @@ async fn session(
             };
             match client.open_session(options).await {
                 Ok(session) => {
+                    session.detach();
                     let saved = SessionFile {
                         session_id: session.id().0,
                         secret: format!("{:032x}", session.secret().0),
@@ -681,6 +683,7 @@ async fn saved_session(
         options,
         saved.next_seq,
     );
+    session.detach();
     let result = if keep_alive {
         session.keep_alive().await
     } else {

@@ -135,6 +135,23 @@ async fn an_expired_session_is_reported_not_reexecuted() {
         .expect("session");
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     assert_eq!(kept.execute(incr()).await, Ok(Reply::Incr { value: 2 }));
+    // Dropping the last handle closes the session.
+    drop(kept);
+    support::eventually(
+        Duration::from_secs(10),
+        "the dropped session to close",
+        || {
+            let node = &cluster.nodes[0];
+            async move {
+                node.status()
+                    .await
+                    .ok()
+                    .filter(|s| s.sessions == 0)
+                    .map(|_| ())
+            }
+        },
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

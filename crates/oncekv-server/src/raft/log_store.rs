@@ -86,7 +86,10 @@ pub enum LogStoreError {
 }
 
 impl LogStoreError {
-    fn io(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> LogStoreError + '_ {
+    fn io<'a>(
+        action: &'static str,
+        path: &'a Path,
+    ) -> impl FnOnce(io::Error) -> LogStoreError + 'a {
         move |source| LogStoreError::Io {
             action,
             path: path.to_path_buf(),
@@ -295,7 +298,10 @@ impl<C: RaftTypeConfig> Memory<C> {
     }
 
     fn purge(&mut self, upto: &LogIdOf<C>) {
-        if self.purged_index().is_some_and(|purged| purged >= upto.index) {
+        if self
+            .purged_index()
+            .is_some_and(|purged| purged >= upto.index)
+        {
             return;
         }
         if !self.entries.is_empty() && upto.index >= self.first {
@@ -365,7 +371,10 @@ impl<C: RaftTypeConfig> Memory<C> {
         }
     }
 
-    fn range<RB: RangeBounds<u64>>(&self, range: &RB) -> Vec<C::Entry> {
+    fn range<RB: RangeBounds<u64>>(&self, range: &RB) -> Vec<C::Entry>
+    where
+        C::Entry: Clone,
+    {
         let start = match range.start_bound() {
             Bound::Included(start) => *start,
             Bound::Excluded(start) => start.saturating_add(1),
@@ -393,11 +402,15 @@ type Shared<C> = Arc<RwLock<Memory<C>>>;
 fn read<C: RaftTypeConfig>(memory: &Shared<C>) -> RwLockReadGuard<'_, Memory<C>> {
     // No code panics while holding the lock, so a poisoned lock still
     // guards consistent data.
-    memory.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+    memory
+        .read()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn write<C: RaftTypeConfig>(memory: &Shared<C>) -> RwLockWriteGuard<'_, Memory<C>> {
-    memory.write().unwrap_or_else(|poisoned| poisoned.into_inner())
+    memory
+        .write()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// The durable Raft log of one node. See the module documentation.
@@ -473,11 +486,13 @@ impl<C: RaftTypeConfig> LogStore<C> {
             if let Some(scan) = segment::read::<C>(dir, *number, last)? {
                 let path = segment::path(dir, *number);
                 for record in scan.records {
-                    memory.replay(record).map_err(|error| LogStoreError::Corrupt {
-                        path: path.clone(),
-                        offset: 0,
-                        reason: format!("records contradict each other: {error}"),
-                    })?;
+                    memory
+                        .replay(record)
+                        .map_err(|error| LogStoreError::Corrupt {
+                            path: path.clone(),
+                            offset: 0,
+                            reason: format!("records contradict each other: {error}"),
+                        })?;
                 }
                 closed.push_back(writer::Closed {
                     number: *number,
@@ -614,7 +629,10 @@ impl<C: RaftTypeConfig> Drop for LogStore<C> {
     }
 }
 
-impl<C: RaftTypeConfig> RaftLogReader<C> for LogReader<C> {
+impl<C: RaftTypeConfig> RaftLogReader<C> for LogReader<C>
+where
+    C::Entry: Clone,
+{
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
         &mut self,
         range: RB,
@@ -627,7 +645,10 @@ impl<C: RaftTypeConfig> RaftLogReader<C> for LogReader<C> {
     }
 }
 
-impl<C: RaftTypeConfig> RaftLogReader<C> for LogStore<C> {
+impl<C: RaftTypeConfig> RaftLogReader<C> for LogStore<C>
+where
+    C::Entry: Clone,
+{
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
         &mut self,
         range: RB,
@@ -640,7 +661,10 @@ impl<C: RaftTypeConfig> RaftLogReader<C> for LogStore<C> {
     }
 }
 
-impl<C: RaftTypeConfig> RaftLogStorage<C> for LogStore<C> {
+impl<C: RaftTypeConfig> RaftLogStorage<C> for LogStore<C>
+where
+    C::Entry: Clone,
+{
     type LogReader = LogReader<C>;
 
     async fn get_log_state(&mut self) -> Result<LogState<C>, io::Error> {

@@ -2,7 +2,6 @@
 //! durable log store, state-machine store and peer network.
 
 pub mod consensus;
-pub mod log_store;
 pub mod network;
 pub mod peer_service;
 pub mod segment_log;

@@ -1,11 +1,28 @@
-//! Linearizability checking for oncekv's register workloads.
+//! The proof kit of oncekv: what a fault run recorded, and whether it kept
+//! the exactly-once contract.
 //!
-//! Histories of reads, writes and compare-and-sets on keyed registers,
-//! recorded by test clients with real-time intervals and possibly unknown
-//! outcomes, are modelled in [`history`]; [`linearizability`] decides
-//! whether such a history could have come from atomic registers, within a
-//! time and memory budget; [`jepsen`] reads the Jepsen etcd register log
-//! format, used to validate the checker against recorded histories.
+//! * [`record`]: the recorded client history of a fault run (operations
+//!   with their request identity, attempts and outcome; every attempt's
+//!   answer; session expiries, faults, leader changes; final values), as
+//!   JSON lines with a reader and a writer.
+//! * [`checkers`]: one checker per property, each returning a typed
+//!   verdict with an explanation: [`checkers::exactly_once`] (appended
+//!   tokens), [`checkers::replies`] (retries get the original reply),
+//!   [`checkers::counters`] (acknowledged plus a subset of unknown
+//!   increments), [`checkers::session_expiry`] (nothing applies after
+//!   expiry) and [`checkers::linearizable_registers`] (PUT/GET/CAS).
+//! * [`coverage`]: whether the dangerous paths were exercised, and the
+//!   run's overall verdict: a checker failure is `Fail`; anything
+//!   undecided or under-exercised is `Inconclusive`, never `Pass`.
+//! * [`report`]: the summary for a terminal and a self-contained HTML page
+//!   with a timeline.
+//! * [`verify`]: runs all of the above on a record.
+//!
+//! Underneath, [`history`] models register histories, [`linearizability`]
+//! decides whether such a history could have come from atomic registers,
+//! within a time and memory budget, and [`jepsen`] reads the Jepsen etcd
+//! register log format, used to validate that checker against recorded
+//! histories.
 //!
 //! ```
 //! use oncekv_check::{check, Bounds, Call, History, Operation, Output, Verdict};
@@ -27,10 +44,39 @@
 //! assert!(matches!(verdict, Verdict::NotLinearizable { .. }));
 //! # Ok::<(), oncekv_check::HistoryError>(())
 //! ```
+//!
+//! A fault run, from its recorded file to its verdict:
+//!
+//! ```
+//! use oncekv_check::coverage::{CoverageRequirements, RunVerdict};
+//! use oncekv_check::record::{read_events, Record};
+//! use oncekv_check::verify::{verify, VerifyConfig};
+//!
+//! let lines = r#"
+//! {"event":"run_started","at_ns":0,"seed":7}
+//! {"event":"invoke","at_ns":10,"client":1,"op_id":1,"request":{"session":3,"seq":1},"op":{"type":"append","key":"k","token":"a"}}
+//! {"event":"complete","at_ns":20,"client":1,"op_id":1,"attempts":1,"outcome":{"status":"ok","reply":{"type":"append","length":2}}}
+//! {"event":"final_value","at_ns":30,"key":"k","value":"a;a;"}
+//! "#;
+//! let record = Record::from_events(read_events(lines.as_bytes())?)?;
+//! let config = VerifyConfig {
+//!     coverage: CoverageRequirements::none(),
+//!     ..VerifyConfig::default()
+//! };
+//! let verification = verify(&record, &config);
+//! assert_eq!(verification.report.verdict(), RunVerdict::Fail);
+//! assert!(verification.report.to_text().contains("duplicated: token a"));
+//! # Ok::<(), oncekv_check::record::RecordError>(())
+//! ```
 
+pub mod checkers;
+pub mod coverage;
 pub mod history;
 pub mod jepsen;
 pub mod linearizability;
+pub mod record;
+pub mod report;
+pub mod verify;
 
 pub use history::{Call, ClientId, History, HistoryError, Key, Operation, Output, Value};
 pub use linearizability::{

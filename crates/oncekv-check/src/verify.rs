@@ -1,0 +1,103 @@
+//! Runs every checker on a record and assembles the run's report.
+//!
+//! [`verify`] is the one call a fault-run driver needs after the run: it
+//! takes the folded [`Record`] (whose final values the workload read after
+//! the run) and a [`VerifyConfig`], runs the five checkers, counts
+//! coverage, and returns the typed verdicts together with the [`Report`]
+//! and its overall [`RunVerdict`](crate::coverage::RunVerdict).
+
+use crate::checkers::counters::{self, CountersOptions, CountersVerdict};
+use crate::checkers::exactly_once::{self, ExactlyOnceVerdict, TokenFormat};
+use crate::checkers::linearizable_registers::{self, RegistersVerdict};
+use crate::checkers::replies::{self, RepliesVerdict};
+use crate::checkers::session_expiry::{self, SessionExpiryVerdict};
+use crate::checkers::{CheckerSummary, CheckerVerdict};
+use crate::coverage::CoverageRequirements;
+use crate::linearizability::Bounds;
+use crate::record::Record;
+use crate::report::Report;
+
+/// Everything [`verify`] can be told.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VerifyConfig {
+    /// How appended tokens are delimited.
+    pub tokens: TokenFormat,
+    /// Bounds of the counters' subset-sum search.
+    pub counters: CountersOptions,
+    /// Bounds of the register linearizability search.
+    pub registers: Bounds,
+    /// What the run must exercise to pass.
+    pub coverage: CoverageRequirements,
+}
+
+/// Every checker's verdict and the report.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verification {
+    /// Appends applied exactly once.
+    pub exactly_once: ExactlyOnceVerdict,
+    /// Retries answered with the original reply.
+    pub replies: RepliesVerdict,
+    /// Counters add up.
+    pub counters: CountersVerdict,
+    /// Nothing ran after its session expired.
+    pub session_expiry: SessionExpiryVerdict,
+    /// Registers are linearizable.
+    pub registers: RegistersVerdict,
+    /// The summary of it all, with coverage and the overall verdict.
+    pub report: Report,
+}
+
+impl Verification {
+    /// The checkers' summaries, in report order.
+    pub fn summaries(&self) -> Vec<CheckerSummary> {
+        summaries(
+            &self.exactly_once,
+            &self.replies,
+            &self.counters,
+            &self.session_expiry,
+            &self.registers,
+        )
+    }
+}
+
+fn summaries(
+    exactly_once: &ExactlyOnceVerdict,
+    replies: &RepliesVerdict,
+    counters: &CountersVerdict,
+    session_expiry: &SessionExpiryVerdict,
+    registers: &RegistersVerdict,
+) -> Vec<CheckerSummary> {
+    vec![
+        exactly_once.summary(),
+        replies.summary(),
+        counters.summary(),
+        session_expiry.summary(),
+        registers.summary(),
+    ]
+}
+
+/// Runs every checker on `record` against its final values.
+pub fn verify(record: &Record, config: &VerifyConfig) -> Verification {
+    let finals = &record.final_values;
+    let exactly_once = exactly_once::check(record, finals, config.tokens);
+    let replies = replies::check(record);
+    let counters = counters::check(record, finals, &config.counters);
+    let session_expiry = session_expiry::check(record, finals, config.tokens);
+    let registers = linearizable_registers::check(record, &config.registers);
+    let checks = summaries(
+        &exactly_once,
+        &replies,
+        &counters,
+        &session_expiry,
+        &registers,
+    );
+    let report = Report::new(record, checks, &config.coverage);
+    Verification {
+        exactly_once,
+        replies,
+        counters,
+        session_expiry,
+        registers,
+        report,
+    }
+}

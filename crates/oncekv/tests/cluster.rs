@@ -36,7 +36,7 @@ async fn a_retry_after_the_leader_dies_is_replayed_not_reapplied() {
     let _one = exclusive().await;
     let mut cluster = Cluster::start(3, FAST);
     let leader = cluster.leader(ELECTION).await;
-    let session = TestSession::open(cluster.node(leader), 60_000, 8).await;
+    let session = TestSession::open(&cluster, 60_000, 8).await;
     let first = session.request(1, 1, append("token-1;"));
     // The reply to this call is never read.
     let address = cluster.node(leader).client.clone();
@@ -93,8 +93,8 @@ async fn a_whole_cluster_restart_keeps_writes_and_completion_records() {
         .chain(["--snapshot-after-entries", "16", "--log-entries-kept", "4"])
         .collect();
     let mut cluster = Cluster::start(3, &flags);
-    let leader = cluster.leader(ELECTION).await;
-    let session = TestSession::open(cluster.node(leader), 600_000, 8).await;
+    cluster.leader(ELECTION).await;
+    let session = TestSession::open(&cluster, 600_000, 8).await;
     let mut last = None;
     for seq in 1..=40u64 {
         let incr = session.request(
@@ -234,8 +234,8 @@ async fn a_paused_follower_catches_up_by_snapshot() {
 async fn an_idle_session_expires_on_every_node_and_after_failover() {
     let _one = exclusive().await;
     let mut cluster = Cluster::start(3, FAST);
-    let leader = cluster.leader(ELECTION).await;
-    let session = TestSession::open(cluster.node(leader), 1_000, 4).await;
+    cluster.leader(ELECTION).await;
+    let session = TestSession::open(&cluster, 2_000, 4).await;
     let put = session.request(
         1,
         1,
@@ -249,7 +249,7 @@ async fn an_idle_session_expires_on_every_node_and_after_failover() {
         cluster.outcome(&put, ELECTION).await,
         Outcome::Applied(_)
     ));
-    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    tokio::time::sleep(Duration::from_millis(4_500)).await;
     let next = session.request(
         2,
         1,
@@ -302,9 +302,9 @@ async fn an_idle_session_expires_on_every_node_and_after_failover() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_gets_clear_errors_and_the_node_keeps_serving() {
     let _one = exclusive().await;
-    let mut cluster = Cluster::start(1, FAST);
+    let cluster = Cluster::start(1, FAST);
     let leader = cluster.leader(ELECTION).await;
-    let node = cluster.node(leader);
+    let node = &cluster.nodes[(leader - 1) as usize];
     // Over the 4 MiB message limit: refused by the transport.
     let huge = Request::plain(Command::Put {
         key: b"k".to_vec(),
@@ -320,7 +320,7 @@ async fn bad_input_gets_clear_errors_and_the_node_keeps_serving() {
         "{error}"
     );
     // Unknown session, wrong secret, seq 0, empty key.
-    let session = TestSession::open(node, 60_000, 4).await;
+    let session = TestSession::open(&cluster, 60_000, 4).await;
     let unknown = TestSession {
         id: SessionId(987_654),
         secret: session.secret,

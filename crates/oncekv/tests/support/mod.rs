@@ -63,7 +63,7 @@ pub const FAST: &[&str] = &[
     "--heartbeat",
     "50ms",
     "--election-timeout",
-    "500ms",
+    "800ms",
     "--tick-interval",
     "200ms",
 ];
@@ -305,6 +305,8 @@ impl Drop for NodeProcess {
     }
 }
 
+static OPENS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// A session opened through the leader.
 #[derive(Clone, Copy, Debug)]
 pub struct TestSession {
@@ -313,16 +315,33 @@ pub struct TestSession {
 }
 
 impl TestSession {
-    pub async fn open(node: &NodeProcess, ttl_ms: u64, window: u32) -> TestSession {
-        let open = Request::plain(Command::OpenSession {
-            ttl_ms,
-            window,
-            secret: Secret(0),
-        });
-        match node.outcome(&open).await {
+    /// Opens a session through the leader (under an idempotency key, so
+    /// the open is retried safely across leader changes).
+    pub async fn open(cluster: &Cluster, ttl_ms: u64, window: u32) -> TestSession {
+        let key = format!(
+            "open-{}-{}",
+            std::process::id(),
+            OPENS.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+        );
+        let open = Request {
+            origin: Origin::Key(oncekv_state::IdempotencyKey(key.into_bytes())),
+            command: Command::OpenSession {
+                ttl_ms,
+                window,
+                secret: Secret(0),
+            },
+        };
+        match cluster.outcome(&open, Duration::from_secs(15)).await {
             Outcome::Applied(Reply::SessionOpened {
                 session, secret, ..
-            }) => TestSession {
+            })
+            | Outcome::Replayed {
+                reply:
+                    Reply::SessionOpened {
+                        session, secret, ..
+                    },
+                ..
+            } => TestSession {
                 id: session,
                 secret,
             },

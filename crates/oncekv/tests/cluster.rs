@@ -447,3 +447,62 @@ async fn a_restarted_leader_never_serves_a_stale_read() {
         );
     }
 }
+
+/// Concurrent retries of one in-flight request (joined to it on the leader,
+/// or answered from its completion record) all get the original reply,
+/// and the command applies once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_retries_of_one_request_apply_it_once() {
+    let _one = exclusive().await;
+    let cluster = Cluster::start(3, FAST);
+    let leader = cluster.leader(ELECTION).await;
+    let session = TestSession::open(&cluster, 60_000, 8).await;
+    let address = cluster.nodes[(leader - 1) as usize].client.clone();
+    let mut attempts = Vec::new();
+    for attempt in 1..=8u32 {
+        let request = session.request(1, attempt, append("once;"));
+        let address = address.clone();
+        attempts.push(tokio::spawn(
+            async move { execute_on(&address, &request).await },
+        ));
+    }
+    let mut replies = Vec::new();
+    for attempt in attempts {
+        let response = attempt.await.expect("task").expect("answered");
+        match response.result {
+            Some(oncekv_proto::v1::execute_response::Result::Outcome(outcome)) => {
+                match oncekv_proto::convert::outcome_from_wire(outcome).expect("valid") {
+                    Outcome::Applied(reply) => replies.push((reply, response.log_index)),
+                    Outcome::Replayed {
+                        reply,
+                        applied_index,
+                    } => replies.push((reply, applied_index.0)),
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+            other => panic!("no outcome: {other:?}"),
+        }
+    }
+    assert!(
+        replies.windows(2).all(|pair| pair[0] == pair[1]),
+        "{replies:?}"
+    );
+    let value = cluster
+        .outcome(
+            &session.request(
+                2,
+                1,
+                Command::Read(Query::Get {
+                    key: b"log".to_vec(),
+                }),
+            ),
+            ELECTION,
+        )
+        .await;
+    assert_eq!(
+        value,
+        Outcome::Applied(Reply::Get {
+            value: Some(b"once;".to_vec())
+        })
+    );
+}

@@ -423,20 +423,7 @@ async fn mutate(
         let key = once.idempotency_key.clone().map(String::into_bytes);
         return Ok(client.execute_once(command, key).await);
     };
-    let saved = SessionFile::read(path)?;
-    let options = SessionOptions {
-        ttl: Duration::from_millis(saved.ttl_ms),
-        window: saved.window,
-        keep_alive: false,
-    };
-    let session = Session::resume(
-        client.clone(),
-        SessionId(saved.session_id),
-        Secret(saved.secret()?),
-        options,
-        saved.next_seq,
-    );
-    session.detach();
+    let session = saved_session_handle(client, path)?;
     if let Some(seq) = once.seq {
         return Ok(session.execute_seq(seq, None, command).await);
     }
@@ -456,6 +443,26 @@ async fn mutate(
         })?;
     }
     Ok(result)
+}
+
+/// A handle on the session saved at `path`, which stays open when the
+/// handle is dropped (the file keeps using it).
+fn saved_session_handle(client: &Client, path: &std::path::Path) -> anyhow::Result<Session> {
+    let saved = SessionFile::read(path)?;
+    let options = SessionOptions {
+        ttl: Duration::from_millis(saved.ttl_ms),
+        window: saved.window,
+        keep_alive: false,
+    };
+    let session = Session::resume(
+        client.clone(),
+        SessionId(saved.session_id),
+        Secret(saved.secret()?),
+        options,
+        saved.next_seq,
+    );
+    session.detach();
+    Ok(session)
 }
 
 fn finish(printer: &Printer, result: Result<Completed, ClientError>) -> ExitCode {
@@ -670,20 +677,7 @@ async fn saved_session(
     path: &std::path::Path,
     keep_alive: bool,
 ) -> anyhow::Result<ExitCode> {
-    let saved = SessionFile::read(path)?;
-    let options = SessionOptions {
-        ttl: Duration::from_millis(saved.ttl_ms),
-        window: saved.window,
-        keep_alive: false,
-    };
-    let session = Session::resume(
-        client.clone(),
-        SessionId(saved.session_id),
-        Secret(saved.secret()?),
-        options,
-        saved.next_seq,
-    );
-    session.detach();
+    let session = saved_session_handle(client, path)?;
     let result = if keep_alive {
         session.keep_alive().await
     } else {

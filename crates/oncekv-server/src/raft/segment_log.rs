@@ -6,8 +6,9 @@
 //! segments in order rebuilds the log exactly. A torn tail (a crash in the
 //! middle of a write) is detected by length and checksum and cut off on
 //! open; damage anywhere else is an error, never silently skipped. The vote
-//! lives in its own file, replaced atomically and fsynced before
-//! `save_vote` returns. Entries are also kept in memory, so reads never
+//! lives in its own file, replaced atomically by the writer thread after
+//! the appends queued before it, and durable before `save_vote` returns.
+//! Entries are also kept in memory, so reads never
 //! touch the disk.
 
 use super::type_config::TypeConfig;
@@ -81,6 +82,8 @@ struct Pending {
     bytes: Vec<u8>,
     max_index: Option<u64>,
     purge_through: Option<u64>,
+    /// A vote to make durable after everything queued before it.
+    vote: Option<Vote>,
     done: Done,
 }
 
@@ -232,6 +235,11 @@ impl Segments {
             purge_through = purge_through.max(write.purge_through);
         }
         self.current.sync_data()?;
+        // Votes go through the same queue as appends, so a vote never
+        // becomes durable before appends submitted ahead of it.
+        if let Some(vote) = batch.iter().rev().find_map(|write| write.vote) {
+            write_vote(&self.dir, &vote)?;
+        }
         if self.current_bytes >= SEGMENT_BYTES {
             self.roll()?;
         }
@@ -394,6 +402,7 @@ impl SegmentLog {
             bytes,
             max_index: None,
             purge_through,
+            vote: None,
             done: Done::Reply(reply),
         })?;
         done.await
@@ -439,11 +448,16 @@ impl RaftLogStorage<TypeConfig> for SegmentLog {
     }
 
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), io::Error> {
-        let dir = self.dir.clone();
-        let saved = *vote;
-        tokio::task::spawn_blocking(move || write_vote(&dir, &saved))
-            .await
-            .map_err(io::Error::other)??;
+        let (reply, done) = tokio::sync::oneshot::channel();
+        self.submit(Pending {
+            bytes: Vec::new(),
+            max_index: None,
+            purge_through: None,
+            vote: Some(*vote),
+            done: Done::Reply(reply),
+        })?;
+        done.await
+            .map_err(|_| io::Error::other("the log writer has stopped"))??;
         self.write().vote = Some(*vote);
         Ok(())
     }
@@ -474,6 +488,7 @@ impl RaftLogStorage<TypeConfig> for SegmentLog {
             bytes,
             max_index,
             purge_through: None,
+            vote: None,
             done: Done::Flushed(callback),
         })
     }

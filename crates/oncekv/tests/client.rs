@@ -127,13 +127,13 @@ async fn an_expired_session_is_reported_not_reexecuted() {
     // Kept alive, a session outlives its ttl.
     let kept = client
         .open_session(SessionOptions {
-            ttl: Duration::from_millis(600),
+            ttl: Duration::from_millis(1_500),
             window: 4,
             keep_alive: true,
         })
         .await
         .expect("session");
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    tokio::time::sleep(Duration::from_millis(3_500)).await;
     assert_eq!(kept.execute(incr()).await, Ok(Reply::Incr { value: 2 }));
     // Dropping the last handle closes the session.
     drop(kept);
@@ -161,7 +161,7 @@ async fn a_kept_lease_holds_its_keys_and_a_dropped_one_deletes_them() {
     cluster.leader(Duration::from_secs(15)).await;
     let client = Client::connect([cluster.node(1).client.clone()], ClientOptions::default())
         .expect("client");
-    let ttl = Duration::from_millis(600);
+    let ttl = Duration::from_millis(1_500);
     assert!(matches!(
         client.lease_grant("web", ttl).await,
         Ok(Reply::LeaseGranted { .. })
@@ -179,7 +179,7 @@ async fn a_kept_lease_holds_its_keys_and_a_dropped_one_deletes_them() {
     };
     client.execute_once(put, None).await.expect("put");
     let keeper = client.keep_lease_alive("web", ttl);
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    tokio::time::sleep(Duration::from_millis(3_500)).await;
     let get = || {
         client.read(
             Query::Get {
@@ -195,7 +195,7 @@ async fn a_kept_lease_holds_its_keys_and_a_dropped_one_deletes_them() {
         })
     );
     drop(keeper);
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    tokio::time::sleep(Duration::from_millis(3_500)).await;
     assert_eq!(
         get().await,
         Ok(Reply::Get { value: None }),

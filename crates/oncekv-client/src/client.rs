@@ -107,6 +107,23 @@ fn never_sent(status: &tonic::Status) -> bool {
     }
 }
 
+/// What a transport-level failure says about an attempt: not sent (could
+/// not connect), refused (message too large or invalid), or maybe sent.
+fn failed<T>(status: tonic::Status) -> Attempt<T> {
+    if never_sent(&status) {
+        return Attempt::NotSent(status.message().to_string());
+    }
+    match refused_by_transport(&status) {
+        Some(error) => Attempt::Refused(error),
+        None => Attempt::MaybeSent(status.message().to_string()),
+    }
+}
+
+/// Follows a `NotLeader` answer: to the hinted leader, if one is named.
+fn redirect<T>(hint: v1::NotLeader) -> Attempt<T> {
+    Attempt::Redirect(Some(hint.leader_client_address).filter(|address| !address.is_empty()))
+}
+
 fn refused_by_transport(status: &tonic::Status) -> Option<ClientError> {
     match status.code() {
         tonic::Code::ResourceExhausted | tonic::Code::OutOfRange | tonic::Code::InvalidArgument => {
@@ -296,11 +313,7 @@ impl Client {
                                         Err(error) => Attempt::MaybeSent(error.to_string()),
                                     }
                                 }
-                                Some(execute_response::Result::NotLeader(hint)) => {
-                                    Attempt::Redirect(
-                                        Some(hint.leader_client_address).filter(|a| !a.is_empty()),
-                                    )
-                                }
+                                Some(execute_response::Result::NotLeader(hint)) => redirect(hint),
                                 Some(execute_response::Result::Unavailable(why)) => {
                                     Attempt::MaybeSent(why.reason)
                                 }
@@ -310,13 +323,7 @@ impl Client {
                                 None => Attempt::MaybeSent("empty response".into()),
                             }
                         }
-                        Err(status) if never_sent(&status) => {
-                            Attempt::NotSent(status.message().to_string())
-                        }
-                        Err(status) => match refused_by_transport(&status) {
-                            Some(error) => Attempt::Refused(error),
-                            None => Attempt::MaybeSent(status.message().to_string()),
-                        },
+                        Err(status) => failed(status),
                     }
                 }
             })
@@ -368,9 +375,7 @@ impl Client {
                                     Err(error) => Attempt::MaybeSent(error.to_string()),
                                 }
                             }
-                            Some(read_response::Result::NotLeader(hint)) => Attempt::Redirect(
-                                Some(hint.leader_client_address).filter(|a| !a.is_empty()),
-                            ),
+                            Some(read_response::Result::NotLeader(hint)) => redirect(hint),
                             Some(read_response::Result::Unavailable(why)) => {
                                 Attempt::MaybeSent(why.reason)
                             }
@@ -379,13 +384,7 @@ impl Client {
                             }
                             None => Attempt::MaybeSent("empty response".into()),
                         },
-                        Err(status) if never_sent(&status) => {
-                            Attempt::NotSent(status.message().to_string())
-                        }
-                        Err(status) => match refused_by_transport(&status) {
-                            Some(error) => Attempt::Refused(error),
-                            None => Attempt::MaybeSent(status.message().to_string()),
-                        },
+                        Err(status) => failed(status),
                     }
                 }
             })
@@ -465,19 +464,14 @@ impl Client {
                     match call.await {
                         Ok(response) => match response.into_inner().result {
                             Some(Membership::Members(members)) => Attempt::Done(members.members),
-                            Some(Membership::NotLeader(hint)) => Attempt::Redirect(
-                                Some(hint.leader_client_address).filter(|a| !a.is_empty()),
-                            ),
+                            Some(Membership::NotLeader(hint)) => redirect(hint),
                             Some(Membership::Unavailable(why)) => Attempt::MaybeSent(why.reason),
                             Some(Membership::Invalid(why)) => {
                                 Attempt::Refused(ClientError::Invalid(why.reason))
                             }
                             None => Attempt::MaybeSent("empty response".into()),
                         },
-                        Err(status) if never_sent(&status) => {
-                            Attempt::NotSent(status.message().to_string())
-                        }
-                        Err(status) => Attempt::MaybeSent(status.message().to_string()),
+                        Err(status) => failed(status),
                     }
                 }
             })

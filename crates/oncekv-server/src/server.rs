@@ -16,7 +16,7 @@ use oncekv_proto::v1::raft_peer_server::RaftPeerServer;
 use oncekv_state::Limits;
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -46,6 +46,13 @@ pub struct ServerConfig {
     pub client_message_bytes_max: usize,
     /// Where to serve Prometheus metrics, if anywhere.
     pub metrics: Option<SocketAddr>,
+    /// The source address of outgoing peer connections (`None`: chosen by
+    /// the OS), for hosts with several addresses.
+    pub peer_source_ip: Option<IpAddr>,
+    /// Whether retries are answered from completion records. Always on,
+    /// except in the checkers' negative control, which proves that a store
+    /// without dedup is caught.
+    pub dedup: bool,
 }
 
 /// Why a node could not run.
@@ -106,14 +113,20 @@ where
     let log_dir = config.data_dir.join("log");
     let log = SegmentLog::open(&log_dir).map_err(storage(log_dir))?;
     let state_dir = config.data_dir.join("state");
-    let state =
+    let mut state =
         StateMachineStore::open(&state_dir, config.limits.clone()).map_err(storage(state_dir))?;
+    if !config.dedup {
+        tracing::warn!("deduplication is OFF: retries apply again (negative control only)");
+        state = state.without_dedup();
+    }
     let consensus = Consensus::start(
         config.id,
         &config.consensus,
         log,
         state,
-        PeerNetwork,
+        PeerNetwork {
+            source_ip: config.peer_source_ip,
+        },
         config.initial_cluster.clone(),
     )
     .await?;

@@ -86,6 +86,11 @@ impl IdempotencyKeys {
         now: ClusterTime,
         keys_max: u64,
     ) {
+        // Only a machine without dedup records a key twice.
+        if let Some(old) = self.records.remove(&key) {
+            self.by_age
+                .remove(&(old.recorded_at, old.record.applied_index));
+        }
         while self.len() >= keys_max.max(1) {
             if self.remove_oldest().is_none() {
                 break;

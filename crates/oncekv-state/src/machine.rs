@@ -42,6 +42,10 @@ pub struct StateMachine {
     pub(crate) sessions: SessionTable,
     pub(crate) keys: IdempotencyKeys,
     pub(crate) leases: Leases,
+    /// Whether duplicates are answered from their completion records. Off
+    /// only in the negative control of the fault checkers (see
+    /// [`StateMachine::without_dedup`]); never part of a snapshot.
+    pub(crate) dedup: bool,
 }
 
 impl StateMachine {
@@ -55,7 +59,24 @@ impl StateMachine {
             sessions: SessionTable::default(),
             keys: IdempotencyKeys::default(),
             leases: Leases::default(),
+            dedup: true,
         }
+    }
+
+    /// This machine with deduplication switched off: a retried request is
+    /// executed again instead of answered from its completion record. It
+    /// breaks exactly-once on purpose and exists only so that the fault
+    /// checkers can prove they catch a store without dedup (a negative
+    /// control); no real deployment wants it.
+    pub fn without_dedup(mut self) -> StateMachine {
+        self.dedup = false;
+        self
+    }
+
+    /// Whether duplicates are answered from completion records (always,
+    /// unless built [`without_dedup`](Self::without_dedup)).
+    pub fn dedups(&self) -> bool {
+        self.dedup
     }
 
     /// The limits it enforces.
@@ -162,8 +183,10 @@ impl StateMachine {
                     return control_not_allowed(command);
                 }
                 let digest = command_digest(command);
-                if let Err(outcome) = self.sessions.admit(header, digest, self.clock) {
-                    return outcome;
+                match self.sessions.admit(header, digest, self.clock) {
+                    Ok(()) => {}
+                    Err(Outcome::Replayed { .. }) if !self.dedup => {}
+                    Err(outcome) => return outcome,
                 }
                 let reply = self.execute(command, index);
                 let record = CompletionRecord {
@@ -184,8 +207,10 @@ impl StateMachine {
                     return control_not_allowed(command);
                 }
                 let digest = command_digest(command);
-                if let Some(outcome) = self.keys.lookup(key, digest) {
-                    return outcome;
+                match self.keys.lookup(key, digest) {
+                    Some(Outcome::Replayed { .. }) if !self.dedup => {}
+                    Some(outcome) => return outcome,
+                    None => {}
                 }
                 let outcome = self.run(command, index);
                 if let Outcome::Applied(reply) = &outcome {

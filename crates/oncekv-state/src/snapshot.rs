@@ -123,6 +123,7 @@ impl StateMachine {
             sessions: SessionTable::from_sessions(body.sessions),
             keys: IdempotencyKeys::from_records(body.keys),
             leases,
+            dedup: true,
         };
         machine
             .check_invariants()

@@ -13,6 +13,7 @@
 //!   `lease-grant L MS`, `lease-keepalive L`, `lease-revoke L`,
 //!   `lease-list`, `keepalive S`, `close S`, `tick`;
 //! - `stats`: prints the state's counts.
+//! - `nodedup`: switch deduplication off (the checkers' negative control).
 
 use oncekv_state::{
     ClusterTime, Command, Entry, IdempotencyKey, Limits, LogIndex, Origin, Outcome, Query, Reply,
@@ -76,6 +77,12 @@ impl Runner {
         match first {
             "time" => {
                 self.time = number(rest.first())?;
+                return Ok(None);
+            }
+            "nodedup" => {
+                let machine =
+                    std::mem::replace(&mut self.machine, StateMachine::new(Limits::default()));
+                self.machine = machine.without_dedup();
                 return Ok(None);
             }
             "advance" => {

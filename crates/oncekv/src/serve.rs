@@ -9,7 +9,7 @@ use oncekv_server::raft::type_config::{NodeId, NodeInfo};
 use oncekv_server::server::{ServeError, ServerConfig, serve};
 use oncekv_state::Limits;
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -118,6 +118,15 @@ pub struct ServeArgs {
     /// Shortest session or lease TTL, in milliseconds (a cluster setting).
     #[arg(long, default_value_t = Limits::default().session_ttl_ms_min)]
     ttl_ms_min: u64,
+
+    /// Source address of outgoing Raft connections [default: chosen by the OS].
+    #[arg(long, env = "ONCEKV_PEER_SOURCE_IP")]
+    peer_source_ip: Option<IpAddr>,
+
+    /// Negative control of `oncekv verify` only: answer no retry from its
+    /// completion record, so duplicates apply again. Breaks exactly-once.
+    #[arg(long, hide = true)]
+    unsafe_no_dedup: bool,
 }
 
 /// Parses `ID=PEER/CLIENT,...`.
@@ -215,6 +224,8 @@ fn config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
         },
         client_message_bytes_max: args.max_message_bytes,
         metrics: args.listen_metrics,
+        peer_source_ip: args.peer_source_ip,
+        dedup: !args.unsafe_no_dedup,
     })
 }
 

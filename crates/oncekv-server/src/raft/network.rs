@@ -18,6 +18,7 @@ use openraft::{RaftNetworkFactory, RaftNetworkV2};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::future::Future;
+use std::net::IpAddr;
 use std::time::Duration;
 use tonic::transport::{Channel, Endpoint};
 
@@ -35,7 +36,10 @@ pub(crate) enum VoteKind {
 
 /// Makes clients to peers.
 #[derive(Clone, Debug, Default)]
-pub struct PeerNetwork;
+pub struct PeerNetwork {
+    /// The source address of outgoing connections, if set.
+    pub source_ip: Option<IpAddr>,
+}
 
 impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
     type Network = PeerClient;
@@ -44,6 +48,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
         PeerClient {
             target,
             address: node.peer_address.clone(),
+            source_ip: self.source_ip,
             client: None,
         }
     }
@@ -54,6 +59,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
 pub struct PeerClient {
     target: NodeId,
     address: String,
+    source_ip: Option<IpAddr>,
     client: Option<RaftPeerClient<Channel>>,
 }
 
@@ -82,6 +88,7 @@ impl PeerClient {
         }
         let endpoint = Endpoint::from_shared(format!("http://{}", self.address))
             .map_err(|e| unreachable(&e))?
+            .local_address(self.source_ip)
             .connect_timeout(Duration::from_millis(500))
             .tcp_nodelay(true)
             .http2_keep_alive_interval(Duration::from_secs(1))

@@ -56,6 +56,8 @@ struct SnapshotHeader {
 pub struct StateMachineStore {
     state: SharedState,
     limits: Limits,
+    /// Whether the machine deduplicates (see `StateMachine::without_dedup`).
+    dedup: bool,
     dir: PathBuf,
     current: Arc<Mutex<Option<StoredSnapshot>>>,
 }
@@ -81,6 +83,7 @@ impl StateMachineStore {
                 membership: StoredMembershipOf::<TypeConfig>::default(),
             }))),
             limits,
+            dedup: true,
             dir: dir.to_path_buf(),
             current: Arc::new(Mutex::new(None)),
         };
@@ -98,6 +101,18 @@ impl StateMachineStore {
         Ok(store)
     }
 
+    /// Switches deduplication off, now and after every snapshot restore:
+    /// the negative control of the fault checkers, never a deployment.
+    pub fn without_dedup(mut self) -> StateMachineStore {
+        self.dedup = false;
+        let mut state = self.state.lock();
+        state.machine =
+            std::mem::replace(&mut state.machine, StateMachine::new(self.limits.clone()))
+                .without_dedup();
+        drop(state);
+        self
+    }
+
     /// The applied state, for reads.
     pub fn shared(&self) -> SharedState {
         self.state.clone()
@@ -111,8 +126,11 @@ impl StateMachineStore {
 
     /// Replaces the applied state with a snapshot's.
     fn load(&mut self, snapshot: &StoredSnapshot) -> io::Result<()> {
-        let machine = StateMachine::restore(&self.limits, &snapshot.data)
+        let mut machine = StateMachine::restore(&self.limits, &snapshot.data)
             .map_err(|e| invalid(format!("snapshot does not restore: {e}")))?;
+        if !self.dedup {
+            machine = machine.without_dedup();
+        }
         let expected = snapshot
             .meta
             .last_log_id

@@ -17,6 +17,8 @@
 //! * [`report`]: the summary for a terminal and a self-contained HTML page
 //!   with a timeline.
 //! * [`verify`]: runs all of the above on a record.
+//! * [`live`]: runs a workload under faults against real `oncekv serve`
+//!   processes and records the history the checkers take.
 //!
 //! Underneath, [`history`] models register histories, [`linearizability`]
 //! decides whether such a history could have come from atomic registers,
@@ -74,6 +76,7 @@ pub mod coverage;
 pub mod history;
 pub mod jepsen;
 pub mod linearizability;
+pub mod live;
 pub mod record;
 pub mod report;
 pub mod verify;

@@ -682,6 +682,10 @@ pub enum FaultKind {
     Delay,
     /// Leadership moved on purpose.
     LeaderTransfer,
+    /// Client connections reset by the proxy.
+    Reset,
+    /// Disk syncs made to fail on a node.
+    FsyncFailure,
     /// Any other fault.
     #[serde(other)]
     Other,
@@ -698,6 +702,8 @@ impl FaultKind {
             Self::DropReplies => "drop_replies",
             Self::Delay => "delay",
             Self::LeaderTransfer => "leader_transfer",
+            Self::Reset => "reset",
+            Self::FsyncFailure => "fsync_failure",
             Self::Other => "other",
         }
     }

@@ -517,6 +517,8 @@ fn fault_colour(kind: FaultKind) -> &'static str {
         FaultKind::DropReplies => "#e67e22",
         FaultKind::Delay => "#7f8c8d",
         FaultKind::LeaderTransfer => "#2980b9",
+        FaultKind::Reset => "#34495e",
+        FaultKind::FsyncFailure => "#6d214f",
         FaultKind::Other => "#95a5a6",
     }
 }

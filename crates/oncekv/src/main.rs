@@ -5,8 +5,10 @@ mod bench;
 mod commands;
 mod serve;
 mod session_file;
+mod verify;
 
-use clap::{Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::process::ExitCode;
 
 const EXIT_CODES: &str = "\
@@ -47,12 +49,23 @@ enum Commands {
     Serve(Box<serve::ServeArgs>),
     /// Measure throughput and latency against a running cluster.
     Bench(bench::BenchArgs),
+    /// Prove exactly-once under faults: run a workload against a local
+    /// cluster (or --endpoints) while injecting faults, then check it.
+    Verify(verify::VerifyArgs),
     #[command(flatten)]
     Client(commands::ClientCommand),
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(error) => error.exit(),
+    };
+    let endpoints_given = matches!(
+        matches.value_source("endpoints"),
+        Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+    );
     let filter = tracing_subscriber::EnvFilter::try_new(&cli.log)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     tracing_subscriber::fmt()
@@ -75,6 +88,9 @@ fn main() -> ExitCode {
                 ExitCode::from(commands::EXIT_ERROR)
             }
         },
+        Commands::Verify(args) => {
+            runtime.block_on(verify::run(&cli.connection, args, endpoints_given))
+        }
         Commands::Client(command) => {
             match runtime.block_on(commands::run(&cli.connection, command)) {
                 Ok(code) => code,

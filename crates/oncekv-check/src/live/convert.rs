@@ -1,0 +1,182 @@
+//! Translations from what the client library and the wire say into the
+//! recorded history's terms: replies, definite failures and unknown
+//! outcomes, and an attempt's answer as the fault proxy sees it.
+
+use crate::record::{Answer, Bytes, FailReason, Outcome, Reply};
+use oncekv_client::ClientError;
+use oncekv_proto::v1;
+use oncekv_state as state;
+use prost::Message;
+
+/// A state-machine reply in the record's terms.
+pub fn reply(reply: &state::Reply) -> Reply {
+    let bytes = |value: &Option<Vec<u8>>| value.clone().map(Bytes::from);
+    match reply {
+        state::Reply::Put { previous } => Reply::Put {
+            previous: bytes(previous),
+        },
+        state::Reply::Get { value } => Reply::Get {
+            value: bytes(value),
+        },
+        state::Reply::Append { length } => Reply::Append { length: *length },
+        state::Reply::Incr { value } => Reply::Incr { value: *value },
+        state::Reply::Cas { swapped, current } => Reply::Cas {
+            swapped: *swapped,
+            current: bytes(current),
+        },
+        state::Reply::LeaseGranted {
+            name,
+            ttl_ms,
+            expires_at,
+        } => Reply::LeaseGranted {
+            name: name.clone(),
+            ttl_ms: *ttl_ms,
+            expires_at_ms: expires_at.0,
+        },
+        state::Reply::LeaseRevoked { name, keys_deleted } => Reply::LeaseRevoked {
+            name: name.clone(),
+            keys_deleted: *keys_deleted,
+        },
+        state::Reply::Rejected(rejection) => Reply::Rejected {
+            reason: rejection.to_string(),
+        },
+        // Replies of commands the workload never issues (sessions, scans,
+        // keep-alives) are recorded as what they are, by name.
+        other => Reply::Rejected {
+            reason: format!("unexpected reply {other:?}"),
+        },
+    }
+}
+
+/// The reply's canonical bytes: its wire encoding, which is the same for
+/// the same reply however often it is sent.
+pub fn canonical(reply: &state::Reply) -> Bytes {
+    Bytes(oncekv_proto::convert::reply_to_wire(reply).encode_to_vec())
+}
+
+/// An `Ok` outcome with the reply's canonical bytes.
+pub fn ok(reply_: &state::Reply) -> Outcome {
+    Outcome::Ok {
+        reply: reply(reply_),
+        canonical: Some(canonical(reply_)),
+    }
+}
+
+/// A client error as the operation's outcome: a rejection is a reply (the
+/// command ran and said no), `OutcomeUnknown` is unknown, the rest are
+/// definite failures.
+pub fn error_outcome(error: &ClientError) -> Outcome {
+    let failed = |reason| Outcome::Failed {
+        reason,
+        detail: Some(error.to_string()),
+    };
+    match error {
+        ClientError::Rejected(rejection) => ok(&state::Reply::Rejected(rejection.clone())),
+        ClientError::OutcomeUnknown { .. } => Outcome::Unknown {
+            detail: Some(error.to_string()),
+        },
+        ClientError::SessionExpired => failed(FailReason::SessionExpired),
+        ClientError::Unauthorized => failed(FailReason::Unauthorized),
+        ClientError::Stale { .. } => failed(FailReason::Stale),
+        ClientError::SequenceGap { .. } => failed(FailReason::SequenceGap),
+        ClientError::RequestMismatch => failed(FailReason::RequestMismatch),
+        ClientError::Malformed(_) => failed(FailReason::Malformed),
+        ClientError::Invalid(_) => failed(FailReason::Invalid),
+        ClientError::Unreachable(_) => failed(FailReason::Unreachable),
+        ClientError::Config(_) => failed(FailReason::Other),
+    }
+}
+
+/// What one attempt's wire response says, as the proxy saw it, and
+/// whether it proves the request committed (an outcome from the state
+/// machine: applied, replayed, or a refusal decided at apply).
+pub fn answer(response: &v1::ExecuteResponse) -> (Answer, bool) {
+    use v1::execute_response::Result as Wire;
+    let transient = |detail: String| (Answer::Transient { detail }, false);
+    match &response.result {
+        Some(Wire::Outcome(outcome)) => {
+            match oncekv_proto::convert::outcome_from_wire(outcome.clone()) {
+                Ok(state::Outcome::Applied(reply_)) => (
+                    Answer::Applied {
+                        reply: reply(&reply_),
+                        canonical: Some(canonical(&reply_)),
+                        log_index: Some(response.log_index),
+                    },
+                    true,
+                ),
+                Ok(state::Outcome::Replayed {
+                    reply: reply_,
+                    applied_index,
+                }) => (
+                    Answer::Replayed {
+                        reply: reply(&reply_),
+                        canonical: Some(canonical(&reply_)),
+                        applied_index: Some(applied_index.0),
+                    },
+                    true,
+                ),
+                Ok(refusal) => (
+                    Answer::Refused {
+                        reason: refusal_reason(&refusal),
+                    },
+                    true,
+                ),
+                Err(error) => transient(format!("undecodable outcome: {error}")),
+            }
+        }
+        Some(Wire::NotLeader(_)) => transient("not leader".into()),
+        Some(Wire::Unavailable(why)) => transient(format!("unavailable: {}", why.reason)),
+        Some(Wire::Invalid(_)) => (
+            Answer::Refused {
+                reason: FailReason::Invalid,
+            },
+            false,
+        ),
+        None => transient("empty response".into()),
+    }
+}
+
+fn refusal_reason(outcome: &state::Outcome) -> FailReason {
+    match outcome {
+        state::Outcome::SessionExpired => FailReason::SessionExpired,
+        state::Outcome::Unauthorized => FailReason::Unauthorized,
+        state::Outcome::Stale { .. } => FailReason::Stale,
+        state::Outcome::RequestMismatch => FailReason::RequestMismatch,
+        state::Outcome::SequenceGap { .. } => FailReason::SequenceGap,
+        state::Outcome::Malformed(_) => FailReason::Malformed,
+        state::Outcome::Applied(_) | state::Outcome::Replayed { .. } => FailReason::Other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn equal_replies_have_equal_canonical_bytes_and_others_differ() {
+        let a = state::Reply::Append { length: 12 };
+        assert_eq!(canonical(&a), canonical(&a.clone()));
+        assert_ne!(
+            canonical(&a),
+            canonical(&state::Reply::Append { length: 13 })
+        );
+    }
+
+    #[test]
+    fn only_an_unknown_outcome_is_unknown() {
+        let unknown = ClientError::OutcomeUnknown {
+            request_id: None,
+            attempts: 3,
+        };
+        assert!(matches!(error_outcome(&unknown), Outcome::Unknown { .. }));
+        assert!(matches!(
+            error_outcome(&ClientError::SessionExpired),
+            Outcome::Failed {
+                reason: FailReason::SessionExpired,
+                ..
+            }
+        ));
+        let rejected = ClientError::Rejected(state::Rejection::NotAnInteger);
+        assert!(error_outcome(&rejected).class() == crate::record::OutcomeClass::Rejected);
+    }
+}

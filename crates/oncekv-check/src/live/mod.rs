@@ -1,0 +1,22 @@
+//! Live fault runs against real `oncekv serve` processes: the workload,
+//! the fault proxies, the nemesis and the run that ties them together.
+//!
+//! * [`recorder`]: the run's history, as events stamped in time order;
+//! * [`workload`]: clients doing appends, increments, CAS, PUT/GET and
+//!   leases, in session mode or as the naive negative control;
+//! * [`client_proxy`]: a gRPC proxy per node that drops replies after
+//!   commit, delays them or resets connections, recording every answer;
+//! * [`peer_proxy`]: TCP proxies on the peer links, for partitions;
+//! * [`cluster`]: the node processes (kill, restart, pause, resume);
+//! * [`nemesis`]: the seeded fault schedule;
+//! * [`run`]: one run from start to verdict;
+//! * [`convert`]: client and wire answers in the history's terms.
+
+pub mod client_proxy;
+pub mod cluster;
+pub mod convert;
+pub mod nemesis;
+pub mod peer_proxy;
+pub mod recorder;
+pub mod run;
+pub mod workload;

@@ -1,0 +1,219 @@
+//! Peer-link partitions through TCP proxies. Each node advertises a proxy
+//! as its peer address, so all Raft traffic to it passes through
+//! [`PeerProxy`]; each node makes its outgoing peer connections from a
+//! source address of its own (`oncekv serve --peer-source-ip`), so the
+//! proxy knows which node is calling. [`Partitions`] holds the pairs of
+//! nodes that cannot talk: a proxy refuses new connections between such a
+//! pair and cuts the ones open when the partition starts.
+
+use crate::record::NodeId;
+use std::collections::BTreeSet;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+/// The loopback source address node `id` uses for its peer connections.
+pub fn source_ip(id: NodeId) -> IpAddr {
+    let [_, _, high, low] = u32::try_from(id).unwrap_or(u32::MAX).to_be_bytes();
+    IpAddr::V4(Ipv4Addr::new(127, 1, high, low))
+}
+
+/// The node that owns a peer source address, if any.
+fn node_of(ip: IpAddr, nodes: &[NodeId]) -> Option<NodeId> {
+    nodes.iter().copied().find(|&id| source_ip(id) == ip)
+}
+
+/// The pairs of nodes currently cut off from each other.
+#[derive(Debug, Clone)]
+pub struct Partitions {
+    blocked: Arc<watch::Sender<BTreeSet<(NodeId, NodeId)>>>,
+}
+
+impl Default for Partitions {
+    fn default() -> Self {
+        Partitions {
+            blocked: Arc::new(watch::channel(BTreeSet::new()).0),
+        }
+    }
+}
+
+fn pair(a: NodeId, b: NodeId) -> (NodeId, NodeId) {
+    (a.min(b), a.max(b))
+}
+
+impl Partitions {
+    /// Cuts every node of `side` off from every node of `other`.
+    pub fn split(&self, side: &[NodeId], other: &[NodeId]) {
+        let pairs: BTreeSet<_> = side
+            .iter()
+            .flat_map(|&a| other.iter().map(move |&b| pair(a, b)))
+            .filter(|(a, b)| a != b)
+            .collect();
+        self.blocked.send_replace(pairs);
+    }
+
+    /// Heals every partition.
+    pub fn heal(&self) {
+        self.blocked.send_replace(BTreeSet::new());
+    }
+
+    fn is_blocked(blocked: &BTreeSet<(NodeId, NodeId)>, a: NodeId, b: NodeId) -> bool {
+        blocked.contains(&pair(a, b))
+    }
+}
+
+/// A proxy in front of one node's peer port.
+#[derive(Debug)]
+pub struct PeerProxy {
+    address: SocketAddr,
+}
+
+impl PeerProxy {
+    /// Binds a free loopback port; call [`PeerProxy::run`] once the node's
+    /// real peer address is known.
+    pub async fn bind() -> std::io::Result<(PeerProxy, TcpListener)> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let address = listener.local_addr()?;
+        Ok((PeerProxy { address }, listener))
+    }
+
+    /// Where other nodes reach this node.
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// Forwards connections for node `node` to `upstream` until the runtime
+    /// stops, honouring `partitions` between the `nodes`.
+    pub fn run(
+        listener: TcpListener,
+        node: NodeId,
+        upstream: SocketAddr,
+        nodes: Arc<Vec<NodeId>>,
+        partitions: Partitions,
+    ) {
+        tokio::spawn(async move {
+            loop {
+                let Ok((socket, from)) = listener.accept().await else {
+                    continue;
+                };
+                let caller = node_of(from.ip(), &nodes);
+                let mut blocked = partitions.blocked.subscribe();
+                let cut = move |set: &BTreeSet<_>| {
+                    caller.is_some_and(|c| Partitions::is_blocked(set, c, node))
+                };
+                if cut(&blocked.borrow_and_update()) {
+                    let _ = socket.set_zero_linger();
+                    continue;
+                }
+                tokio::spawn(async move {
+                    let Ok(mut server) = TcpStream::connect(upstream).await else {
+                        let _ = socket.set_zero_linger();
+                        return;
+                    };
+                    // Closed by a partition, a link ends with RST, as a
+                    // real cut would show.
+                    for stream in [&socket, &server] {
+                        let _ = stream.set_nodelay(true);
+                        let _ = stream.set_zero_linger();
+                    }
+                    let mut socket = socket;
+                    let copy = tokio::io::copy_bidirectional(&mut socket, &mut server);
+                    tokio::pin!(copy);
+                    loop {
+                        tokio::select! {
+                            _ = &mut copy => return,
+                            changed = blocked.changed() => {
+                                if changed.is_err() || cut(&blocked.borrow_and_update()) {
+                                    return;
+                                }
+                            }
+                        }
+                    }
+                });
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[test]
+    fn source_addresses_are_loopback_and_distinct() {
+        let ips: BTreeSet<_> = (1..=5).map(source_ip).collect();
+        assert_eq!(ips.len(), 5);
+        assert!(ips.iter().all(IpAddr::is_loopback));
+        assert_eq!(node_of(source_ip(3), &[1, 2, 3]), Some(3));
+        assert_eq!(node_of("127.0.0.1".parse().unwrap(), &[1, 2, 3]), None);
+    }
+
+    async fn echo_server() -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 64];
+                    while let Ok(n) = socket.read(&mut buf).await {
+                        if n == 0 || socket.write_all(&buf[..n]).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        address
+    }
+
+    async fn connect_from(id: NodeId, to: SocketAddr) -> std::io::Result<TcpStream> {
+        let socket = tokio::net::TcpSocket::new_v4()?;
+        socket.bind(SocketAddr::new(source_ip(id), 0))?;
+        socket.connect(to).await
+    }
+
+    async fn echoes(stream: &mut TcpStream) -> bool {
+        let mut buf = [0u8; 4];
+        stream.write_all(b"ping").await.is_ok()
+            && matches!(
+                tokio::time::timeout(
+                    std::time::Duration::from_secs(2),
+                    stream.read_exact(&mut buf)
+                )
+                .await,
+                Ok(Ok(_))
+            )
+    }
+
+    #[tokio::test]
+    async fn a_partition_cuts_open_links_and_refuses_new_ones_until_healed() {
+        let upstream = echo_server().await;
+        let (proxy, listener) = PeerProxy::bind().await.unwrap();
+        let partitions = Partitions::default();
+        PeerProxy::run(
+            listener,
+            1,
+            upstream,
+            Arc::new(vec![1, 2, 3]),
+            partitions.clone(),
+        );
+        let mut from2 = connect_from(2, proxy.address()).await.unwrap();
+        let mut from3 = connect_from(3, proxy.address()).await.unwrap();
+        assert!(echoes(&mut from2).await && echoes(&mut from3).await);
+
+        partitions.split(&[1], &[2, 3]);
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        assert!(
+            !echoes(&mut from2).await,
+            "open link survived the partition"
+        );
+        let mut again = connect_from(2, proxy.address()).await.unwrap();
+        assert!(!echoes(&mut again).await, "new link crossed the partition");
+
+        partitions.heal();
+        let mut healed = connect_from(2, proxy.address()).await.unwrap();
+        assert!(echoes(&mut healed).await);
+    }
+}

@@ -1,0 +1,460 @@
+//! [`run`]: one live fault run, start to verdict. It starts a local cluster
+//! (or uses an existing one), puts a fault proxy in front of every node's
+//! client port, waits for a leader, runs the workload under the nemesis
+//! for the given time while watching leadership, stops, heals, reads the
+//! final values, and hands the record to the checkers.
+
+use super::client_proxy::{ClientProxy, ProxyListener};
+use super::cluster::{ClusterOptions, LocalCluster, STARTUP_TIMEOUT};
+use super::nemesis::{Fault, Nemesis, fiu_available};
+use super::recorder::Recorder;
+use super::workload::{self, ClientMode, WorkloadOptions};
+use crate::coverage::CoverageRequirements;
+use crate::record::{FaultKind, NodeId, Record, RecordError};
+use crate::report::HtmlOptions;
+use crate::verify::{Verification, VerifyConfig, verify};
+use oncekv_client::{Backoff, Client, ClientOptions};
+use oncekv_proto::v1::StatusRequest;
+use oncekv_proto::v1::kv_client::KvClient;
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+/// Where the workload runs.
+#[derive(Clone, Debug)]
+pub enum Target {
+    /// A cluster this run starts from the `oncekv` binary.
+    Local {
+        /// The binary.
+        binary: PathBuf,
+        /// How many nodes.
+        nodes: usize,
+        /// Whether the nodes deduplicate (off: the negative control).
+        dedup: bool,
+    },
+    /// A running cluster, by client addresses (no process faults).
+    Endpoints(Vec<String>),
+}
+
+/// One run's parameters.
+#[derive(Clone, Debug)]
+pub struct RunConfig {
+    /// Where.
+    pub target: Target,
+    /// What the clients do.
+    pub workload: WorkloadOptions,
+    /// How long the workload runs under faults.
+    pub duration: Duration,
+    /// Seeds the workload and the fault schedule.
+    pub seed: u64,
+    /// The fault kinds to inject.
+    pub faults: Vec<Fault>,
+    /// Where the history and the HTML report are written, if anywhere.
+    pub out_dir: Option<PathBuf>,
+}
+
+/// What the run produced.
+#[derive(Debug)]
+pub struct RunSummary {
+    /// The recorded history.
+    pub record: Record,
+    /// The checkers' verdicts and the report.
+    pub verification: Verification,
+    /// Fault kinds asked for that could not run here, with the reason.
+    pub skipped: Vec<String>,
+    /// Nodes that exited on their own during the run.
+    pub crashed: Vec<String>,
+    /// The history file, if written.
+    pub history: Option<PathBuf>,
+    /// The HTML report, if written.
+    pub html: Option<PathBuf>,
+    /// The folder of node data and logs, kept when something failed.
+    pub kept: Option<PathBuf>,
+}
+
+/// How far a run is.
+#[derive(Clone, Copy, Debug)]
+pub struct Progress {
+    /// Time under load so far.
+    pub elapsed: Duration,
+    /// Operations completed.
+    pub operations: u64,
+    /// Faults injected.
+    pub faults: u64,
+}
+
+/// Why a run could not produce a verdict.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The cluster would not start.
+    #[error(transparent)]
+    Cluster(#[from] super::cluster::ClusterError),
+    /// No leader appeared.
+    #[error("no leader within {0:?}")]
+    NoLeader(Duration),
+    /// A proxy or client could not be set up.
+    #[error("setting up: {0}")]
+    Setup(String),
+    /// The final values could not be read.
+    #[error("reading the final values: {0}")]
+    FinalRead(oncekv_client::ClientError),
+    /// The history does not fold.
+    #[error(transparent)]
+    Record(#[from] RecordError),
+    /// A file could not be written.
+    #[error("writing {path}: {source}")]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// The failure.
+        source: std::io::Error,
+    },
+}
+
+/// The nodes' client addresses, with their ids where known.
+type Nodes = Vec<(Option<NodeId>, String)>;
+
+/// Consensus timing of the nodes a run starts.
+const ELECTION_TIMEOUT: Duration = Duration::from_millis(400);
+
+fn node_flags() -> Vec<String> {
+    [
+        "--heartbeat",
+        "50ms",
+        "--election-timeout",
+        "400ms",
+        "--tick-interval",
+        "100ms",
+        "--request-timeout",
+        "2s",
+        "--ttl-ms-min",
+        "500",
+        "--snapshot-after-entries",
+        "400",
+        "--log-entries-kept",
+        "100",
+    ]
+    .iter()
+    .map(|s| (*s).to_string())
+    .collect()
+}
+
+/// What the run must have exercised, given the faults it injected.
+pub fn requirements(faults: &[Fault], mode: ClientMode) -> CoverageRequirements {
+    let mut required = CoverageRequirements::none();
+    required.min_acknowledged = 1;
+    if faults.contains(&Fault::DropReply) {
+        required.min_replies_dropped_after_commit = 1;
+        if mode == ClientMode::Session {
+            required.min_replayed = 1;
+        }
+    }
+    if faults.iter().any(|f| f.disturbs_leadership()) {
+        required.min_leader_changes = 1;
+    }
+    if mode == ClientMode::Session {
+        required.min_session_expiries = 1;
+    }
+    let kinds: BTreeMap<FaultKind, u64> = faults.iter().map(|f| (fault_kind(*f), 1)).collect();
+    required.min_faults = kinds;
+    required
+}
+
+fn fault_kind(fault: Fault) -> FaultKind {
+    match fault {
+        Fault::Kill => FaultKind::Kill,
+        Fault::Pause => FaultKind::Pause,
+        Fault::DropReply => FaultKind::DropReplies,
+        Fault::Delay => FaultKind::Delay,
+        Fault::Reset => FaultKind::Reset,
+        Fault::Partition => FaultKind::Partition,
+        Fault::Fsync => FaultKind::FsyncFailure,
+    }
+}
+
+/// The client options of the workload: short attempts, so a dropped reply
+/// is retried soon.
+fn client_options() -> ClientOptions {
+    ClientOptions {
+        attempt_timeout: Duration::from_millis(1_000),
+        deadline: Duration::from_secs(4),
+        backoff: Backoff {
+            initial: Duration::from_millis(20),
+            max: Duration::from_millis(300),
+        },
+        ..ClientOptions::default()
+    }
+}
+
+/// The leader and term a node reports, if it answers and knows one.
+async fn status_of(address: &str) -> Option<(NodeId, u64)> {
+    let mut client = KvClient::connect(format!("http://{address}")).await.ok()?;
+    let mut request = tonic::Request::new(StatusRequest {});
+    request.set_timeout(Duration::from_millis(300));
+    let status = client.status(request).await.ok()?.into_inner();
+    status.leader_id.map(|leader| (leader, status.term))
+}
+
+/// The leader of the highest term any node reports.
+async fn observe_leader(addresses: &[String]) -> Option<(NodeId, u64)> {
+    let mut best: Option<(NodeId, u64)> = None;
+    for address in addresses {
+        if let Some((leader, term)) = status_of(address).await
+            && best.is_none_or(|(_, t)| term > t)
+        {
+            best = Some((leader, term));
+        }
+    }
+    best
+}
+
+/// Records leader changes until `stop`.
+fn watch_leader(
+    addresses: Vec<String>,
+    recorder: Arc<Recorder>,
+    leader: Arc<AtomicU64>,
+    mut stop: watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut last = None;
+        loop {
+            if let Some((id, term)) = observe_leader(&addresses).await {
+                leader.store(id, Ordering::Relaxed);
+                if last != Some((id, term)) {
+                    recorder.leader(Some(id), Some(term));
+                    last = Some((id, term));
+                }
+            }
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_millis(150)) => {}
+                _ = stop.changed() => return,
+            }
+        }
+    })
+}
+
+/// Runs one fault run to its verdict; `progress` is called about four
+/// times a second while the workload runs.
+pub async fn run(config: &RunConfig, progress: &dyn Fn(Progress)) -> Result<RunSummary, RunError> {
+    let recorder = Arc::new(Recorder::new());
+    let mut skipped = Vec::new();
+    let mut faults = Vec::new();
+    for &fault in &config.faults {
+        let local = matches!(config.target, Target::Local { .. });
+        if fault.needs_processes() && !local {
+            skipped.push(format!(
+                "{fault}: needs the nodes' processes; skipped with --endpoints"
+            ));
+        } else if fault == Fault::Fsync && !fiu_available() {
+            skipped.push(format!(
+                "{fault}: fiu-run/fiu-ctrl not installed (Debian package fiu-utils); skipped"
+            ));
+        } else if !faults.contains(&fault) {
+            faults.push(fault);
+        }
+    }
+    let (cluster, real): (Option<Arc<Mutex<LocalCluster>>>, Nodes) = match &config.target {
+        Target::Local {
+            binary,
+            nodes,
+            dedup,
+        } => {
+            let wrapper = if faults.contains(&Fault::Fsync) {
+                vec!["fiu-run".to_string(), "-x".to_string()]
+            } else {
+                Vec::new()
+            };
+            let cluster = LocalCluster::start(ClusterOptions {
+                binary: binary.clone(),
+                nodes: *nodes,
+                dedup: *dedup,
+                extra_args: node_flags(),
+                wrapper,
+            })
+            .await?;
+            let real = cluster
+                .nodes()
+                .iter()
+                .map(|n| (Some(n.id), n.client_address.to_string()))
+                .collect();
+            (Some(Arc::new(Mutex::new(cluster))), real)
+        }
+        Target::Endpoints(endpoints) => {
+            (None, endpoints.iter().map(|e| (None, e.clone())).collect())
+        }
+    };
+    let real_addresses: Vec<String> = real.iter().map(|(_, a)| a.clone()).collect();
+    let mut listeners = Vec::new();
+    for _ in &real {
+        listeners.push(
+            ProxyListener::bind()
+                .await
+                .map_err(|e| RunError::Setup(format!("binding a client proxy: {e}")))?,
+        );
+    }
+    let hints: HashMap<String, String> = real
+        .iter()
+        .zip(&listeners)
+        .map(|((_, address), listener)| (address.clone(), listener.address().to_string()))
+        .collect();
+    let hints = Arc::new(hints);
+    let mut proxies = Vec::new();
+    for (index, ((node, address), listener)) in real.iter().zip(listeners).enumerate() {
+        let seed = config.seed ^ (index as u64 + 1).wrapping_mul(0xa076_1d64_78bd_642f);
+        proxies.push(
+            ClientProxy::start(
+                listener,
+                *node,
+                address,
+                hints.clone(),
+                recorder.clone(),
+                seed,
+            )
+            .map_err(RunError::Setup)?,
+        );
+    }
+    let proxy_addresses: Vec<String> = proxies.iter().map(|p| p.address().to_string()).collect();
+
+    let start = Instant::now();
+    let first = loop {
+        if let Some(found) = observe_leader(&real_addresses).await {
+            break found;
+        }
+        if start.elapsed() > STARTUP_TIMEOUT {
+            return Err(RunError::NoLeader(STARTUP_TIMEOUT));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let node_ids: Vec<NodeId> = real.iter().filter_map(|(id, _)| *id).collect();
+    let names: Vec<&str> = faults.iter().map(|f| f.name()).collect();
+    let description = format!(
+        "{} clients ({:?} mode), faults [{}], {:?}{}",
+        config.workload.clients,
+        config.workload.mode,
+        names.join(","),
+        config.duration,
+        match &config.target {
+            Target::Local { dedup: false, .. } => ", dedup OFF (negative control)",
+            _ => "",
+        }
+    );
+    recorder.run_started(config.seed, node_ids, description);
+    let leader = Arc::new(AtomicU64::new(first.0));
+    let (stop_tx, stop) = watch::channel(false);
+    let watcher = watch_leader(
+        real_addresses.clone(),
+        recorder.clone(),
+        leader.clone(),
+        stop.clone(),
+    );
+    let mut workload_options = config.workload.clone();
+    workload_options.seed = config.seed;
+    let clients = workload::start(
+        &proxy_addresses,
+        client_options(),
+        &workload_options,
+        recorder.clone(),
+        stop.clone(),
+    )
+    .map_err(|e| RunError::Setup(e.to_string()))?;
+    let nemesis = Nemesis {
+        faults: faults.clone(),
+        cluster: cluster.clone(),
+        proxies: proxies.clone(),
+        leader,
+        election_timeout: ELECTION_TIMEOUT,
+        recorder: recorder.clone(),
+        seed: config.seed,
+    };
+    let nemesis = tokio::spawn(nemesis.run(stop.clone()));
+
+    let began = Instant::now();
+    while began.elapsed() < config.duration {
+        progress(Progress {
+            elapsed: began.elapsed(),
+            operations: recorder.completed(),
+            faults: recorder.faults(),
+        });
+        tokio::time::sleep(Duration::from_millis(250).min(config.duration)).await;
+    }
+    progress(Progress {
+        elapsed: config.duration,
+        operations: recorder.completed(),
+        faults: recorder.faults(),
+    });
+    let _ = stop_tx.send(true);
+    let _ = nemesis.await;
+    let patience = workload_options.grace + Duration::from_secs(10);
+    for client in clients {
+        let _ = tokio::time::timeout(patience, client).await;
+    }
+    // Let everything committed apply everywhere before reading.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let reader = Client::connect(real_addresses.clone(), client_options())
+        .map_err(|e| RunError::Setup(e.to_string()))?;
+    workload::record_final_values(
+        &reader,
+        &workload_options.final_keys(),
+        &recorder,
+        Duration::from_secs(30),
+    )
+    .await
+    .map_err(RunError::FinalRead)?;
+    let _ = watcher.await;
+
+    let mut crashed = Vec::new();
+    if let Some(cluster) = &cluster {
+        let mut cluster = cluster.lock().unwrap_or_else(|p| p.into_inner());
+        for (id, status) in cluster.exited() {
+            crashed.push(format!("node {id} exited on its own ({status})"));
+        }
+    }
+    let record = Record::from_events(recorder.events())?;
+    let verify_config = VerifyConfig {
+        coverage: requirements(&faults, config.workload.mode),
+        ..VerifyConfig::default()
+    };
+    let verification = verify(&record, &verify_config);
+    let mut summary = RunSummary {
+        record,
+        verification,
+        skipped,
+        crashed,
+        history: None,
+        html: None,
+        kept: None,
+    };
+    if let Some(dir) = &config.out_dir {
+        write_outputs(dir, &mut summary)?;
+    }
+    let passed = summary.verification.report.verdict() == crate::coverage::RunVerdict::Pass
+        && summary.crashed.is_empty();
+    if let Some(cluster) = cluster {
+        let mut cluster = cluster.lock().unwrap_or_else(|p| p.into_inner());
+        cluster.stop_all();
+        if !passed && config.out_dir.is_some() {
+            summary.kept = Some(cluster.keep_dir());
+        }
+    }
+    Ok(summary)
+}
+
+fn write_outputs(dir: &std::path::Path, summary: &mut RunSummary) -> Result<(), RunError> {
+    let write_error = |path: PathBuf| move |source| RunError::Write { path, source };
+    std::fs::create_dir_all(dir).map_err(write_error(dir.to_path_buf()))?;
+    let history = dir.join("history.jsonl");
+    summary.record.save(&history)?;
+    let html = dir.join("report.html");
+    let page = summary
+        .verification
+        .report
+        .to_html(&summary.record, &HtmlOptions::default());
+    std::fs::write(&html, page).map_err(write_error(html.clone()))?;
+    summary.history = Some(history);
+    summary.html = Some(html);
+    Ok(())
+}

@@ -1,0 +1,503 @@
+//! The live workload: clients whose double application would show in the
+//! final state, each recording every operation it issues.
+//!
+//! Each client runs one operation at a time, chosen by its own seeded RNG:
+//! unique-token APPENDs to a few keys (a token applied twice shows twice),
+//! INCRs of counters by 1 (some under an idempotency key), CAS and PUT/GET
+//! on registers (for linearizability), and lease grant/revoke by name.
+//!
+//! In [`ClientMode::Session`] every mutation runs on the client's session;
+//! an unknown outcome is retried with the **same sequence number** until
+//! the answer is definite (or the run's grace period ends), so counters
+//! can be checked for "exactly 1..N". An expiry probe lets short sessions
+//! lapse and then uses them, so the run exercises expiry.
+//!
+//! [`ClientMode::Naive`] is the negative control: plain requests, resent on
+//! an unknown outcome, the retry bug Jepsen found in etcd's Java client.
+//! The checkers must catch it.
+
+use super::convert::{error_outcome, ok};
+use super::recorder::Recorder;
+use crate::record::{Bytes, ClientId, Op, Outcome, RequestIdentity};
+use oncekv_client::{Client, ClientError, Session, SessionOptions};
+use oncekv_state::{Command, Query, Reply};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+/// How clients send their mutations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientMode {
+    /// On sessions (and idempotency keys), retried with the same identity:
+    /// exactly-once.
+    Session,
+    /// Plain requests resent on an unknown outcome: the negative control.
+    Naive,
+}
+
+/// The workload's shape.
+#[derive(Clone, Debug)]
+pub struct WorkloadOptions {
+    /// Concurrent clients (an expiry probe runs besides them).
+    pub clients: usize,
+    /// How mutations are sent.
+    pub mode: ClientMode,
+    /// Seeds every client's choices.
+    pub seed: u64,
+    /// Keys receiving appends.
+    pub append_keys: usize,
+    /// Counters.
+    pub counter_keys: usize,
+    /// Registers (PUT/GET/CAS).
+    pub register_keys: usize,
+    /// Lease names.
+    pub lease_names: usize,
+    /// TTL of the clients' sessions.
+    pub session_ttl: Duration,
+    /// TTL of the expiry probe's sessions, which are left to lapse.
+    pub probe_ttl: Duration,
+    /// How long a client keeps retrying an unknown outcome after the run
+    /// stops.
+    pub grace: Duration,
+}
+
+impl Default for WorkloadOptions {
+    fn default() -> Self {
+        WorkloadOptions {
+            clients: 8,
+            mode: ClientMode::Session,
+            seed: 0,
+            append_keys: 3,
+            counter_keys: 2,
+            register_keys: 2,
+            lease_names: 2,
+            session_ttl: Duration::from_secs(10),
+            probe_ttl: Duration::from_millis(1000),
+            grace: Duration::from_secs(15),
+        }
+    }
+}
+
+impl WorkloadOptions {
+    /// The keys whose final value the checkers need (appends, counters).
+    pub fn final_keys(&self) -> Vec<Vec<u8>> {
+        (0..self.append_keys)
+            .map(append_key)
+            .chain((0..self.counter_keys).map(counter_key))
+            .chain(std::iter::once(PROBE_KEY.to_vec()))
+            .collect()
+    }
+}
+
+fn append_key(i: usize) -> Vec<u8> {
+    format!("append-{i}").into_bytes()
+}
+
+fn counter_key(i: usize) -> Vec<u8> {
+    format!("counter-{i}").into_bytes()
+}
+
+fn register_key(i: usize) -> Vec<u8> {
+    format!("register-{i}").into_bytes()
+}
+
+/// The key the expiry probe appends to.
+const PROBE_KEY: &[u8] = b"append-probe";
+
+/// When clients stop starting operations, and when they stop retrying.
+#[derive(Clone, Debug)]
+pub struct Stop {
+    /// Set when the run's time is up.
+    pub stop: watch::Receiver<bool>,
+}
+
+impl Stop {
+    fn stopped(&self) -> bool {
+        *self.stop.borrow()
+    }
+}
+
+/// One client's state.
+struct Worker {
+    id: ClientId,
+    client: Client,
+    options: WorkloadOptions,
+    recorder: Arc<Recorder>,
+    rng: StdRng,
+    stop: Stop,
+    /// Operations issued, for unique tokens and keys.
+    issued: u64,
+    /// The last value this client saw in each register.
+    registers: Vec<Option<Vec<u8>>>,
+    /// Whether this client believes it holds each lease.
+    leases: Vec<bool>,
+    session: Option<Session>,
+    stopped_at: Option<Instant>,
+}
+
+/// What one send returned, and how many times it was sent.
+type Sent = (Result<Reply, ClientError>, u32);
+
+fn sent(result: Result<oncekv_client::Completed, ClientError>) -> Sent {
+    match result {
+        Ok(completed) => (Ok(completed.reply), completed.attempts),
+        Err(ClientError::OutcomeUnknown { attempts, .. }) => (
+            Err(ClientError::OutcomeUnknown {
+                request_id: None,
+                attempts,
+            }),
+            attempts,
+        ),
+        Err(error) => (Err(error), 1),
+    }
+}
+
+fn outcome_of(result: &Result<Reply, ClientError>) -> Outcome {
+    match result {
+        Ok(reply) => ok(reply),
+        Err(error) => error_outcome(error),
+    }
+}
+
+fn is_unknown(result: &Result<Reply, ClientError>) -> bool {
+    matches!(result, Err(ClientError::OutcomeUnknown { .. }))
+}
+
+impl Worker {
+    /// Whether retries of an unknown outcome must end: the run stopped
+    /// more than the grace period ago.
+    fn retries_over(&mut self) -> bool {
+        if !self.stop.stopped() {
+            return false;
+        }
+        let since = *self.stopped_at.get_or_insert_with(Instant::now);
+        since.elapsed() >= self.options.grace
+    }
+
+    fn token(&mut self) -> Vec<u8> {
+        self.issued += 1;
+        format!("c{}-{}", self.id, self.issued).into_bytes()
+    }
+
+    async fn session(&mut self, ttl: Duration, keep_alive: bool) -> Option<Session> {
+        if let Some(session) = &self.session {
+            return Some(session.clone());
+        }
+        let options = SessionOptions {
+            ttl,
+            window: 4,
+            keep_alive,
+        };
+        match self.client.open_session(options).await {
+            Ok(session) => {
+                self.session = Some(session.clone());
+                Some(session)
+            }
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                None
+            }
+        }
+    }
+
+    /// Runs `command` on the session, retrying an unknown outcome with the
+    /// same sequence number; records it as `op`.
+    async fn on_session(&mut self, session: &Session, op: Op, command: Command) -> Outcome {
+        let seq = session.next_seq();
+        let id = session.id().0;
+        let identity = RequestIdentity::session(id, seq);
+        let op_id = self.recorder.invoke(self.id, identity, op);
+        let (mut result, mut attempts) = sent(session.execute_completed(command.clone()).await);
+        while is_unknown(&result) && !self.retries_over() {
+            let (again, more) = sent(session.execute_seq(seq, Some(seq), command.clone()).await);
+            result = again;
+            attempts += more;
+        }
+        if matches!(result, Err(ClientError::SessionExpired)) {
+            self.recorder.session_expired(self.id, id);
+            self.session = None;
+        }
+        let outcome = outcome_of(&result);
+        self.recorder
+            .complete(self.id, op_id, attempts.max(1), outcome.clone());
+        outcome
+    }
+
+    /// Runs `command` under a fresh idempotency key, retried with the same
+    /// key on an unknown outcome.
+    async fn under_key(&mut self, op: Op, command: Command) -> Outcome {
+        let key = format!("k-c{}-{}", self.id, self.issued).into_bytes();
+        let identity = RequestIdentity::idempotent(key.clone());
+        let op_id = self.recorder.invoke(self.id, identity, op);
+        let mut attempts = 0;
+        let result = loop {
+            let (result, more) = sent(
+                self.client
+                    .execute_once(command.clone(), Some(key.clone()))
+                    .await,
+            );
+            attempts += more;
+            if !is_unknown(&result) || self.retries_over() {
+                break result;
+            }
+        };
+        let outcome = outcome_of(&result);
+        self.recorder
+            .complete(self.id, op_id, attempts.max(1), outcome.clone());
+        outcome
+    }
+
+    /// The negative control: a plain request, resent up to three times when
+    /// its outcome is unknown.
+    async fn naive(&mut self, op: Op, command: Command) -> Outcome {
+        let op_id = self.recorder.invoke(self.id, RequestIdentity::plain(), op);
+        let mut attempts = 0;
+        let mut result;
+        loop {
+            let (again, more) = sent(self.client.execute_plain(command.clone()).await);
+            result = again;
+            attempts += more;
+            if !is_unknown(&result) || attempts >= 4 {
+                break;
+            }
+        }
+        let outcome = outcome_of(&result);
+        self.recorder
+            .complete(self.id, op_id, attempts.max(1), outcome.clone());
+        outcome
+    }
+
+    /// Sends a mutation the way the mode says.
+    async fn mutate(&mut self, op: Op, command: Command) -> Option<Outcome> {
+        match self.options.mode {
+            ClientMode::Naive => Some(self.naive(op, command).await),
+            ClientMode::Session => {
+                let ttl = self.options.session_ttl;
+                let session = self.session(ttl, true).await?;
+                Some(self.on_session(&session, op, command).await)
+            }
+        }
+    }
+
+    async fn read(&mut self, key: Vec<u8>) -> Outcome {
+        let op = Op::Get {
+            key: Bytes(key.clone()),
+        };
+        let op_id = self.recorder.invoke(self.id, RequestIdentity::plain(), op);
+        let result = self.client.read(Query::Get { key }, false).await;
+        let outcome = outcome_of(&result);
+        self.recorder.complete(self.id, op_id, 1, outcome.clone());
+        outcome
+    }
+
+    async fn step(&mut self) {
+        let o = &self.options;
+        let choice = self.rng.random_range(0..100);
+        match choice {
+            0..30 => {
+                let key = append_key(self.rng.random_range(0..o.append_keys.max(1)));
+                let token = self.token();
+                let mut value = token.clone();
+                value.push(b';');
+                let op = Op::Append {
+                    key: Bytes(key.clone()),
+                    token: Bytes(token),
+                };
+                self.mutate(op, Command::Append { key, value }).await;
+            }
+            30..50 => {
+                let key = counter_key(self.rng.random_range(0..o.counter_keys.max(1)));
+                self.issued += 1;
+                let op = Op::Incr {
+                    key: Bytes(key.clone()),
+                    by: 1,
+                };
+                let command = Command::Incr { key, by: 1 };
+                if self.options.mode == ClientMode::Session && self.rng.random_bool(0.3) {
+                    self.under_key(op, command).await;
+                } else {
+                    self.mutate(op, command).await;
+                }
+            }
+            50..80 => self.register_step().await,
+            _ => self.lease_step().await,
+        }
+    }
+
+    async fn register_step(&mut self) {
+        let index = self.rng.random_range(0..self.options.register_keys.max(1));
+        let key = register_key(index);
+        match self.rng.random_range(0..3) {
+            0 => {
+                if let Outcome::Ok {
+                    reply: crate::record::Reply::Get { value },
+                    ..
+                } = self.read(key).await
+                {
+                    self.registers[index] = value.map(|v| v.0);
+                }
+            }
+            1 => {
+                let value = self.token();
+                let op = Op::Put {
+                    key: Bytes(key.clone()),
+                    value: Bytes(value.clone()),
+                };
+                let command = Command::Put {
+                    key,
+                    value: value.clone(),
+                    lease: None,
+                };
+                if let Some(Outcome::Ok { .. }) = self.mutate(op, command).await {
+                    self.registers[index] = Some(value);
+                }
+            }
+            _ => {
+                let new = self.token();
+                let expected = self.registers[index].clone();
+                let op = Op::Cas {
+                    key: Bytes(key.clone()),
+                    expected: expected.clone().map(Bytes),
+                    new: Bytes(new.clone()),
+                };
+                let command = Command::Cas { key, expected, new };
+                if let Some(Outcome::Ok {
+                    reply: crate::record::Reply::Cas { current, .. },
+                    ..
+                }) = self.mutate(op, command).await
+                {
+                    self.registers[index] = current.map(|v| v.0);
+                }
+            }
+        }
+    }
+
+    async fn lease_step(&mut self) {
+        let index = self.rng.random_range(0..self.options.lease_names.max(1));
+        let name = format!("lease-{index}");
+        self.issued += 1;
+        let (op, command) = if self.leases[index] {
+            (
+                Op::LeaseRevoke { name: name.clone() },
+                Command::LeaseRevoke { name },
+            )
+        } else {
+            let ttl_ms = 5_000;
+            (
+                Op::LeaseGrant {
+                    name: name.clone(),
+                    ttl_ms,
+                },
+                Command::LeaseGrant { name, ttl_ms },
+            )
+        };
+        if let Some(Outcome::Ok { reply, .. }) = self.mutate(op, command).await {
+            self.leases[index] = matches!(reply, crate::record::Reply::LeaseGranted { .. });
+        }
+    }
+
+    /// Opens short sessions without keep-alive, uses them, lets them lapse
+    /// and uses them again: the second use must be refused as expired.
+    async fn probe_step(&mut self) {
+        let ttl = self.options.probe_ttl;
+        self.session = None;
+        let Some(session) = self.session(ttl, false).await else {
+            return;
+        };
+        for _ in 0..2 {
+            let token = self.token();
+            let mut value = token.clone();
+            value.push(b';');
+            let op = Op::Append {
+                key: Bytes(PROBE_KEY.to_vec()),
+                token: Bytes(token),
+            };
+            let command = Command::Append {
+                key: PROBE_KEY.to_vec(),
+                value,
+            };
+            self.on_session(&session, op, command).await;
+            if self.stop.stopped() {
+                break;
+            }
+            tokio::time::sleep(ttl * 3).await;
+        }
+        session.detach();
+        self.session = None;
+    }
+}
+
+/// Starts the workload's clients (and the expiry probe, in session mode)
+/// against `endpoints`; they run until `stop` is set, then finish their
+/// retries.
+pub fn start(
+    endpoints: &[String],
+    client_options: oncekv_client::ClientOptions,
+    options: &WorkloadOptions,
+    recorder: Arc<Recorder>,
+    stop: watch::Receiver<bool>,
+) -> Result<Vec<tokio::task::JoinHandle<()>>, ClientError> {
+    let probe = options.mode == ClientMode::Session;
+    let total = options.clients + usize::from(probe);
+    let mut tasks = Vec::new();
+    for index in 0..total {
+        let id = index as ClientId + 1;
+        let mut worker = Worker {
+            id,
+            client: Client::connect(endpoints.to_vec(), client_options.clone())?,
+            options: options.clone(),
+            recorder: recorder.clone(),
+            rng: StdRng::seed_from_u64(options.seed ^ id.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+            stop: Stop { stop: stop.clone() },
+            issued: 0,
+            registers: vec![None; options.register_keys.max(1)],
+            leases: vec![false; options.lease_names.max(1)],
+            session: None,
+            stopped_at: None,
+        };
+        let is_probe = index == options.clients;
+        tasks.push(tokio::spawn(async move {
+            while !worker.stop.stopped() {
+                if is_probe {
+                    worker.probe_step().await;
+                } else {
+                    worker.step().await;
+                }
+            }
+            if let Some(session) = worker.session.take() {
+                let _ = tokio::time::timeout(Duration::from_secs(2), session.close()).await;
+            }
+        }));
+    }
+    Ok(tasks)
+}
+
+/// Reads the final value of every key in `keys` (linearizably, retrying up
+/// to `patience`) and records it.
+pub async fn record_final_values(
+    client: &Client,
+    keys: &[Vec<u8>],
+    recorder: &Recorder,
+    patience: Duration,
+) -> Result<(), ClientError> {
+    let deadline = Instant::now() + patience;
+    for key in keys {
+        loop {
+            match client.read(Query::Get { key: key.clone() }, false).await {
+                Ok(Reply::Get { value }) => {
+                    recorder.final_value(Bytes(key.clone()), value.map(Bytes));
+                    break;
+                }
+                Ok(other) => {
+                    return Err(ClientError::Invalid(format!("a read answered {other:?}")));
+                }
+                Err(error) if Instant::now() >= deadline => return Err(error),
+                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,199 @@
+//! `oncekv verify`: a fault run from this binary. It starts a local
+//! cluster of `oncekv serve` processes (or uses `--endpoints`), runs the
+//! workload under the nemesis with a progress bar, heals, checks the
+//! history, prints the summary table and the seed, writes the history and
+//! an HTML timeline, and exits non-zero on any violation.
+
+use crate::commands::{Connection, Output};
+use anyhow::Context;
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use oncekv_check::coverage::RunVerdict;
+use oncekv_check::live::nemesis::Fault;
+use oncekv_check::live::run::{self, Progress, RunConfig, Target};
+use oncekv_check::live::workload::{ClientMode, WorkloadOptions};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+const AFTER_HELP: &str = "\
+Examples:
+  oncekv verify --duration 30s --seed 7              # 3 local nodes, every fault kind
+  oncekv verify --faults kill,drop-reply --clients 4 # only some faults
+  oncekv verify --endpoints 10.0.0.1:7379,10.0.0.2:7379 --faults drop-reply,delay
+  oncekv verify --naive-client                       # negative control: must FAIL
+
+Fault kinds: kill (SIGKILL + restart), pause (SIGSTOP longer than the
+election timeout), drop-reply (the proxy drops replies after commit),
+delay, reset (client connections reset), partition (peer links cut),
+fsync (disk syncs fail; needs fiu-run/fiu-ctrl from Debian's fiu-utils).
+A kind that cannot run here is skipped with a message.
+
+Exit codes:
+  0  pass: every checker passed and the dangerous paths were exercised
+  1  violation: a checker failed (or a node crashed)
+  2  usage error
+  3  inconclusive: nothing failed, but something was undecided or not exercised
+  4  the run could not be carried out (cluster did not start, ...)";
+
+/// Flags of `oncekv verify`.
+#[derive(Debug, Args)]
+#[command(after_help = AFTER_HELP)]
+pub struct VerifyArgs {
+    /// Nodes of the local cluster.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=7))]
+    nodes: u64,
+    /// Concurrent clients (an expiry probe runs besides them).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=256))]
+    clients: u64,
+    /// How long the workload runs under faults.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    duration: Duration,
+    /// Seed of the workload and the fault schedule [default: random, printed].
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Fault kinds, comma-separated [default: all].
+    #[arg(long, value_delimiter = ',', value_parser = Fault::parse)]
+    faults: Option<Vec<Fault>>,
+    /// Inject no faults at all.
+    #[arg(long, conflicts_with = "faults")]
+    no_faults: bool,
+    /// Where the history (history.jsonl) and report (report.html) go
+    /// [default: ./oncekv-verify/seed-N].
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// Negative control: clients resend plain requests on an unknown
+    /// outcome instead of using sessions. The checkers must catch it.
+    #[arg(long)]
+    naive_client: bool,
+    /// Negative control: start the nodes with deduplication off. The
+    /// checkers must catch it.
+    #[arg(long)]
+    unsafe_no_dedup: bool,
+}
+
+const EXIT_VIOLATION: u8 = 1;
+const EXIT_INCONCLUSIVE: u8 = 3;
+const EXIT_NOT_RUN: u8 = 4;
+
+/// Runs `oncekv verify`. `endpoints_given`: whether `--endpoints` was set
+/// (then the workload runs against that cluster).
+pub async fn run(connection: &Connection, args: VerifyArgs, endpoints_given: bool) -> ExitCode {
+    match run_inner(connection, args, endpoints_given).await {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::from(EXIT_NOT_RUN)
+        }
+    }
+}
+
+async fn run_inner(
+    connection: &Connection,
+    args: VerifyArgs,
+    endpoints_given: bool,
+) -> anyhow::Result<ExitCode> {
+    let seed = args.seed.unwrap_or_else(rand::random);
+    let faults = if args.no_faults {
+        Vec::new()
+    } else {
+        args.faults.clone().unwrap_or_else(|| Fault::ALL.to_vec())
+    };
+    let target = if endpoints_given {
+        Target::Endpoints(connection.endpoints.clone())
+    } else {
+        let binary = std::env::current_exe().context("finding the oncekv binary")?;
+        Target::Local {
+            binary,
+            nodes: usize::try_from(args.nodes)?,
+            dedup: !args.unsafe_no_dedup,
+        }
+    };
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("oncekv-verify").join(format!("seed-{seed}")));
+    let config = RunConfig {
+        target,
+        workload: WorkloadOptions {
+            clients: usize::try_from(args.clients)?,
+            mode: if args.naive_client {
+                ClientMode::Naive
+            } else {
+                ClientMode::Session
+            },
+            ..WorkloadOptions::default()
+        },
+        duration: args.duration,
+        seed,
+        faults,
+        out_dir: Some(out),
+    };
+    eprintln!("oncekv verify: seed {seed}");
+    let bar = ProgressBar::new(args.duration.as_millis().try_into().unwrap_or(u64::MAX));
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{bar:30}] {elapsed_precise} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    let report = |progress: Progress| {
+        bar.set_position(progress.elapsed.as_millis().try_into().unwrap_or(u64::MAX));
+        bar.set_message(format!(
+            "{} ops, {} faults",
+            progress.operations, progress.faults
+        ));
+    };
+    let result = run::run(&config, &report).await;
+    bar.finish_and_clear();
+    let summary = result?;
+    let verdict = summary.verification.report.verdict();
+    let violated = verdict == RunVerdict::Fail || !summary.crashed.is_empty();
+    match connection.output {
+        Output::Json => {
+            let json = serde_json::json!({
+                "seed": seed,
+                "verdict": if summary.crashed.is_empty() { verdict.name() } else { "FAIL" },
+                "coverage": oncekv_check::coverage::Coverage::of(&summary.record),
+                "checkers": summary.verification.summaries().iter().map(|s| serde_json::json!({
+                    "checker": s.checker,
+                    "status": format!("{:?}", s.status).to_lowercase(),
+                    "headline": s.headline,
+                    "details": s.details,
+                })).collect::<Vec<_>>(),
+                "skipped": summary.skipped,
+                "crashed": summary.crashed,
+                "history": summary.history,
+                "html": summary.html,
+                "kept": summary.kept,
+            });
+            println!("{json}");
+        }
+        Output::Text => {
+            for skipped in &summary.skipped {
+                println!("skipped fault {skipped}");
+            }
+            print!("{}", summary.verification.report.to_text());
+            for crash in &summary.crashed {
+                println!("CRASH: {crash}");
+            }
+            if let Some(path) = &summary.history {
+                println!("history: {}", path.display());
+            }
+            if let Some(path) = &summary.html {
+                println!("report:  {}", path.display());
+            }
+            if let Some(path) = &summary.kept {
+                println!("node data and logs kept in {}", path.display());
+            }
+            let word = if violated { "FAIL" } else { verdict.name() };
+            println!("verdict: {word} (seed {seed}; rerun with --seed {seed})");
+        }
+    }
+    Ok(if violated {
+        ExitCode::from(EXIT_VIOLATION)
+    } else if verdict == RunVerdict::Pass {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_INCONCLUSIVE)
+    })
+}

@@ -1,0 +1,112 @@
+//! `oncekv verify` end to end, short: a run with every fault kind that can
+//! run here must pass, and both negative controls (nodes without dedup; a
+//! naive client resending plain requests) must be caught as violations.
+//! Each run starts its own 3-node cluster on loopback from this binary.
+
+use serde_json::Value;
+use std::process::Command;
+use std::sync::Mutex;
+
+/// One run at a time: each is a whole cluster under load.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// Runs `oncekv verify ARGS -o json`; returns the exit code and the JSON.
+fn verify(args: &[&str]) -> (i32, Value) {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let out = tempfile::tempdir().expect("a temporary folder");
+    let output = Command::new(env!("CARGO_BIN_EXE_oncekv"))
+        .arg("verify")
+        .args(args)
+        .args(["--clients", "4", "-o", "json", "--out"])
+        .arg(out.path())
+        .output()
+        .expect("oncekv runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let json = serde_json::from_str(stdout.trim()).unwrap_or_else(|error| {
+        panic!("not one JSON object ({error}):\n{stdout}\nstderr:\n{stderr}")
+    });
+    let code = output.status.code().expect("an exit code");
+    assert!(
+        out.path().join("history.jsonl").is_file(),
+        "no history written"
+    );
+    assert!(
+        out.path().join("report.html").is_file(),
+        "no report written"
+    );
+    (code, json)
+}
+
+fn checker<'a>(json: &'a Value, name: &str) -> &'a Value {
+    json["checkers"]
+        .as_array()
+        .and_then(|all| all.iter().find(|c| c["checker"] == name))
+        .unwrap_or_else(|| panic!("no checker {name} in {json}"))
+}
+
+#[test]
+fn a_short_run_under_every_fault_kind_passes() {
+    let (code, json) = verify(&["--duration", "15s", "--seed", "11"]);
+    assert_eq!(code, 0, "expected PASS: {json:#}");
+    assert_eq!(json["verdict"], "PASS");
+    let faults = &json["coverage"]["faults"];
+    for kind in [
+        "kill",
+        "pause",
+        "partition",
+        "drop_replies",
+        "delay",
+        "reset",
+    ] {
+        assert!(
+            faults[kind].as_u64().unwrap_or(0) >= 1,
+            "fault kind {kind} not injected: {json:#}"
+        );
+    }
+    assert!(json["coverage"]["replies_dropped_after_commit"].as_u64() >= Some(1));
+    assert!(json["coverage"]["replayed"].as_u64() >= Some(1));
+}
+
+#[test]
+fn nodes_without_dedup_are_caught() {
+    let (code, json) = verify(&[
+        "--duration",
+        "10s",
+        "--seed",
+        "12",
+        "--faults",
+        "drop-reply,reset",
+        "--unsafe-no-dedup",
+    ]);
+    assert_eq!(code, 1, "expected a violation: {json:#}");
+    assert_eq!(json["verdict"], "FAIL");
+    assert_eq!(checker(&json, "exactly_once")["status"], "fail", "{json:#}");
+}
+
+#[test]
+fn a_naive_retrying_client_is_caught() {
+    let (code, json) = verify(&[
+        "--duration",
+        "10s",
+        "--seed",
+        "13",
+        "--faults",
+        "drop-reply,reset",
+        "--naive-client",
+    ]);
+    assert_eq!(code, 1, "expected a violation: {json:#}");
+    assert_eq!(json["verdict"], "FAIL");
+    assert_eq!(checker(&json, "exactly_once")["status"], "fail", "{json:#}");
+}
+
+#[test]
+fn unknown_fault_kinds_are_a_usage_error() {
+    let output = Command::new(env!("CARGO_BIN_EXE_oncekv"))
+        .args(["verify", "--faults", "meteor"])
+        .output()
+        .expect("oncekv runs");
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("unknown fault `meteor`"), "{stderr}");
+}

@@ -198,12 +198,14 @@ impl Client {
 
     /// Runs `attempt` against the leader until it is done, the deadline
     /// passes, or it fails after maybe being sent when `retry_safe` is off.
+    /// Returns the value, the attempts made, and whether an attempt before
+    /// the last may have reached the cluster.
     async fn with_retries<T, F, Fut>(
         &self,
         retry_safe: bool,
         request_id: Option<RequestId>,
         mut attempt: F,
-    ) -> Result<(T, u32), ClientError>
+    ) -> Result<(T, u32, bool), ClientError>
     where
         F: FnMut(KvClient<Channel>, Duration, u32) -> Fut,
         Fut: std::future::Future<Output = Attempt<T>>,
@@ -236,7 +238,7 @@ impl Client {
             match result {
                 Attempt::Done(value) => {
                     *lock(&self.inner.leader) = Some(target);
-                    return Ok((value, attempts));
+                    return Ok((value, attempts, maybe_sent));
                 }
                 Attempt::Refused(error) => return Err(error),
                 Attempt::Redirect(hint) => {
@@ -294,7 +296,7 @@ impl Client {
         };
         let wire =
             convert::request_to_wire(&request).map_err(|e| ClientError::Invalid(e.to_string()))?;
-        let ((outcome, index), attempts) = self
+        let ((outcome, index), attempts, resent) = self
             .with_retries(retry_safe, request_id, |mut rpc, timeout, attempt| {
                 let mut wire = wire.clone();
                 if let Some(v1::execute_request::Origin::Session(header)) = &mut wire.origin {
@@ -328,6 +330,15 @@ impl Client {
                 }
             })
             .await?;
+        // A refusal that forgets the past (the session is gone, or its
+        // record was freed) says nothing about an earlier attempt that may
+        // have applied before it: the outcome is unknown, not "not applied".
+        if resent && matches!(outcome, Outcome::SessionExpired | Outcome::Stale { .. }) {
+            return Err(ClientError::OutcomeUnknown {
+                request_id,
+                attempts,
+            });
+        }
         Ok((outcome, index, attempts))
     }
 
@@ -361,7 +372,7 @@ impl Client {
             query: Some(convert::query_to_wire(&query)),
             serializable,
         };
-        let (reply, _) = self
+        let (reply, _, _) = self
             .with_retries(true, None, |mut rpc, timeout, _| {
                 let wire = wire.clone();
                 async move {
@@ -457,7 +468,7 @@ impl Client {
     {
         use v1::membership_response::Result as Membership;
         let timeout = self.inner.options.deadline;
-        let (members, _) = self
+        let (members, _, _) = self
             .with_retries(true, None, |rpc, _, _| {
                 let call = call(rpc, timeout);
                 async move {

@@ -10,8 +10,11 @@ pub enum ClientError {
     /// lease that exists, INCR on text, ...). Definite: nothing changed.
     #[error("rejected: {0}")]
     Rejected(Rejection),
-    /// The session expired (or was evicted or closed): the request was not
-    /// applied under it. Open a new session.
+    /// The session expired (or was evicted or closed): this call did not
+    /// apply the request. (When an earlier call of the same request ended
+    /// with an unknown outcome, that one may still have applied before the
+    /// session went; within one call the client reports such a case as
+    /// [`ClientError::OutcomeUnknown`].) Open a new session.
     #[error("session expired: the request was not applied")]
     SessionExpired,
     /// The session secret was wrong: not applied.

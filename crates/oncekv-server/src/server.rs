@@ -75,6 +75,10 @@ pub enum ServeError {
     /// The metrics endpoint could not start.
     #[error(transparent)]
     Metrics(#[from] crate::telemetry::MetricsError),
+    /// Consensus stopped on a fatal error (a failed disk write or sync):
+    /// the node stops rather than serve without a working log.
+    #[error("consensus failed: {0}")]
+    Fatal(String),
     /// A gRPC server failed.
     #[error("{service} service failed: {source}")]
     Transport {
@@ -157,12 +161,21 @@ where
     tracing::info!(id = config.id, client = %config.advertise.client_address, peer = %config.advertise.peer_address, "node serving");
     let peer = tokio::spawn(peer);
     let client = tokio::spawn(client);
-    shutdown.await;
-    tracing::info!(id = config.id, "shutting down");
+    let fatal = tokio::select! {
+        () = shutdown => None,
+        cause = consensus.stopped_fatally() => Some(cause),
+    };
+    match &fatal {
+        None => tracing::info!(id = config.id, "shutting down"),
+        Some(cause) => tracing::error!(id = config.id, %cause, "consensus failed: stopping"),
+    }
     let _ = stop.send(true);
     let peer_result = peer.await;
     let client_result = client.await;
     consensus.shutdown().await;
+    if let Some(cause) = fatal {
+        return Err(ServeError::Fatal(cause));
+    }
     for (service, result) in [("peer", peer_result), ("client", client_result)] {
         if let Ok(Err(source)) = result {
             return Err(ServeError::Transport { service, source });

@@ -32,7 +32,9 @@ Exit codes:
   1  failed while running
   2  usage error (bad flags, id not in --initial-cluster)
   3  data directory unusable, or it belongs to another node or cluster
-  4  an address cannot be bound (in use, or not local)";
+  4  an address cannot be bound (in use, or not local)
+  5  consensus failed (a log write or sync failed): the node stopped
+     without acknowledging unsynced data; restart it to recover";
 
 /// Flags of `oncekv serve`.
 #[derive(Debug, Args)]
@@ -295,6 +297,10 @@ pub async fn run(args: ServeArgs) -> ExitCode {
         Err(error @ ServeError::Storage { .. }) => {
             eprintln!("error: {error}");
             ExitCode::from(3)
+        }
+        Err(error @ ServeError::Fatal(_)) => {
+            eprintln!("error: {error}");
+            ExitCode::from(5)
         }
         Err(error) => {
             eprintln!("error: {error}");

@@ -162,6 +162,7 @@ async fn run_inner(
                 })).collect::<Vec<_>>(),
                 "skipped": summary.skipped,
                 "crashed": summary.crashed,
+                "stopped_on_sync_failure": summary.stopped_on_sync_failure,
                 "history": summary.history,
                 "html": summary.html,
                 "kept": summary.kept,
@@ -175,6 +176,12 @@ async fn run_inner(
             print!("{}", summary.verification.report.to_text());
             for crash in &summary.crashed {
                 println!("CRASH: {crash}");
+            }
+            if summary.stopped_on_sync_failure > 0 {
+                println!(
+                    "nodes stopped on a failed log sync (and were restarted): {}",
+                    summary.stopped_on_sync_failure
+                );
             }
             if let Some(path) = &summary.history {
                 println!("history: {}", path.display());

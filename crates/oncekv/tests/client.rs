@@ -202,3 +202,76 @@ async fn a_kept_lease_holds_its_keys_and_a_dropped_one_deletes_them() {
         "the lease expired with its key"
     );
 }
+
+/// The bug `oncekv verify` found: a request applied, its reply dropped, and
+/// its session expired before the retry. The retry is refused as expired,
+/// but that refusal cannot speak for the first send: the outcome must be
+/// unknown, never "not applied".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_refused_as_expired_after_a_lost_reply_is_unknown_not_failed() {
+    use oncekv_check::live::client_proxy::{ClientProxy, ProxyListener, ReplyFault};
+    use oncekv_check::live::recorder::Recorder;
+    use std::sync::Arc;
+
+    let _one = exclusive().await;
+    let mut cluster = Cluster::start(1, FAST);
+    cluster.leader(Duration::from_secs(15)).await;
+    let node = cluster.node(1).client.clone();
+    let listener = ProxyListener::bind().await.expect("a proxy port");
+    let proxy = ClientProxy::start(
+        listener,
+        Some(1),
+        &node,
+        Arc::new(Default::default()),
+        Arc::new(Recorder::new()),
+        7,
+    )
+    .expect("proxy");
+    let options = ClientOptions {
+        attempt_timeout: Duration::from_millis(1_500),
+        deadline: Duration::from_secs(6),
+        ..ClientOptions::default()
+    };
+    let client = Client::connect([proxy.address().to_string()], options).expect("client");
+    let session = client
+        .open_session(SessionOptions {
+            ttl: Duration::from_millis(500),
+            window: 4,
+            keep_alive: false,
+        })
+        .await
+        .expect("session");
+    // Only the first reply is lost: the retry, 1.5 s later and past the
+    // session's ttl, hears the refusal.
+    proxy.set_fault(ReplyFault::Drop { probability: 1.0 });
+    let healer = proxy.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        healer.set_fault(ReplyFault::None);
+    });
+    let append = Command::Append {
+        key: b"log".to_vec(),
+        value: b"once;".to_vec(),
+    };
+    let result = session.execute(append).await;
+    assert!(
+        matches!(result, Err(ClientError::OutcomeUnknown { .. })),
+        "expected an unknown outcome, got {result:?}"
+    );
+    let direct = Client::connect([node], ClientOptions::default()).expect("client");
+    let value = direct
+        .read(
+            Query::Get {
+                key: b"log".to_vec(),
+            },
+            false,
+        )
+        .await;
+    assert_eq!(
+        value,
+        Ok(Reply::Get {
+            value: Some(b"once;".to_vec())
+        }),
+        "the first send applied"
+    );
+}

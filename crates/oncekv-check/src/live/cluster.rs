@@ -89,6 +89,8 @@ pub struct LocalCluster {
     nodes: Vec<NodeProcess>,
     partitions: Partitions,
     path: PathBuf,
+    /// Processes that exited on their own: node, exit code, description.
+    exits: Vec<(NodeId, Option<i32>, String)>,
     /// Removed on drop unless kept.
     dir: Option<tempfile::TempDir>,
 }
@@ -170,6 +172,7 @@ impl LocalCluster {
             nodes,
             partitions,
             path: dir.path().to_path_buf(),
+            exits: Vec::new(),
             dir: Some(dir),
         };
         for id in shared_ids.iter() {
@@ -211,6 +214,7 @@ impl LocalCluster {
     pub fn restart(&mut self, id: NodeId) -> std::io::Result<()> {
         let binary = self.options.binary.clone();
         let wrapper = self.options.wrapper.clone();
+        self.reap();
         let Some(node) = self.node_mut(id) else {
             return Ok(());
         };
@@ -287,18 +291,24 @@ impl LocalCluster {
         Ok(())
     }
 
-    /// Nodes whose process exited on its own (not killed by the nemesis).
-    pub fn exited(&mut self) -> Vec<(NodeId, String)> {
-        let mut exited = Vec::new();
+    /// Notes every process that exited on its own since the last look.
+    fn reap(&mut self) {
         for node in &mut self.nodes {
             if let Some(child) = &mut node.child
                 && let Ok(Some(status)) = child.try_wait()
             {
-                exited.push((node.id, status.to_string()));
+                self.exits
+                    .push((node.id, status.code(), status.to_string()));
                 node.child = None;
             }
         }
-        exited
+    }
+
+    /// Processes that exited on their own (not killed by the nemesis)
+    /// during the run: node, exit code, description.
+    pub fn exits(&mut self) -> Vec<(NodeId, Option<i32>, String)> {
+        self.reap();
+        self.exits.clone()
     }
 
     /// Kills every node.

@@ -168,7 +168,8 @@ impl Nemesis {
             }
             let Some(fault) = order.pop() else { break };
             let hold = Duration::from_millis(rng.random_range(800..2_000));
-            self.inject(fault, hold, rounds == 1, &mut rng, &mut stop).await;
+            self.inject(fault, hold, rounds == 1, &mut rng, &mut stop)
+                .await;
         }
         self.heal();
     }

@@ -66,8 +66,11 @@ pub struct RunSummary {
     pub verification: Verification,
     /// Fault kinds asked for that could not run here, with the reason.
     pub skipped: Vec<String>,
-    /// Nodes that exited on their own during the run.
+    /// Nodes that exited on their own during the run (a crash).
     pub crashed: Vec<String>,
+    /// Times a node stopped on a failed log sync (exit code 5), as it
+    /// must under the fsync fault.
+    pub stopped_on_sync_failure: usize,
     /// The history file, if written.
     pub history: Option<PathBuf>,
     /// The HTML report, if written.
@@ -94,14 +97,24 @@ pub enum RunError {
     #[error(transparent)]
     Cluster(#[from] super::cluster::ClusterError),
     /// No leader appeared.
-    #[error("no leader within {0:?}")]
-    NoLeader(Duration),
+    #[error("no leader within {within:?}{logs}")]
+    NoLeader {
+        /// How long the run waited.
+        within: Duration,
+        /// Where the node logs were kept, as a sentence, if anywhere.
+        logs: String,
+    },
     /// A proxy or client could not be set up.
     #[error("setting up: {0}")]
     Setup(String),
     /// The final values could not be read.
-    #[error("reading the final values: {0}")]
-    FinalRead(oncekv_client::ClientError),
+    #[error("reading the final values: {error}{logs}")]
+    FinalRead {
+        /// The last failure.
+        error: oncekv_client::ClientError,
+        /// Where the node logs were kept, as a sentence, if anywhere.
+        logs: String,
+    },
     /// The history does not fold.
     #[error(transparent)]
     Record(#[from] RecordError),
@@ -325,7 +338,10 @@ pub async fn run(config: &RunConfig, progress: &dyn Fn(Progress)) -> Result<RunS
             break found;
         }
         if start.elapsed() > STARTUP_TIMEOUT {
-            return Err(RunError::NoLeader(STARTUP_TIMEOUT));
+            return Err(RunError::NoLeader {
+                within: STARTUP_TIMEOUT,
+                logs: keep_logs(cluster.as_deref()),
+            });
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
@@ -353,6 +369,10 @@ pub async fn run(config: &RunConfig, progress: &dyn Fn(Progress)) -> Result<RunS
     );
     let mut workload_options = config.workload.clone();
     workload_options.seed = config.seed;
+    if matches!(config.target, Target::Endpoints(_)) && workload_options.prefix.is_empty() {
+        // A cluster in use may hold these keys: this run's own.
+        workload_options.prefix = format!("verify-{:016x}/", rand::random::<u64>());
+    }
     let clients = workload::start(
         &proxy_addresses,
         client_options(),
@@ -403,14 +423,24 @@ pub async fn run(config: &RunConfig, progress: &dyn Fn(Progress)) -> Result<RunS
         Duration::from_secs(30),
     )
     .await
-    .map_err(RunError::FinalRead)?;
+    .map_err(|error| RunError::FinalRead {
+        error,
+        logs: keep_logs(cluster.as_deref()),
+    })?;
     let _ = watcher.await;
 
     let mut crashed = Vec::new();
+    let mut stopped_on_sync_failure = 0;
     if let Some(cluster) = &cluster {
         let mut cluster = cluster.lock().unwrap_or_else(|p| p.into_inner());
-        for (id, status) in cluster.exited() {
-            crashed.push(format!("node {id} exited on its own ({status})"));
+        for (id, code, status) in cluster.exits() {
+            // Exit code 5: the node stopped on a failed log sync, which is
+            // what it must do under the fsync fault.
+            if code == Some(5) && faults.contains(&Fault::Fsync) {
+                stopped_on_sync_failure += 1;
+            } else {
+                crashed.push(format!("node {id} exited on its own ({status})"));
+            }
         }
     }
     let record = Record::from_events(recorder.events())?;
@@ -424,6 +454,7 @@ pub async fn run(config: &RunConfig, progress: &dyn Fn(Progress)) -> Result<RunS
         verification,
         skipped,
         crashed,
+        stopped_on_sync_failure,
         history: None,
         html: None,
         kept: None,
@@ -441,6 +472,18 @@ pub async fn run(config: &RunConfig, progress: &dyn Fn(Progress)) -> Result<RunS
         }
     }
     Ok(summary)
+}
+
+/// Keeps the cluster's folder for a post-mortem; says where.
+fn keep_logs(cluster: Option<&Mutex<LocalCluster>>) -> String {
+    cluster.map_or_else(String::new, |cluster| {
+        let mut cluster = cluster.lock().unwrap_or_else(|p| p.into_inner());
+        cluster.stop_all();
+        format!(
+            " (node data and logs kept in {})",
+            cluster.keep_dir().display()
+        )
+    })
 }
 
 fn write_outputs(dir: &std::path::Path, summary: &mut RunSummary) -> Result<(), RunError> {

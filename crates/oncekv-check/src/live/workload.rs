@@ -62,6 +62,9 @@ pub struct WorkloadOptions {
     /// How long a client keeps retrying an unknown outcome after the run
     /// stops.
     pub grace: Duration,
+    /// Prefix of every key and lease name, so a run against a cluster
+    /// in use touches only its own keys.
+    pub prefix: String,
 }
 
 impl Default for WorkloadOptions {
@@ -77,6 +80,7 @@ impl Default for WorkloadOptions {
             session_ttl: Duration::from_secs(10),
             probe_ttl: Duration::from_millis(1000),
             grace: Duration::from_secs(15),
+            prefix: String::new(),
         }
     }
 }
@@ -85,27 +89,22 @@ impl WorkloadOptions {
     /// The keys whose final value the checkers need (appends, counters).
     pub fn final_keys(&self) -> Vec<Vec<u8>> {
         (0..self.append_keys)
-            .map(append_key)
-            .chain((0..self.counter_keys).map(counter_key))
-            .chain(std::iter::once(PROBE_KEY.to_vec()))
+            .map(|i| self.key("append", i))
+            .chain((0..self.counter_keys).map(|i| self.key("counter", i)))
+            .chain(std::iter::once(self.probe_key()))
             .collect()
     }
-}
 
-fn append_key(i: usize) -> Vec<u8> {
-    format!("append-{i}").into_bytes()
-}
+    /// The `i`th key of a kind (`append`, `counter`, `register`, `lease`).
+    fn key(&self, kind: &str, i: usize) -> Vec<u8> {
+        format!("{}{kind}-{i}", self.prefix).into_bytes()
+    }
 
-fn counter_key(i: usize) -> Vec<u8> {
-    format!("counter-{i}").into_bytes()
+    /// The key the expiry probe appends to.
+    fn probe_key(&self) -> Vec<u8> {
+        format!("{}append-probe", self.prefix).into_bytes()
+    }
 }
-
-fn register_key(i: usize) -> Vec<u8> {
-    format!("register-{i}").into_bytes()
-}
-
-/// The key the expiry probe appends to.
-const PROBE_KEY: &[u8] = b"append-probe";
 
 /// When clients stop starting operations, and when they stop retrying.
 #[derive(Clone, Debug)]
@@ -211,16 +210,33 @@ impl Worker {
         let identity = RequestIdentity::session(id, seq);
         let op_id = self.recorder.invoke(self.id, identity, op);
         let (mut result, mut attempts) = sent(session.execute_completed(command.clone()).await);
+        let mut was_unknown = false;
         while is_unknown(&result) && !self.retries_over() {
+            was_unknown = true;
             let (again, more) = sent(session.execute_seq(seq, Some(seq), command.clone()).await);
             result = again;
             attempts += more;
         }
+        let forgotten = matches!(
+            result,
+            Err(ClientError::SessionExpired | ClientError::Stale { .. })
+        );
         if matches!(result, Err(ClientError::SessionExpired)) {
             self.recorder.session_expired(self.id, id);
             self.session = None;
         }
-        let outcome = outcome_of(&result);
+        let outcome = if was_unknown && forgotten {
+            // The session (or the record) is gone, so the cluster cannot say
+            // whether an earlier send applied before it went: still unknown.
+            Outcome::Unknown {
+                detail: Some(format!(
+                    "{} after an unknown outcome",
+                    outcome_of(&result).class()
+                )),
+            }
+        } else {
+            outcome_of(&result)
+        };
         self.recorder
             .complete(self.id, op_id, attempts.max(1), outcome.clone());
         outcome
@@ -298,7 +314,7 @@ impl Worker {
         let choice = self.rng.random_range(0..100);
         match choice {
             0..30 => {
-                let key = append_key(self.rng.random_range(0..o.append_keys.max(1)));
+                let key = o.key("append", self.rng.random_range(0..o.append_keys.max(1)));
                 let token = self.token();
                 let mut value = token.clone();
                 value.push(b';');
@@ -309,7 +325,7 @@ impl Worker {
                 self.mutate(op, Command::Append { key, value }).await;
             }
             30..50 => {
-                let key = counter_key(self.rng.random_range(0..o.counter_keys.max(1)));
+                let key = o.key("counter", self.rng.random_range(0..o.counter_keys.max(1)));
                 self.issued += 1;
                 let op = Op::Incr {
                     key: Bytes(key.clone()),
@@ -329,7 +345,7 @@ impl Worker {
 
     async fn register_step(&mut self) {
         let index = self.rng.random_range(0..self.options.register_keys.max(1));
-        let key = register_key(index);
+        let key = self.options.key("register", index);
         match self.rng.random_range(0..3) {
             0 => {
                 if let Outcome::Ok {
@@ -377,7 +393,7 @@ impl Worker {
 
     async fn lease_step(&mut self) {
         let index = self.rng.random_range(0..self.options.lease_names.max(1));
-        let name = format!("lease-{index}");
+        let name = String::from_utf8_lossy(&self.options.key("lease", index)).into_owned();
         self.issued += 1;
         let (op, command) = if self.leases[index] {
             (
@@ -411,14 +427,12 @@ impl Worker {
             let token = self.token();
             let mut value = token.clone();
             value.push(b';');
+            let key = self.options.probe_key();
             let op = Op::Append {
-                key: Bytes(PROBE_KEY.to_vec()),
+                key: Bytes(key.clone()),
                 token: Bytes(token),
             };
-            let command = Command::Append {
-                key: PROBE_KEY.to_vec(),
-                value,
-            };
+            let command = Command::Append { key, value };
             self.on_session(&session, op, command).await;
             if self.stop.stopped() {
                 break;

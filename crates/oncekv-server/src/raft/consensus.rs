@@ -235,6 +235,23 @@ impl Consensus {
         }
     }
 
+    /// Resolves, with the cause, when consensus stops on a fatal error
+    /// (a failed log write or sync, say). A node in that state can neither
+    /// lead nor follow; it must stop, so that it restarts from its durable
+    /// state instead of lingering half alive.
+    pub async fn stopped_fatally(&self) -> String {
+        use openraft::async_runtime::WatchReceiver;
+        let mut metrics = self.raft.metrics();
+        loop {
+            if let Err(fatal) = &metrics.borrow_watched().running_state {
+                return fatal.to_string();
+            }
+            if metrics.changed().await.is_err() {
+                return "consensus stopped".to_string();
+            }
+        }
+    }
+
     /// Leadership as this node sees it now.
     pub fn leadership(&self) -> Leadership {
         let metrics = self.raft.metrics();

@@ -102,8 +102,17 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// Whether a transport status means the request never left this client.
 fn never_sent(status: &tonic::Status) -> bool {
     status.code() == tonic::Code::Unavailable && {
+        // Only a failed connect proves it; "connection reset" or "closed"
+        // may come after the request left.
         let text = format!("{status:?}").to_lowercase();
-        text.contains("connect") || text.contains("connection refused")
+        [
+            "tcp connect error",
+            "connecterror",
+            "connection refused",
+            "error trying to connect",
+        ]
+        .iter()
+        .any(|marker| text.contains(marker))
     }
 }
 
@@ -518,5 +527,33 @@ pub(crate) fn completed(
             applied_index,
             attempts,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn only_a_refused_connect_counts_as_never_sent() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let channel = TcpConnector
+            .channel(&format!("127.0.0.1:{port}"))
+            .expect("a channel");
+        let refused = KvClient::new(channel)
+            .status(v1::StatusRequest {})
+            .await
+            .expect_err("nothing listens there");
+        assert!(never_sent(&refused), "{refused:?}");
+        for after_sending in [
+            tonic::Status::unavailable("connection reset by peer"),
+            tonic::Status::unavailable("connection closed before message completed"),
+            tonic::Status::unknown("tcp connect error"),
+        ] {
+            assert!(!never_sent(&after_sending), "{after_sending:?}");
+        }
     }
 }

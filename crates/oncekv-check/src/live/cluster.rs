@@ -28,8 +28,9 @@ pub struct ClusterOptions {
     pub dedup: bool,
     /// Extra `serve` flags for every node.
     pub extra_args: Vec<String>,
-    /// A command prefix wrapping each node (e.g. `fiu-run -x`), if any.
-    pub wrapper: Vec<String>,
+    /// Start each node under `fiu-run`, so its disk syncs can be made to
+    /// fail (see [`LocalCluster::fiu_ctrl`]).
+    pub fiu: bool,
 }
 
 /// Why the cluster could not start.
@@ -198,6 +199,11 @@ impl LocalCluster {
         &self.path
     }
 
+    /// The base path of the nodes' `fiu-ctrl` pipes (in the run's folder).
+    pub fn fiu_ctrl(&self) -> PathBuf {
+        self.path.join("fiu-ctrl")
+    }
+
     /// Keeps the run's folder after the cluster is dropped.
     pub fn keep_dir(&mut self) -> PathBuf {
         if let Some(dir) = self.dir.take() {
@@ -213,7 +219,7 @@ impl LocalCluster {
     /// Starts node `id` (again), on the same data.
     pub fn restart(&mut self, id: NodeId) -> std::io::Result<()> {
         let binary = self.options.binary.clone();
-        let wrapper = self.options.wrapper.clone();
+        let fiu = self.options.fiu.then(|| self.fiu_ctrl());
         self.reap();
         let Some(node) = self.node_mut(id) else {
             return Ok(());
@@ -222,10 +228,10 @@ impl LocalCluster {
             return Ok(());
         }
         let log = File::options().create(true).append(true).open(&node.log)?;
-        let mut command = match wrapper.split_first() {
-            Some((program, rest)) => {
-                let mut command = Command::new(program);
-                command.args(rest).arg(&binary);
+        let mut command = match fiu {
+            Some(control) => {
+                let mut command = Command::new("fiu-run");
+                command.arg("-x").arg("-f").arg(control).arg(&binary);
                 command
             }
             None => Command::new(&binary),

@@ -300,9 +300,12 @@ fn fiu_syncs(cluster: &LocalCluster, id: NodeId, fail: bool) {
     else {
         return;
     };
+    let control = cluster.fiu_ctrl();
     let verb = if fail { "enable" } else { "disable" };
     for call in ["posix/io/sync/fdatasync", "posix/io/sync/fsync"] {
         let _ = std::process::Command::new("fiu-ctrl")
+            .arg("-f")
+            .arg(&control)
             .args(["-c", &format!("{verb} name={call}"), &pid.to_string()])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())

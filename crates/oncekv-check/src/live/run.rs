@@ -276,17 +276,12 @@ pub async fn run(config: &RunConfig, progress: &dyn Fn(Progress)) -> Result<RunS
             nodes,
             dedup,
         } => {
-            let wrapper = if faults.contains(&Fault::Fsync) {
-                vec!["fiu-run".to_string(), "-x".to_string()]
-            } else {
-                Vec::new()
-            };
             let cluster = LocalCluster::start(ClusterOptions {
                 binary: binary.clone(),
                 nodes: *nodes,
                 dedup: *dedup,
                 extra_args: node_flags(),
-                wrapper,
+                fiu: faults.contains(&Fault::Fsync),
             })
             .await?;
             let real = cluster

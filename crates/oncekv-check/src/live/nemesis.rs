@@ -87,7 +87,8 @@ impl Fault {
         matches!(self, Fault::Kill | Fault::Pause | Fault::Partition)
     }
 
-    fn kind(self) -> FaultKind {
+    /// The kind recorded in the history.
+    pub fn kind(self) -> FaultKind {
         match self {
             Fault::Kill => FaultKind::Kill,
             Fault::Pause => FaultKind::Pause,

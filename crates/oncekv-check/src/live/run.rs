@@ -172,21 +172,9 @@ pub fn requirements(faults: &[Fault], mode: ClientMode) -> CoverageRequirements 
     if mode == ClientMode::Session {
         required.min_session_expiries = 1;
     }
-    let kinds: BTreeMap<FaultKind, u64> = faults.iter().map(|f| (fault_kind(*f), 1)).collect();
+    let kinds: BTreeMap<FaultKind, u64> = faults.iter().map(|f| (f.kind(), 1)).collect();
     required.min_faults = kinds;
     required
-}
-
-fn fault_kind(fault: Fault) -> FaultKind {
-    match fault {
-        Fault::Kill => FaultKind::Kill,
-        Fault::Pause => FaultKind::Pause,
-        Fault::DropReply => FaultKind::DropReplies,
-        Fault::Delay => FaultKind::Delay,
-        Fault::Reset => FaultKind::Reset,
-        Fault::Partition => FaultKind::Partition,
-        Fault::Fsync => FaultKind::FsyncFailure,
-    }
 }
 
 /// The client options of the workload: short attempts, so a dropped reply

@@ -686,6 +686,8 @@ pub enum FaultKind {
     Reset,
     /// Disk syncs made to fail on a node.
     FsyncFailure,
+    /// Network links failing at random, breaking connections.
+    MessageLoss,
     /// Any other fault.
     #[serde(other)]
     Other,
@@ -704,6 +706,7 @@ impl FaultKind {
             Self::LeaderTransfer => "leader_transfer",
             Self::Reset => "reset",
             Self::FsyncFailure => "fsync_failure",
+            Self::MessageLoss => "message_loss",
             Self::Other => "other",
         }
     }

@@ -519,6 +519,7 @@ fn fault_colour(kind: FaultKind) -> &'static str {
         FaultKind::LeaderTransfer => "#2980b9",
         FaultKind::Reset => "#34495e",
         FaultKind::FsyncFailure => "#6d214f",
+        FaultKind::MessageLoss => "#27ae60",
         FaultKind::Other => "#95a5a6",
     }
 }

@@ -1,11 +1,13 @@
 //! [`LeaderClock`]: the cluster time a leader stamps on the entries it
 //! proposes. It is the leader's monotonic clock, continued from the last
 //! applied cluster time when the node takes office (a new term), so time
-//! neither jumps with wall clocks nor runs while there is no leader.
+//! neither jumps with wall clocks nor runs while there is no leader. It
+//! reads tokio's clock, which is the monotonic clock except under a
+//! simulated runtime, where it is simulated time.
 
 use oncekv_state::ClusterTime;
 use std::sync::Mutex;
-use std::time::Instant;
+use tokio::time::Instant;
 
 #[derive(Debug)]
 struct Office {

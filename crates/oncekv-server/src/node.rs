@@ -12,8 +12,9 @@ use oncekv_state::{
 };
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 /// Settings of the node's request handling.
 #[derive(Clone, Debug)]

@@ -7,7 +7,7 @@ use crate::grpc::KvService;
 use crate::identity::{self, IdentityError};
 use crate::node::{Node, NodeOptions};
 use crate::raft::consensus::{Consensus, ConsensusOptions, StartError};
-use crate::raft::network::{PEER_MESSAGE_BYTES_MAX, PeerNetwork};
+use crate::raft::network::{PEER_MESSAGE_BYTES_MAX, PeerConnector, PeerNetwork};
 use crate::raft::segment_log::SegmentLog;
 use crate::raft::state_machine_store::StateMachineStore;
 use crate::raft::type_config::{NodeId, NodeInfo};
@@ -18,6 +18,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_stream::Stream;
@@ -49,6 +50,12 @@ pub struct ServerConfig {
     /// The source address of outgoing peer connections (`None`: chosen by
     /// the OS), for hosts with several addresses.
     pub peer_source_ip: Option<IpAddr>,
+    /// How to reach peers; `None` is TCP (a simulation injects its network).
+    pub peer_connector: Option<Arc<dyn PeerConnector>>,
+    /// Whether disk writes (log appends, snapshots) run on the calling task
+    /// instead of a writer thread: for deterministic simulation only, where
+    /// every step must run inside the simulated runtime.
+    pub inline_disk_io: bool,
     /// Whether retries are answered from completion records. Always on,
     /// except in the checkers' negative control, which proves that a store
     /// without dedup is caught.
@@ -115,10 +122,18 @@ where
         }
     };
     let log_dir = config.data_dir.join("log");
-    let log = SegmentLog::open(&log_dir).map_err(storage(log_dir))?;
+    let log = if config.inline_disk_io {
+        SegmentLog::open_inline(&log_dir)
+    } else {
+        SegmentLog::open(&log_dir)
+    }
+    .map_err(storage(log_dir))?;
     let state_dir = config.data_dir.join("state");
     let mut state =
         StateMachineStore::open(&state_dir, config.limits.clone()).map_err(storage(state_dir))?;
+    if config.inline_disk_io {
+        state = state.with_inline_io();
+    }
     if !config.dedup {
         tracing::warn!("deduplication is OFF: retries apply again (negative control only)");
         state = state.without_dedup();
@@ -130,6 +145,7 @@ where
         state,
         PeerNetwork {
             source_ip: config.peer_source_ip,
+            connector: config.peer_connector.clone(),
         },
         config.initial_cluster.clone(),
     )

@@ -227,6 +227,8 @@ fn config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
         client_message_bytes_max: args.max_message_bytes,
         metrics: args.listen_metrics,
         peer_source_ip: args.peer_source_ip,
+        peer_connector: None,
+        inline_disk_io: false,
         dedup: !args.unsafe_no_dedup,
     })
 }

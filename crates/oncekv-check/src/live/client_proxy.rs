@@ -133,9 +133,42 @@ impl ClientProxy {
             .connect_timeout(Duration::from_millis(500))
             .tcp_nodelay(true)
             .connect_lazy();
+        let (accepted, incoming) = mpsc::channel::<std::io::Result<Conn>>(64);
+        let incoming = tokio_stream::wrappers::ReceiverStream::new(incoming);
+        let proxy = ClientProxy::serve(
+            listener.address,
+            incoming,
+            node,
+            channel,
+            hints,
+            recorder,
+            seed,
+        );
+        tokio::spawn(accept_loop(listener.listener, accepted, proxy.cut.clone()));
+        Ok(proxy)
+    }
+
+    /// Proxies the connections of `incoming` (a transport other than
+    /// loopback TCP, such as a simulated network) to the node `node`
+    /// behind `upstream`; clients reach it at `address`.
+    /// [`ClientProxy::reset_connections`] does nothing for these.
+    pub fn serve<S, IO, E>(
+        address: SocketAddr,
+        incoming: S,
+        node: Option<NodeId>,
+        upstream: Channel,
+        hints: Arc<HashMap<String, String>>,
+        recorder: Arc<Recorder>,
+        seed: u64,
+    ) -> ClientProxy
+    where
+        S: tokio_stream::Stream<Item = Result<IO, E>> + Send + 'static,
+        IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
+        E: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
+    {
         let shared = Arc::new(Shared {
             node,
-            upstream: KvClient::new(channel),
+            upstream: KvClient::new(upstream),
             fault: Mutex::new(ReplyFault::None),
             rng: Mutex::new(StdRng::seed_from_u64(seed)),
             recorder,
@@ -144,15 +177,12 @@ impl ClientProxy {
         });
         let (cut, _) = watch::channel(0u64);
         let proxy = ClientProxy {
-            address: listener.address,
+            address,
             shared,
             cut: Arc::new(cut),
         };
-        let (accepted, incoming) = mpsc::channel::<std::io::Result<Conn>>(64);
-        tokio::spawn(accept_loop(listener.listener, accepted, proxy.cut.clone()));
         let service = KvServer::new(Forwarder(proxy.shared.clone()));
         tokio::spawn(async move {
-            let incoming = tokio_stream::wrappers::ReceiverStream::new(incoming);
             if let Err(error) = tonic::transport::Server::builder()
                 .add_service(service)
                 .serve_with_incoming(incoming)
@@ -161,7 +191,7 @@ impl ClientProxy {
                 eprintln!("client proxy stopped: {error}");
             }
         });
-        Ok(proxy)
+        proxy
     }
 
     /// Where clients connect.

@@ -4,6 +4,8 @@
 //! in time order. Operations and faults get their ids here, and the
 //! recorder remembers which client and operation own each dedup key, so
 //! the fault proxy (which sees only the wire) can attribute every answer.
+//! The clock is the monotonic one, or one the caller supplies (simulated
+//! time); stamps never go backwards either way.
 
 use crate::record::{
     Answer, AttemptResponse, Bytes, ClientId, Completion, DedupKey, Event, ExpiryReport, FaultEnd,
@@ -12,13 +14,36 @@ use crate::record::{
 };
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
+
+/// Nanoseconds since the run started, from a caller's clock.
+pub type ClockFn = Arc<dyn Fn() -> u64 + Send + Sync>;
+
+/// Where stamps come from.
+#[derive(Clone)]
+enum Clock {
+    /// The monotonic clock, from this instant.
+    Since(Instant),
+    /// The caller's clock.
+    Custom(ClockFn),
+}
+
+impl std::fmt::Debug for Clock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Clock::Since(started) => f.debug_tuple("Since").field(started).finish(),
+            Clock::Custom(_) => f.write_str("Custom"),
+        }
+    }
+}
 
 /// Collects a run's events.
 #[derive(Debug)]
 pub struct Recorder {
-    started: Instant,
+    clock: Clock,
+    /// The last stamp given out (stamps never go backwards).
+    last_ns: AtomicU64,
     events: Mutex<Vec<Event>>,
     owners: Mutex<HashMap<DedupKey, (ClientId, OpId)>>,
     next_op: AtomicU64,
@@ -30,7 +55,8 @@ pub struct Recorder {
 impl Default for Recorder {
     fn default() -> Self {
         Recorder {
-            started: Instant::now(),
+            clock: Clock::Since(Instant::now()),
+            last_ns: AtomicU64::new(0),
             events: Mutex::new(Vec::new()),
             owners: Mutex::new(HashMap::new()),
             next_op: AtomicU64::new(1),
@@ -53,9 +79,25 @@ impl Recorder {
         Recorder::default()
     }
 
-    /// Nanoseconds since the run started.
+    /// A recorder stamping events with `clock` (nanoseconds since the run
+    /// started), e.g. simulated time.
+    pub fn with_clock(clock: ClockFn) -> Recorder {
+        Recorder {
+            clock: Clock::Custom(clock),
+            ..Recorder::default()
+        }
+    }
+
+    /// Nanoseconds since the run started; never less than a stamp given
+    /// before.
     pub fn now_ns(&self) -> u64 {
-        u64::try_from(self.started.elapsed().as_nanos()).unwrap_or(u64::MAX)
+        let now = match &self.clock {
+            Clock::Since(started) => {
+                u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX)
+            }
+            Clock::Custom(clock) => clock(),
+        };
+        self.last_ns.fetch_max(now, Ordering::Relaxed).max(now)
     }
 
     fn push(&self, event: impl FnOnce(u64) -> Event) {

@@ -213,29 +213,31 @@ async fn observe_leader(addresses: &[String]) -> Option<(NodeId, u64)> {
     best
 }
 
-/// Records leader changes until `stop`.
-fn watch_leader(
-    addresses: Vec<String>,
+/// Asks `observe` for the leader and its term every 150 ms until `stop`;
+/// keeps the latest leader in `leader` and records every change.
+pub async fn watch_leader<F, Fut>(
+    observe: F,
     recorder: Arc<Recorder>,
     leader: Arc<AtomicU64>,
     mut stop: watch::Receiver<bool>,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut last = None;
-        loop {
-            if let Some((id, term)) = observe_leader(&addresses).await {
-                leader.store(id, Ordering::Relaxed);
-                if last != Some((id, term)) {
-                    recorder.leader(Some(id), Some(term));
-                    last = Some((id, term));
-                }
-            }
-            tokio::select! {
-                () = tokio::time::sleep(Duration::from_millis(150)) => {}
-                _ = stop.changed() => return,
+) where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Option<(NodeId, u64)>>,
+{
+    let mut last = None;
+    loop {
+        if let Some((id, term)) = observe().await {
+            leader.store(id, Ordering::Relaxed);
+            if last != Some((id, term)) {
+                recorder.leader(Some(id), Some(term));
+                last = Some((id, term));
             }
         }
-    })
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_millis(150)) => {}
+            _ = stop.changed() => return,
+        }
+    }
 }
 
 /// Runs one fault run to its verdict; `progress` is called about four
@@ -344,12 +346,16 @@ pub async fn run(config: &RunConfig, progress: &dyn Fn(Progress)) -> Result<RunS
     recorder.run_started(config.seed, node_ids, description);
     let leader = Arc::new(AtomicU64::new(first.0));
     let (stop_tx, stop) = watch::channel(false);
-    let watcher = watch_leader(
-        real_addresses.clone(),
+    let addresses = real_addresses.clone();
+    let watcher = tokio::spawn(watch_leader(
+        move || {
+            let addresses = addresses.clone();
+            async move { observe_leader(&addresses).await }
+        },
         recorder.clone(),
         leader.clone(),
         stop.clone(),
-    );
+    ));
     let mut workload_options = config.workload.clone();
     workload_options.seed = config.seed;
     if matches!(config.target, Target::Endpoints(_)) && workload_options.prefix.is_empty() {

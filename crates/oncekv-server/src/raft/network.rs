@@ -2,7 +2,9 @@
 //! `RaftPeer` gRPC service. Raft messages travel as postcard bytes inside
 //! protobuf envelopes; snapshots are streamed in chunks. Every call has a
 //! deadline, HTTP/2 keep-alives detect dead connections, and a timed-out
-//! connection is dropped and redialled on the next call.
+//! connection is dropped and redialled on the next call. How a channel
+//! reaches a peer is a [`PeerConnector`]: TCP unless one is injected (a
+//! simulated network).
 
 use super::type_config::{NodeId, NodeInfo, TypeConfig};
 use oncekv_proto::v1::raft_peer_client::RaftPeerClient;
@@ -19,6 +21,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::future::Future;
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Duration;
 use tonic::transport::{Channel, Endpoint};
 
@@ -34,11 +37,20 @@ pub(crate) enum VoteKind {
     PreVote(VoteRequest<TypeConfig>),
 }
 
+/// Opens the channel of a peer endpoint (address, timeouts and keep-alives
+/// already set) over some transport.
+pub trait PeerConnector: Send + Sync + std::fmt::Debug {
+    /// A channel to `endpoint`, connected on first use.
+    fn connect_lazy(&self, endpoint: Endpoint) -> Channel;
+}
+
 /// Makes clients to peers.
 #[derive(Clone, Debug, Default)]
 pub struct PeerNetwork {
-    /// The source address of outgoing connections, if set.
+    /// The source address of outgoing TCP connections, if set.
     pub source_ip: Option<IpAddr>,
+    /// The transport to peers; `None` is TCP.
+    pub connector: Option<Arc<dyn PeerConnector>>,
 }
 
 impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
@@ -49,6 +61,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
             target,
             address: node.peer_address.clone(),
             source_ip: self.source_ip,
+            connector: self.connector.clone(),
             client: None,
         }
     }
@@ -60,6 +73,7 @@ pub struct PeerClient {
     target: NodeId,
     address: String,
     source_ip: Option<IpAddr>,
+    connector: Option<Arc<dyn PeerConnector>>,
     client: Option<RaftPeerClient<Channel>>,
 }
 
@@ -88,13 +102,16 @@ impl PeerClient {
         }
         let endpoint = Endpoint::from_shared(format!("http://{}", self.address))
             .map_err(|e| unreachable(&e))?
-            .local_address(self.source_ip)
             .connect_timeout(Duration::from_millis(500))
             .tcp_nodelay(true)
             .http2_keep_alive_interval(Duration::from_secs(1))
             .keep_alive_timeout(Duration::from_secs(2))
             .keep_alive_while_idle(true);
-        let client = RaftPeerClient::new(endpoint.connect_lazy())
+        let channel = match &self.connector {
+            Some(connector) => connector.connect_lazy(endpoint),
+            None => endpoint.local_address(self.source_ip).connect_lazy(),
+        };
+        let client = RaftPeerClient::new(channel)
             .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
             .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX);
         self.client = Some(client.clone());

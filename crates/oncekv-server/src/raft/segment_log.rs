@@ -9,7 +9,10 @@
 //! lives in its own file, replaced atomically by the writer thread after
 //! the appends queued before it, and durable before `save_vote` returns.
 //! Entries are also kept in memory, so reads never
-//! touch the disk.
+//! touch the disk. [`SegmentLog::open_inline`] writes on the caller's task
+//! instead of a thread (same files, same order, one sync per write), for
+//! deterministic simulation, where every step must happen inside the
+//! simulated runtime.
 
 use super::type_config::TypeConfig;
 use openraft::OptionalSend;
@@ -22,7 +25,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write as _};
 use std::ops::RangeBounds;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock, mpsc};
+use std::sync::{Arc, Mutex, RwLock, mpsc};
 
 /// Segments are rolled once they exceed this size.
 const SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
@@ -87,12 +90,21 @@ struct Pending {
     done: Done,
 }
 
+/// Where writes are made durable.
+#[derive(Clone)]
+enum Writer {
+    /// The writer thread, which group-commits everything queued.
+    Thread(mpsc::Sender<Pending>),
+    /// On the caller's task; `None` once a write has failed.
+    Inline(Arc<Mutex<Option<Segments>>>),
+}
+
 /// The durable Raft log of one node.
 #[derive(Clone)]
 pub struct SegmentLog {
     dir: PathBuf,
     memory: Arc<RwLock<Memory>>,
-    writer: mpsc::Sender<Pending>,
+    writer: Writer,
 }
 
 impl Debug for SegmentLog {
@@ -214,7 +226,7 @@ fn write_vote(dir: &Path, vote: &Vote) -> io::Result<()> {
     sync_dir(dir)
 }
 
-/// The writer thread's view of the segment files.
+/// The writer's view of the segment files.
 struct Segments {
     dir: PathBuf,
     /// Segment number and the highest entry index ever written to it.
@@ -282,39 +294,49 @@ impl Segments {
     }
 }
 
+impl Done {
+    fn complete(self, outcome: io::Result<()>) {
+        match self {
+            Done::Flushed(callback) => callback.io_completed(outcome),
+            Done::Reply(reply) => {
+                let _ = reply.send(outcome);
+            }
+        }
+    }
+}
+
+/// Writes and syncs one batch, then completes each of its writes; whether
+/// it succeeded.
+fn write_and_complete(segments: &mut Segments, batch: Vec<Pending>) -> bool {
+    let result = segments.write_batch(&batch);
+    if let Err(error) = &result {
+        tracing::error!(%error, "log write failed: this node stops acknowledging");
+    }
+    for write in batch {
+        let outcome = match &result {
+            Ok(()) => Ok(()),
+            Err(error) => Err(io::Error::new(error.kind(), error.to_string())),
+        };
+        write.done.complete(outcome);
+    }
+    result.is_ok()
+}
+
+fn failed_log() -> io::Error {
+    io::Error::other("the log is failed after a write error")
+}
+
 fn run_writer(mut segments: Segments, requests: mpsc::Receiver<Pending>) {
     while let Ok(first) = requests.recv() {
         let mut batch = vec![first];
         while let Ok(more) = requests.try_recv() {
             batch.push(more);
         }
-        let result = segments.write_batch(&batch);
-        if let Err(error) = &result {
-            tracing::error!(%error, "log write failed: this node stops acknowledging");
-        }
-        for write in batch {
-            let outcome = match &result {
-                Ok(()) => Ok(()),
-                Err(error) => Err(io::Error::new(error.kind(), error.to_string())),
-            };
-            match write.done {
-                Done::Flushed(callback) => callback.io_completed(outcome),
-                Done::Reply(reply) => {
-                    let _ = reply.send(outcome);
-                }
-            }
-        }
-        if result.is_err() {
+        if !write_and_complete(&mut segments, batch) {
             // A failed fsync leaves the file in an unknown state: never
             // write to it again. Later requests fail until restart.
             for write in requests.iter() {
-                let failed = Err(io::Error::other("the log is failed after a write error"));
-                match write.done {
-                    Done::Flushed(callback) => callback.io_completed(failed),
-                    Done::Reply(reply) => {
-                        let _ = reply.send(failed);
-                    }
-                }
+                write.done.complete(Err(failed_log()));
             }
             return;
         }
@@ -322,8 +344,33 @@ fn run_writer(mut segments: Segments, requests: mpsc::Receiver<Pending>) {
 }
 
 impl SegmentLog {
-    /// Opens (or creates) the log in `dir`, replaying its segments.
+    /// Opens (or creates) the log in `dir`, replaying its segments; a
+    /// writer thread makes appends durable.
     pub fn open(dir: &Path) -> io::Result<SegmentLog> {
+        let (memory, segments) = Self::replay(dir)?;
+        let (writer, requests) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("oncekv-log-writer".into())
+            .spawn(move || run_writer(segments, requests))?;
+        Ok(SegmentLog {
+            dir: dir.to_path_buf(),
+            memory: Arc::new(RwLock::new(memory)),
+            writer: Writer::Thread(writer),
+        })
+    }
+
+    /// Opens the log like [`SegmentLog::open`], but makes each write durable
+    /// on the calling task before it returns, without a thread.
+    pub fn open_inline(dir: &Path) -> io::Result<SegmentLog> {
+        let (memory, segments) = Self::replay(dir)?;
+        Ok(SegmentLog {
+            dir: dir.to_path_buf(),
+            memory: Arc::new(RwLock::new(memory)),
+            writer: Writer::Inline(Arc::new(Mutex::new(Some(segments)))),
+        })
+    }
+
+    fn replay(dir: &Path) -> io::Result<(Memory, Segments)> {
         std::fs::create_dir_all(dir)?;
         let mut numbers: Vec<u64> = std::fs::read_dir(dir)?
             .filter_map(|entry| {
@@ -368,15 +415,7 @@ impl SegmentLog {
             current_max,
             current_bytes,
         };
-        let (writer, requests) = mpsc::channel();
-        std::thread::Builder::new()
-            .name("oncekv-log-writer".into())
-            .spawn(move || run_writer(segments, requests))?;
-        Ok(SegmentLog {
-            dir: dir.to_path_buf(),
-            memory: Arc::new(RwLock::new(memory)),
-            writer,
-        })
+        Ok((memory, segments))
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Memory> {
@@ -388,9 +427,23 @@ impl SegmentLog {
     }
 
     fn submit(&self, write: Pending) -> io::Result<()> {
-        self.writer
-            .send(write)
-            .map_err(|_| io::Error::other("the log writer has stopped after a write error"))
+        match &self.writer {
+            Writer::Thread(sender) => sender
+                .send(write)
+                .map_err(|_| io::Error::other("the log writer has stopped after a write error")),
+            Writer::Inline(segments) => {
+                let mut segments = segments.lock().unwrap_or_else(|p| p.into_inner());
+                match segments.as_mut() {
+                    Some(open) => {
+                        if !write_and_complete(open, vec![write]) {
+                            *segments = None;
+                        }
+                    }
+                    None => write.done.complete(Err(failed_log())),
+                }
+                Ok(())
+            }
+        }
     }
 
     /// Writes one record and waits until it is durable.

@@ -58,6 +58,9 @@ pub struct StateMachineStore {
     limits: Limits,
     /// Whether the machine deduplicates (see `StateMachine::without_dedup`).
     dedup: bool,
+    /// Whether snapshot files are written on the calling task rather than
+    /// on a blocking thread (deterministic simulation).
+    inline_io: bool,
     dir: PathBuf,
     current: Arc<Mutex<Option<StoredSnapshot>>>,
 }
@@ -84,6 +87,7 @@ impl StateMachineStore {
             }))),
             limits,
             dedup: true,
+            inline_io: false,
             dir: dir.to_path_buf(),
             current: Arc::new(Mutex::new(None)),
         };
@@ -111,6 +115,25 @@ impl StateMachineStore {
                 .without_dedup();
         drop(state);
         self
+    }
+
+    /// Writes snapshot files on the calling task instead of a blocking
+    /// thread, so a simulated runtime runs every step itself.
+    pub fn with_inline_io(mut self) -> StateMachineStore {
+        self.inline_io = true;
+        self
+    }
+
+    /// Makes `snapshot` the durable one, off the async task unless
+    /// `inline_io`.
+    async fn persist_off_task(&self, snapshot: StoredSnapshot) -> io::Result<()> {
+        if self.inline_io {
+            return self.persist(&snapshot);
+        }
+        let store = self.clone();
+        tokio::task::spawn_blocking(move || store.persist(&snapshot))
+            .await
+            .map_err(io::Error::other)?
     }
 
     /// The applied state, for reads.
@@ -205,11 +228,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
                 data: state.machine.snapshot(),
             }
         };
-        let store = self.clone();
-        let written = snapshot.clone();
-        tokio::task::spawn_blocking(move || store.persist(&written))
-            .await
-            .map_err(io::Error::other)??;
+        self.persist_off_task(snapshot.clone()).await?;
         *self.current_lock() = Some(snapshot.clone());
         Ok(SnapshotOf::<TypeConfig, Vec<u8>> {
             meta: snapshot.meta,
@@ -289,11 +308,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             data: snapshot,
         };
         self.load(&stored)?;
-        let store = self.clone();
-        let written = stored.clone();
-        tokio::task::spawn_blocking(move || store.persist(&written))
-            .await
-            .map_err(io::Error::other)??;
+        self.persist_off_task(stored.clone()).await?;
         *self.current_lock() = Some(stored);
         Ok(())
     }

@@ -62,6 +62,7 @@ openraft::declare_raft_types!(
         R = Applied,
         NodeId = NodeId,
         Node = NodeInfo,
+        AsyncRuntime = super::runtime::RaftRuntime,
 );
 
 /// The Raft handle of an oncekv node.

@@ -1,0 +1,565 @@
+//! One simulated run: three oncekv nodes and a client host on a turmoil
+//! network in simulated time; the workload of `oncekv verify` through its
+//! recording proxies; the seeded fault plan applied between simulation
+//! steps; and the checkers' verdict. Disk I/O is real (files in a temp dir,
+//! on tmpfs where there is one) but done inline on the node's task, so each
+//! step runs to completion inside simulated time.
+
+use crate::net::{SimConnector, incoming};
+use crate::plan::{SimFault, Window, plan};
+use oncekv_check::coverage::{CoverageRequirements, RunVerdict};
+use oncekv_check::live::client_proxy::{ClientProxy, ReplyFault};
+use oncekv_check::live::recorder::Recorder;
+use oncekv_check::live::run::watch_leader;
+use oncekv_check::live::workload::{self, ClientMode, WorkloadOptions};
+use oncekv_check::record::{FaultId, FaultKind, Record, RecordError};
+use oncekv_check::verify::{Verification, VerifyConfig, verify};
+use oncekv_client::{Backoff, Client, ClientOptions, Jitter};
+use oncekv_server::node::NodeOptions;
+use oncekv_server::raft::consensus::ConsensusOptions;
+use oncekv_server::raft::runtime::seed_thread_rng;
+use oncekv_server::raft::type_config::NodeInfo;
+use oncekv_server::server::{ServerConfig, serve};
+use oncekv_state::Limits;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{Hash, Hasher};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::sync::watch;
+use turmoil::net::TcpListener;
+
+/// Nodes in the simulated cluster.
+pub const NODES: u64 = 3;
+const CLIENT_PORT: u16 = 7000;
+const PEER_PORT: u16 = 7001;
+const PROXY_PORT_BASE: u16 = 8000;
+const CLIENT_HOST: &str = "clients";
+/// How long the cluster may take to elect its first leader.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What to simulate.
+#[derive(Clone, Debug)]
+pub struct SimOptions {
+    /// Seeds the network, the fault plan and the workload.
+    pub seed: u64,
+    /// Simulated time the workload runs (faults happen within it).
+    pub length: Duration,
+    /// Concurrent clients (an expiry probe runs besides them).
+    pub clients: usize,
+    /// Whether nodes deduplicate (off only for the negative control).
+    pub dedup: bool,
+    /// Whether faults are injected.
+    pub faults: bool,
+}
+
+impl Default for SimOptions {
+    fn default() -> Self {
+        SimOptions {
+            seed: 0,
+            length: Duration::from_secs(20),
+            clients: 4,
+            dedup: true,
+            faults: true,
+        }
+    }
+}
+
+/// How a run ended.
+#[derive(Debug)]
+pub struct SimOutcome {
+    /// The seed.
+    pub seed: u64,
+    /// The history.
+    pub record: Record,
+    /// The checkers' verdicts and the report.
+    pub verification: Verification,
+    /// The faults injected, described.
+    pub faults: Vec<String>,
+    /// Simulated time in all.
+    pub simulated: Duration,
+    /// Simulation steps taken.
+    pub steps: u64,
+    /// A digest of the whole history: equal for two runs of one seed when
+    /// the simulation is deterministic.
+    pub digest: u64,
+}
+
+impl SimOutcome {
+    /// Pass, fail or inconclusive.
+    pub fn verdict(&self) -> RunVerdict {
+        self.verification.report.verdict()
+    }
+}
+
+/// Why a run could not reach a verdict.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// A host's software failed (a node stopped on its own, or the clients
+    /// could not finish).
+    #[error("at {at:?} of simulated time: {message}")]
+    Host {
+        /// When.
+        at: Duration,
+        /// What the host returned.
+        message: String,
+    },
+    /// The history does not fold into a record.
+    #[error("the run's history is inconsistent: {0}")]
+    Record(#[from] RecordError),
+    /// Temp dirs could not be made.
+    #[error("setting up: {0}")]
+    Setup(#[from] std::io::Error),
+}
+
+/// What the driver and the client host share.
+#[derive(Debug, Default)]
+struct Shared {
+    /// The latest leader seen (0: none yet).
+    leader: Arc<AtomicU64>,
+    /// When the workload started, in simulated time.
+    started: Mutex<Option<Duration>>,
+    /// The proxy in front of each node, once started.
+    proxies: Mutex<Vec<ClientProxy>>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}
+
+fn node_host(id: u64) -> String {
+    format!("n{id}")
+}
+
+fn node_info(id: u64) -> NodeInfo {
+    NodeInfo {
+        peer_address: format!("{}:{PEER_PORT}", node_host(id)),
+        client_address: format!("{}:{CLIENT_PORT}", node_host(id)),
+    }
+}
+
+fn node_config(id: u64, root: &Path, dedup: bool) -> ServerConfig {
+    ServerConfig {
+        id,
+        data_dir: root.join(node_host(id)),
+        advertise: node_info(id),
+        initial_cluster: Some((1..=NODES).map(|id| (id, node_info(id))).collect()),
+        limits: Limits::default(),
+        consensus: ConsensusOptions {
+            heartbeat_ms: 50,
+            election_timeout_min_ms: 400,
+            election_timeout_max_ms: 800,
+            snapshot_after_entries: 300,
+            log_entries_kept_after_snapshot: 100,
+        },
+        node: NodeOptions {
+            propose_timeout: Duration::from_secs(2),
+            tick_interval: Duration::from_millis(100),
+        },
+        client_message_bytes_max: 4 * 1024 * 1024,
+        metrics: None,
+        peer_source_ip: None,
+        peer_connector: Some(Arc::new(SimConnector)),
+        inline_disk_io: true,
+        dedup,
+    }
+}
+
+/// Backoff jitter from the run's seed.
+#[derive(Debug)]
+struct SeededJitter(Mutex<StdRng>);
+
+impl Jitter for SeededJitter {
+    fn fraction(&self) -> f64 {
+        lock(&self.0).random()
+    }
+}
+
+fn client_options(seed: u64) -> ClientOptions {
+    ClientOptions {
+        attempt_timeout: Duration::from_millis(1_000),
+        deadline: Duration::from_secs(4),
+        backoff: Backoff {
+            initial: Duration::from_millis(20),
+            max: Duration::from_millis(300),
+        },
+        jitter: Arc::new(SeededJitter(Mutex::new(StdRng::seed_from_u64(seed)))),
+        connector: Arc::new(SimConnector),
+        ..ClientOptions::default()
+    }
+}
+
+/// The leader of the highest term any node reports.
+async fn observe_leader(client: &Client, addresses: &[String]) -> Option<(u64, u64)> {
+    let mut best: Option<(u64, u64)> = None;
+    for address in addresses {
+        if let Ok(status) = client.status(Some(address)).await
+            && let Some(leader) = status.leader_id
+            && best.is_none_or(|(_, term)| status.term > term)
+        {
+            best = Some((leader, status.term));
+        }
+    }
+    best
+}
+
+/// The client host: proxies in front of the nodes, the workload through
+/// them, then the final reads.
+async fn run_clients(
+    options: SimOptions,
+    recorder: Arc<Recorder>,
+    shared: Arc<Shared>,
+) -> turmoil::Result {
+    let own_ip = turmoil::lookup(CLIENT_HOST);
+    let nodes: Vec<String> = (1..=NODES).map(|id| node_info(id).client_address).collect();
+    let proxy_addresses: Vec<SocketAddr> = (1..=NODES)
+        .map(|id| SocketAddr::new(own_ip, PROXY_PORT_BASE + id as u16))
+        .collect();
+    let hints: Arc<HashMap<String, String>> = Arc::new(
+        nodes
+            .iter()
+            .zip(&proxy_addresses)
+            .map(|(node, proxy)| (node.clone(), proxy.to_string()))
+            .collect(),
+    );
+    let mut proxies = Vec::new();
+    for (index, address) in proxy_addresses.iter().enumerate() {
+        let id = index as u64 + 1;
+        let listener = TcpListener::bind(("0.0.0.0", address.port())).await?;
+        proxies.push(ClientProxy::serve(
+            *address,
+            incoming(listener),
+            Some(id),
+            SimConnector::channel_to(&nodes[index])?,
+            hints.clone(),
+            recorder.clone(),
+            options.seed ^ id.wrapping_mul(0xa076_1d64_78bd_642f),
+        ));
+    }
+    *lock(&shared.proxies) = proxies;
+
+    let observer = Client::connect(nodes.clone(), client_options(options.seed ^ 1))?;
+    let first = loop {
+        if let Some(found) = observe_leader(&observer, &nodes).await {
+            break found;
+        }
+        if turmoil::elapsed() > STARTUP_TIMEOUT {
+            return Err(format!("no leader within {STARTUP_TIMEOUT:?}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    shared.leader.store(first.0, Ordering::Relaxed);
+    let description = format!(
+        "simulation: {} nodes, {} clients, {:?} of faults{}",
+        NODES,
+        options.clients,
+        options.length,
+        if options.dedup {
+            ""
+        } else {
+            ", dedup OFF (negative control)"
+        }
+    );
+    recorder.run_started(options.seed, (1..=NODES).collect(), description);
+    *lock(&shared.started) = Some(turmoil::sim_elapsed().unwrap_or_default());
+
+    let (stop_tx, stop) = watch::channel(false);
+    let (watching, addresses) = (observer.clone(), nodes.clone());
+    let watcher = tokio::spawn(watch_leader(
+        move || {
+            let (client, addresses) = (watching.clone(), addresses.clone());
+            async move { observe_leader(&client, &addresses).await }
+        },
+        recorder.clone(),
+        shared.leader.clone(),
+        stop.clone(),
+    ));
+    let workload_options = WorkloadOptions {
+        clients: options.clients,
+        mode: ClientMode::Session,
+        seed: options.seed,
+        ..WorkloadOptions::default()
+    };
+    let endpoints: Vec<String> = proxy_addresses.iter().map(ToString::to_string).collect();
+    let clients = workload::start(
+        &endpoints,
+        client_options(options.seed),
+        &workload_options,
+        recorder.clone(),
+        stop,
+    )?;
+    tokio::time::sleep(options.length).await;
+    let _ = stop_tx.send(true);
+    let patience = workload_options.grace + Duration::from_secs(10);
+    for client in clients {
+        let _ = tokio::time::timeout(patience, client).await;
+    }
+    // Let everything committed apply everywhere before reading.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    workload::record_final_values(
+        &observer,
+        &workload_options.final_keys(),
+        &recorder,
+        Duration::from_secs(30),
+    )
+    .await?;
+    let _ = watcher.await;
+    Ok(())
+}
+
+/// A fault in force: what to undo, and its id in the history.
+struct Active {
+    window: Window,
+    node: u64,
+    id: FaultId,
+}
+
+fn kind_of(fault: SimFault) -> FaultKind {
+    match fault {
+        SimFault::Crash => FaultKind::Kill,
+        SimFault::Isolate | SimFault::CutClients => FaultKind::Partition,
+        SimFault::DropReplies => FaultKind::DropReplies,
+        SimFault::MessageLoss => FaultKind::MessageLoss,
+    }
+}
+
+/// Rate at which a message breaks its link while messages are lost.
+const MESSAGE_LOSS_RATE: f64 = 0.01;
+
+fn others(node: u64) -> impl Iterator<Item = String> {
+    (1..=NODES)
+        .filter(move |id| *id != node)
+        .map(node_host)
+        .chain(std::iter::once(CLIENT_HOST.to_string()))
+}
+
+fn all_hosts() -> Vec<String> {
+    (1..=NODES)
+        .map(node_host)
+        .chain(std::iter::once(CLIENT_HOST.to_string()))
+        .collect()
+}
+
+fn inject(sim: &mut turmoil::Sim<'_>, shared: &Shared, window: Window) -> (u64, String) {
+    let leader = shared.leader.load(Ordering::Relaxed);
+    let node = if window.on_leader && leader != 0 {
+        leader
+    } else {
+        window.node
+    };
+    let host = node_host(node);
+    let detail = match window.fault {
+        SimFault::Crash => {
+            sim.crash(host.as_str());
+            format!("crash {host}")
+        }
+        SimFault::Isolate => {
+            for other in others(node) {
+                sim.partition(host.as_str(), other.as_str());
+            }
+            format!("isolate {host}")
+        }
+        SimFault::CutClients => {
+            sim.partition(host.as_str(), CLIENT_HOST);
+            format!("cut {CLIENT_HOST} from {host}")
+        }
+        SimFault::DropReplies => {
+            if let Some(proxy) = lock(&shared.proxies).get(node as usize - 1) {
+                proxy.set_fault(ReplyFault::Drop { probability: 0.5 });
+            }
+            format!("drop half the committed replies of {host}")
+        }
+        SimFault::MessageLoss => {
+            sim.set_fail_rate(MESSAGE_LOSS_RATE);
+            format!("break links on {MESSAGE_LOSS_RATE} of messages")
+        }
+    };
+    (node, detail)
+}
+
+fn heal(sim: &mut turmoil::Sim<'_>, shared: &Shared, active: &Active) {
+    let host = node_host(active.node);
+    match active.window.fault {
+        SimFault::Crash => sim.bounce(host.as_str()),
+        SimFault::Isolate => {
+            for other in others(active.node) {
+                sim.repair(host.as_str(), other.as_str());
+            }
+        }
+        SimFault::CutClients => sim.repair(host.as_str(), CLIENT_HOST),
+        SimFault::DropReplies => {
+            if let Some(proxy) = lock(&shared.proxies).get(active.node as usize - 1) {
+                proxy.set_fault(ReplyFault::None);
+            }
+        }
+        SimFault::MessageLoss => {
+            sim.set_fail_rate(0.0);
+            let hosts = all_hosts();
+            for (index, a) in hosts.iter().enumerate() {
+                for b in &hosts[index + 1..] {
+                    sim.repair(a.as_str(), b.as_str());
+                }
+            }
+        }
+    }
+}
+
+/// What a run must have exercised, given the faults it injected.
+fn requirements(windows: &[Window]) -> CoverageRequirements {
+    let mut required = CoverageRequirements::none();
+    required.min_acknowledged = 1;
+    required.min_session_expiries = 1;
+    let has = |fault: SimFault| windows.iter().any(|w| w.fault == fault);
+    if has(SimFault::DropReplies) {
+        required.min_replies_dropped_after_commit = 1;
+        required.min_replayed = 1;
+    }
+    if has(SimFault::Crash) {
+        required.min_leader_changes = 1;
+    }
+    let kinds: BTreeMap<FaultKind, u64> = windows.iter().map(|w| (kind_of(w.fault), 1)).collect();
+    required.min_faults = kinds;
+    required
+}
+
+fn data_root() -> std::io::Result<tempfile::TempDir> {
+    let shm = Path::new("/dev/shm");
+    let mut builder = tempfile::Builder::new();
+    builder.prefix("oncekv-sim-");
+    if shm.is_dir() {
+        // tmpfs: a sync costs nothing, and the simulation does not wait on
+        // a real disk.
+        if let Ok(dir) = builder.tempdir_in(shm) {
+            return Ok(dir);
+        }
+    }
+    builder.tempdir()
+}
+
+/// Runs one simulation to its verdict.
+pub fn simulate(options: &SimOptions) -> Result<SimOutcome, SimError> {
+    let root = data_root()?;
+    // Every host runs on this thread: seed what openraft draws here.
+    seed_thread_rng(Some(options.seed));
+    let outcome = run(options, root.path());
+    seed_thread_rng(None);
+    outcome
+}
+
+fn run(options: &SimOptions, root: &Path) -> Result<SimOutcome, SimError> {
+    let driver_ns = Arc::new(AtomicU64::new(0));
+    let clock_ns = driver_ns.clone();
+    let recorder = Arc::new(Recorder::with_clock(Arc::new(move || {
+        turmoil::sim_elapsed().map_or_else(|| clock_ns.load(Ordering::Relaxed), nanos)
+    })));
+    let shared = Arc::new(Shared::default());
+    let mut sim = turmoil::Builder::new()
+        .rng_seed(options.seed)
+        .simulation_duration(options.length * 3 + Duration::from_secs(120))
+        .tick_duration(Duration::from_millis(1))
+        .min_message_latency(Duration::from_millis(1))
+        .max_message_latency(Duration::from_millis(5))
+        .tcp_capacity(4096)
+        .enable_random_order()
+        .build();
+    for id in 1..=NODES {
+        let config = node_config(id, root, options.dedup);
+        sim.host(node_host(id).as_str(), move || {
+            let config = config.clone();
+            async move {
+                let client = TcpListener::bind(("0.0.0.0", CLIENT_PORT)).await?;
+                let peer = TcpListener::bind(("0.0.0.0", PEER_PORT)).await?;
+                serve(
+                    config,
+                    incoming(client),
+                    incoming(peer),
+                    std::future::pending(),
+                )
+                .await?;
+                Ok(())
+            }
+        });
+    }
+    sim.client(
+        CLIENT_HOST,
+        run_clients(options.clone(), recorder.clone(), shared.clone()),
+    );
+
+    let windows = if options.faults {
+        plan(options.seed, options.length, NODES)
+    } else {
+        Vec::new()
+    };
+    let mut next = 0;
+    let mut active: Option<Active> = None;
+    let mut faults = Vec::new();
+    let mut steps = 0;
+    loop {
+        let now = sim.elapsed();
+        driver_ns.store(nanos(now), Ordering::Relaxed);
+        let started = *lock(&shared.started);
+        if let Some(started) = started {
+            let t = now.saturating_sub(started);
+            if let Some(current) = active.take_if(|a| t >= a.window.end) {
+                heal(&mut sim, &shared, &current);
+                recorder.fault_ended(current.id);
+            }
+            if active.is_none() && windows.get(next).is_some_and(|w| t >= w.start) {
+                let window = windows[next];
+                next += 1;
+                let (node, detail) = inject(&mut sim, &shared, window);
+                faults.push(format!(
+                    "{:>6.1}s +{:.1}s {detail}",
+                    window.start.as_secs_f64(),
+                    (window.end - window.start).as_secs_f64()
+                ));
+                let id = recorder.fault_started(kind_of(window.fault), Some(node), Some(detail));
+                active = Some(Active { window, node, id });
+            }
+        }
+        match sim.step() {
+            Ok(true) => break,
+            Ok(false) => steps += 1,
+            Err(error) => {
+                return Err(SimError::Host {
+                    at: sim.elapsed(),
+                    message: error.to_string(),
+                });
+            }
+        }
+    }
+    if let Some(current) = active.take() {
+        recorder.fault_ended(current.id);
+    }
+    let events = recorder.events();
+    let digest = {
+        let mut hasher = std::hash::DefaultHasher::new();
+        format!("{events:?}").hash(&mut hasher);
+        hasher.finish()
+    };
+    let record = Record::from_events(events)?;
+    let verification = verify(
+        &record,
+        &VerifyConfig {
+            coverage: requirements(&windows),
+            ..VerifyConfig::default()
+        },
+    );
+    Ok(SimOutcome {
+        seed: options.seed,
+        record,
+        verification,
+        faults,
+        simulated: sim.elapsed(),
+        steps,
+        digest,
+    })
+}

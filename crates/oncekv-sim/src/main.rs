@@ -39,6 +39,14 @@ struct Args {
     verbose: bool,
 }
 
+/// Prints a line; a closed stdout (`| head`) ends the program quietly.
+fn say(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    if writeln!(std::io::stdout(), "{line}").is_err() {
+        std::process::exit(0);
+    }
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
     let (first, count) = match args.seed {
@@ -59,7 +67,7 @@ fn main() -> ExitCode {
             Ok(outcome) => {
                 let verdict = outcome.verdict();
                 let coverage = &outcome.verification.report.coverage;
-                println!(
+                say(format_args!(
                     "seed {seed}: {verdict:?}: {} operations, {} faults, {} leader changes, {} replays, {} replies dropped after commit, {} session expiries; {:.1} s simulated in {:.1} s; history {:016x}",
                     outcome.record.ops.len(),
                     outcome.faults.len(),
@@ -70,12 +78,12 @@ fn main() -> ExitCode {
                     outcome.simulated.as_secs_f64(),
                     began.elapsed().as_secs_f64(),
                     outcome.digest,
-                );
+                ));
                 if verdict != RunVerdict::Pass || args.verbose {
                     for fault in &outcome.faults {
-                        println!("    fault {fault}");
+                        say(format_args!("    fault {fault}"));
                     }
-                    println!("{}", outcome.verification.report.to_text());
+                    say(format_args!("{}", outcome.verification.report.to_text()));
                 }
                 match verdict {
                     RunVerdict::Pass => passed.push(seed),
@@ -84,15 +92,15 @@ fn main() -> ExitCode {
                 }
             }
             Err(error) => {
-                println!("seed {seed}: ERROR: {error}");
+                say(format_args!("seed {seed}: ERROR: {error}"));
                 failed.push(seed);
             }
         }
         if failed.last() == Some(&seed) || inconclusive.last() == Some(&seed) {
-            println!("    replay: cargo xtask sim --seed {seed}");
+            say(format_args!("    replay: cargo xtask sim --seed {seed}"));
         }
     }
-    println!(
+    say(format_args!(
         "{} seeds: {} passed, {} failed {:?}, {} inconclusive {:?}",
         count,
         passed.len(),
@@ -100,7 +108,7 @@ fn main() -> ExitCode {
         failed,
         inconclusive.len(),
         inconclusive
-    );
+    ));
     if !failed.is_empty() {
         ExitCode::FAILURE
     } else if !inconclusive.is_empty() {

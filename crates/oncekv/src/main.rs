@@ -47,7 +47,8 @@ enum Commands {
     /// Run a node (with no flags: a single-node cluster on 127.0.0.1:7379
     /// with data in ./oncekv-data).
     Serve(Box<serve::ServeArgs>),
-    /// Measure throughput and latency against a running cluster.
+    /// Measure throughput and latency of a running cluster: oncekv, or
+    /// etcd (--target etcd) under the same workloads.
     Bench(bench::BenchArgs),
     /// Prove exactly-once under faults: run a workload against a local
     /// cluster (or --endpoints) while injecting faults, then check it.
@@ -81,13 +82,15 @@ fn main() -> ExitCode {
     };
     match cli.command {
         Commands::Serve(args) => runtime.block_on(serve::run(*args)),
-        Commands::Bench(args) => match runtime.block_on(bench::run(&cli.connection, args)) {
-            Ok(code) => code,
-            Err(error) => {
-                eprintln!("error: {error:#}");
-                ExitCode::from(commands::EXIT_ERROR)
+        Commands::Bench(args) => {
+            match runtime.block_on(bench::run(&cli.connection, args, endpoints_given)) {
+                Ok(code) => code,
+                Err(error) => {
+                    eprintln!("error: {error:#}");
+                    ExitCode::from(commands::EXIT_ERROR)
+                }
             }
-        },
+        }
         Commands::Verify(args) => {
             runtime.block_on(verify::run(&cli.connection, args, endpoints_given))
         }

@@ -1,0 +1,405 @@
+//! The closed loop every target runs under: one task per unit of
+//! concurrency sends one operation at a time; operations that begin during
+//! the warm-up are not measured; the measured part ends after a fixed
+//! duration or a fixed number of operations. Latencies go into an HDR
+//! histogram per task, merged at the end; CPU use is sampled at the start
+//! and the end of the measured part; a progress bar shows the run.
+
+use super::cpu;
+use super::workload::{Generator, Op, Shape};
+use hdrhistogram::Histogram;
+use indicatif::{ProgressBar, ProgressStyle};
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// Highest latency the histograms hold, in microseconds (longer ones are
+/// recorded as this).
+const LATENCY_MAX_US: u64 = 600_000_000;
+
+/// How an operation that completed ended.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Completion {
+    /// A compare-and-swap that found another value than the one read: the
+    /// race was lost, nothing was written.
+    pub cas_conflict: bool,
+    /// Read-modify-write rounds that were retried after a conflict.
+    pub retries: u32,
+    /// The write had been applied by an earlier attempt, and the retry was
+    /// recognised as a duplicate.
+    pub duplicate: bool,
+}
+
+/// Why an operation did not complete.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OpError {
+    /// A short, stable name to count errors by.
+    pub kind: String,
+    /// The whole message.
+    pub message: String,
+}
+
+impl OpError {
+    /// An error of `kind`.
+    pub fn new(kind: impl Into<String>, message: impl Into<String>) -> OpError {
+        OpError {
+            kind: kind.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// The client of one task: runs one operation at a time.
+pub trait TaskClient: Send + 'static {
+    /// Runs `op` to completion (retries included).
+    fn execute(&mut self, op: Op) -> impl Future<Output = Result<Completion, OpError>> + Send;
+}
+
+/// When the measured part ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stop {
+    /// After this long.
+    After(Duration),
+    /// After this many operations (completed or failed).
+    Operations(u64),
+}
+
+/// How to run.
+#[derive(Clone, Copy, Debug)]
+pub struct Plan {
+    /// Keys, values and operations.
+    pub shape: Shape,
+    /// The unmeasured part before.
+    pub warmup: Duration,
+    /// The end of the measured part.
+    pub stop: Stop,
+    /// Draw a progress bar on the terminal.
+    pub progress: bool,
+}
+
+/// What the measured part gave.
+#[derive(Debug)]
+pub struct Measured {
+    /// Latencies of completed operations, in microseconds.
+    pub histogram: Histogram<u64>,
+    /// Completed operations.
+    pub operations: u64,
+    /// Completed operations by kind (`get`, `put`, ...).
+    pub by_kind: BTreeMap<&'static str, u64>,
+    /// Failed operations by error kind.
+    pub errors: BTreeMap<String, u64>,
+    /// The first message of each error kind.
+    pub error_examples: BTreeMap<String, String>,
+    /// CAS operations that lost the race (included in `operations`).
+    pub cas_conflicts: u64,
+    /// Read-modify-write rounds retried after a conflict.
+    pub retries: u64,
+    /// Writes recognised as duplicates of an earlier attempt.
+    pub duplicates: u64,
+    /// Length of the measured part.
+    pub elapsed: Duration,
+    /// CPU use over it.
+    pub cpu: cpu::Usage,
+}
+
+struct TaskResult {
+    histogram: Histogram<u64>,
+    operations: u64,
+    by_kind: BTreeMap<&'static str, u64>,
+    errors: BTreeMap<String, u64>,
+    error_examples: BTreeMap<String, String>,
+    cas_conflicts: u64,
+    retries: u64,
+    duplicates: u64,
+    /// When its last measured operation ended.
+    last_end: Option<Instant>,
+}
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, LATENCY_MAX_US, 3).expect("constant bounds are valid")
+}
+
+/// Shared between the tasks and the progress bar.
+#[derive(Debug, Default)]
+struct Counters {
+    /// Measured operations claimed (the `--ops` budget).
+    claimed: AtomicU64,
+    /// Measured operations ended, completed or failed.
+    ended: AtomicU64,
+    /// Measured operations failed.
+    failed: AtomicU64,
+}
+
+/// Runs one task per client until the plan's end.
+pub async fn run<T: TaskClient>(clients: Vec<T>, plan: Plan) -> anyhow::Result<Measured> {
+    let counters = Arc::new(Counters::default());
+    let start = Instant::now();
+    let measure_from = start + plan.warmup;
+    let end = match plan.stop {
+        Stop::After(duration) => Some(measure_from + duration),
+        Stop::Operations(_) => None,
+    };
+    let first_sample = tokio::spawn(async move {
+        tokio::time::sleep_until(measure_from).await;
+        cpu::sample()
+    });
+    let bar = progress_bar(&plan, measure_from, counters.clone());
+    let mut tasks = Vec::with_capacity(clients.len());
+    for (index, client) in clients.into_iter().enumerate() {
+        let counters = counters.clone();
+        let generator = Generator::new(plan.shape, index);
+        tasks.push(tokio::spawn(task(
+            client,
+            generator,
+            plan.stop,
+            measure_from,
+            end,
+            counters,
+        )));
+    }
+    let mut measured = Measured {
+        histogram: histogram(),
+        operations: 0,
+        by_kind: BTreeMap::new(),
+        errors: BTreeMap::new(),
+        error_examples: BTreeMap::new(),
+        cas_conflicts: 0,
+        retries: 0,
+        duplicates: 0,
+        elapsed: Duration::ZERO,
+        cpu: cpu::Usage::default(),
+    };
+    let mut last_end = measure_from;
+    for task in tasks {
+        let result = task.await?;
+        measured.histogram.add(&result.histogram)?;
+        measured.operations += result.operations;
+        for (kind, count) in result.by_kind {
+            *measured.by_kind.entry(kind).or_default() += count;
+        }
+        for (kind, count) in result.errors {
+            *measured.errors.entry(kind).or_default() += count;
+        }
+        for (kind, message) in result.error_examples {
+            measured.error_examples.entry(kind).or_insert(message);
+        }
+        measured.cas_conflicts += result.cas_conflicts;
+        measured.retries += result.retries;
+        measured.duplicates += result.duplicates;
+        last_end = last_end.max(result.last_end.unwrap_or(measure_from));
+    }
+    let last_sample = cpu::sample();
+    measured.cpu = cpu::usage(&first_sample.await?, &last_sample);
+    measured.elapsed = match plan.stop {
+        // Operations that began before the end count: the measured part
+        // is the nominal duration.
+        Stop::After(duration) => duration,
+        Stop::Operations(_) => last_end.saturating_duration_since(measure_from),
+    };
+    if let Some((bar, ticker)) = bar {
+        ticker.abort();
+        bar.finish_and_clear();
+    }
+    Ok(measured)
+}
+
+async fn task<T: TaskClient>(
+    mut client: T,
+    mut generator: Generator,
+    stop: Stop,
+    measure_from: Instant,
+    end: Option<Instant>,
+    counters: Arc<Counters>,
+) -> TaskResult {
+    let mut result = TaskResult {
+        histogram: histogram(),
+        operations: 0,
+        by_kind: BTreeMap::new(),
+        errors: BTreeMap::new(),
+        error_examples: BTreeMap::new(),
+        cas_conflicts: 0,
+        retries: 0,
+        duplicates: 0,
+        last_end: None,
+    };
+    loop {
+        let began = Instant::now();
+        if end.is_some_and(|end| began >= end) {
+            break;
+        }
+        let measured = began >= measure_from;
+        if measured
+            && let Stop::Operations(budget) = stop
+            && counters.claimed.fetch_add(1, Ordering::Relaxed) >= budget
+        {
+            break;
+        }
+        let op = generator.next_op();
+        let kind = op.kind();
+        let outcome = client.execute(op).await;
+        if !measured {
+            continue;
+        }
+        let ended = Instant::now();
+        result.last_end = Some(ended);
+        counters.ended.fetch_add(1, Ordering::Relaxed);
+        match outcome {
+            Ok(completion) => {
+                let micros = u64::try_from((ended - began).as_micros()).unwrap_or(u64::MAX);
+                result.histogram.saturating_record(micros.max(1));
+                result.operations += 1;
+                *result.by_kind.entry(kind).or_default() += 1;
+                result.cas_conflicts += u64::from(completion.cas_conflict);
+                result.retries += u64::from(completion.retries);
+                result.duplicates += u64::from(completion.duplicate);
+            }
+            Err(error) => {
+                counters.failed.fetch_add(1, Ordering::Relaxed);
+                *result.errors.entry(error.kind.clone()).or_default() += 1;
+                result
+                    .error_examples
+                    .entry(error.kind)
+                    .or_insert(error.message);
+            }
+        }
+    }
+    result
+}
+
+/// A bar on stderr, redrawn by a ticker task; `None` when not wanted.
+fn progress_bar(
+    plan: &Plan,
+    measure_from: Instant,
+    counters: Arc<Counters>,
+) -> Option<(ProgressBar, tokio::task::JoinHandle<()>)> {
+    if !plan.progress {
+        return None;
+    }
+    let length = match plan.stop {
+        Stop::After(duration) => u64::try_from(duration.as_millis()).unwrap_or(u64::MAX),
+        Stop::Operations(budget) => budget,
+    };
+    let bar = ProgressBar::new(length);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{bar:30}] {elapsed_precise} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    let stop = plan.stop;
+    let ticking = bar.clone();
+    let ticker = tokio::spawn(async move {
+        let mut interval = tokio::time::interval(Duration::from_millis(200));
+        loop {
+            interval.tick().await;
+            let now = Instant::now();
+            if now < measure_from {
+                ticking.set_message(format!(
+                    "warm-up, {:.1} s left",
+                    (measure_from - now).as_secs_f64()
+                ));
+                ticking.tick();
+                continue;
+            }
+            let ended = counters.ended.load(Ordering::Relaxed);
+            let failed = counters.failed.load(Ordering::Relaxed);
+            let seconds = (now - measure_from).as_secs_f64().max(1e-3);
+            ticking.set_position(match stop {
+                Stop::After(_) => u64::try_from((now - measure_from).as_millis()).unwrap_or(0),
+                Stop::Operations(_) => ended,
+            });
+            ticking.set_message(format!(
+                "{ended} ops, {:.0} ops/s, {failed} errors",
+                ended as f64 / seconds
+            ));
+        }
+    });
+    Some((bar, ticker))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::workload::Workload;
+
+    /// A client that completes every operation after `delay`, reports every
+    /// third CAS as a conflict and fails every fifth operation.
+    struct Fake {
+        delay: Duration,
+        calls: u64,
+    }
+
+    impl TaskClient for Fake {
+        async fn execute(&mut self, op: Op) -> Result<Completion, OpError> {
+            tokio::time::sleep(self.delay).await;
+            self.calls += 1;
+            if self.calls.is_multiple_of(5) {
+                return Err(OpError::new("Fake", "every fifth fails"));
+            }
+            Ok(Completion {
+                cas_conflict: matches!(op, Op::Cas { .. }) && self.calls.is_multiple_of(3),
+                ..Completion::default()
+            })
+        }
+    }
+
+    fn plan(workload: Workload, stop: Stop) -> Plan {
+        Plan {
+            shape: Shape {
+                workload,
+                keys: 10,
+                key_bytes: 8,
+                value_bytes: 8,
+                read_ratio: 0.5,
+            },
+            warmup: Duration::ZERO,
+            stop,
+            progress: false,
+        }
+    }
+
+    fn fakes(n: usize, delay: Duration) -> Vec<Fake> {
+        (0..n).map(|_| Fake { delay, calls: 0 }).collect()
+    }
+
+    #[tokio::test]
+    async fn an_operation_budget_is_spent_exactly() {
+        let measured = run(
+            fakes(4, Duration::from_millis(1)),
+            plan(Workload::Cas, Stop::Operations(101)),
+        )
+        .await
+        .expect("run");
+        let failed: u64 = measured.errors.values().sum();
+        assert_eq!(measured.operations + failed, 101);
+        assert!(failed > 0 && measured.operations > 0);
+        assert_eq!(measured.by_kind.get("cas"), Some(&measured.operations));
+        assert!(measured.cas_conflicts > 0 && measured.cas_conflicts < measured.operations);
+        assert_eq!(measured.histogram.len(), measured.operations);
+        assert!(measured.elapsed > Duration::ZERO);
+        assert_eq!(
+            measured.error_examples.get("Fake").map(String::as_str),
+            Some("every fifth fails")
+        );
+    }
+
+    #[tokio::test]
+    async fn the_warm_up_is_not_measured() {
+        let mut with_warmup = plan(Workload::Mixed, Stop::After(Duration::from_millis(300)));
+        with_warmup.warmup = Duration::from_millis(300);
+        let clients = fakes(2, Duration::from_millis(10));
+        let measured = run(clients, with_warmup).await.expect("run");
+        // Each operation takes at least 10 ms: at most 2 tasks x 30 begin in
+        // the measured 300 ms; had the warm-up been measured, about twice.
+        let failed: u64 = measured.errors.values().sum();
+        let ended = measured.operations + failed;
+        assert!(ended >= 10, "{ended} operations measured in 300 ms");
+        assert!(ended <= 2 * 30, "{ended} operations measured in 300 ms");
+        assert_eq!(measured.elapsed, Duration::from_millis(300));
+        let reads = measured.by_kind.get("get").copied().unwrap_or(0);
+        let writes = measured.by_kind.get("put").copied().unwrap_or(0);
+        assert_eq!(reads + writes, measured.operations);
+    }
+}

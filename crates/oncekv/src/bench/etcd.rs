@@ -1,0 +1,391 @@
+//! The etcd target (cargo feature `etcd`): the same workloads against an
+//! etcd v3 cluster, through the `etcd-client` crate.
+//!
+//! - `plain`: Put, Get and Txn as etcd offers them (at-least-once).
+//! - `session`: the closest a user gets to exactly-once on etcd. Each task
+//!   is one emulated client with a sequence key (`__seq/<run>-<task>`);
+//!   every write is ONE transaction that compares the sequence key with the
+//!   previous number and, if it matches, does the write and stores the new
+//!   number. A retry of a write that had applied fails the compare, reads
+//!   the sequence key back and is recognised as a duplicate (its original
+//!   reply is lost: etcd keeps none). etcd cannot order several writes in
+//!   flight from one client this way, so there is no pipelining: one
+//!   sequence key per task.
+//! - APPEND and INCR have no etcd counterpart: they are read-modify-write,
+//!   a Get then a Txn that writes only if the key's `mod_revision` did not
+//!   change, retried on conflict.
+//! - CAS is a Get, then a Txn comparing the value read (or, for an absent
+//!   key, version 0).
+
+use super::closed_loop::{Completion, OpError, TaskClient};
+use super::workload::Op;
+use super::{EtcdRoute, Mode};
+use anyhow::{Context, bail};
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, Error, GetOptions, KeyValue, KvClient, Txn, TxnOp,
+    TxnOpResponse,
+};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// Sends of one sequence-guarded write before giving up (a retry is safe:
+/// the sequence compare recognises a write that had applied).
+const SESSION_ATTEMPTS: u32 = 3;
+
+/// Read-modify-write rounds of one APPEND or INCR before giving up.
+const RMW_ROUNDS_MAX: u32 = 1000;
+
+/// The client of one task.
+pub struct EtcdTask {
+    kv: KvClient,
+    /// In session mode: this emulated client's sequence key.
+    sequence: Option<Sequence>,
+}
+
+impl std::fmt::Debug for EtcdTask {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdTask")
+            .field("sequence", &self.sequence)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A per-client sequence key and the last number written to it.
+#[derive(Debug)]
+struct Sequence {
+    key: Vec<u8>,
+    last: u64,
+}
+
+/// Connects `connections` clients to `endpoints` (or, routed to the
+/// leader, to the leader's endpoint alone) and deals `concurrency` tasks
+/// over them.
+pub async fn connect(
+    endpoints: &[String],
+    mode: Mode,
+    route: EtcdRoute,
+    connections: usize,
+    concurrency: usize,
+    timeout: Duration,
+) -> anyhow::Result<Vec<EtcdTask>> {
+    if mode == Mode::Key {
+        bail!(
+            "--mode key has no counterpart on etcd (it keeps no idempotency keys): \
+             use plain or session with --target etcd"
+        );
+    }
+    let options = ConnectOptions::new()
+        .with_timeout(timeout)
+        .with_connect_timeout(Duration::from_secs(5));
+    let endpoints = match route {
+        EtcdRoute::Leader if endpoints.len() > 1 => {
+            vec![leader(endpoints, &options, timeout).await?]
+        }
+        _ => endpoints.to_vec(),
+    };
+    let mut clients = Vec::with_capacity(connections);
+    for _ in 0..connections {
+        let client = Client::connect(&endpoints, Some(options.clone()))
+            .await
+            .with_context(|| format!("connecting to etcd at {}", endpoints.join(",")))?;
+        clients.push(client);
+    }
+    if let Some(first) = clients.first() {
+        first
+            .maintenance_client()
+            .status()
+            .await
+            .with_context(|| format!("etcd at {} did not answer", endpoints.join(",")))?;
+    }
+    let run: u64 = rand::random();
+    Ok((0..concurrency)
+        .map(|task| EtcdTask {
+            kv: clients[task % connections].kv_client(),
+            sequence: (mode == Mode::Session).then(|| Sequence {
+                key: format!("__seq/{run:016x}-{task}").into_bytes(),
+                last: 0,
+            }),
+        })
+        .collect())
+}
+
+/// The endpoint of the member that leads: each endpoint is asked for its
+/// status until one says it leads (elections take a moment after start).
+async fn leader(
+    endpoints: &[String],
+    options: &ConnectOptions,
+    timeout: Duration,
+) -> anyhow::Result<String> {
+    let deadline = Instant::now() + timeout;
+    let mut last_error = String::from("no member reported itself leader");
+    loop {
+        for endpoint in endpoints {
+            let status = async {
+                let client = Client::connect([endpoint.as_str()], Some(options.clone())).await?;
+                client.maintenance_client().status().await
+            };
+            match status.await {
+                Ok(status) => {
+                    let member = status.header().map(|h| h.member_id());
+                    if member.is_some() && member == Some(status.leader()) {
+                        return Ok(endpoint.clone());
+                    }
+                }
+                Err(error) => last_error = format!("{endpoint}: {error}"),
+            }
+        }
+        if Instant::now() >= deadline {
+            bail!(
+                "no etcd leader found at {} within {timeout:?} ({last_error})",
+                endpoints.join(",")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A short, stable name of an etcd error, to count errors by.
+fn error_kind(error: &Error) -> String {
+    match error {
+        Error::GRpcStatus(status) => format!("GRpcStatus:{:?}", status.code()),
+        other => format!("{other:?}")
+            .split(['(', ' ', '{'])
+            .next()
+            .unwrap_or("Error")
+            .to_string(),
+    }
+}
+
+fn failure(error: Error) -> OpError {
+    OpError::new(error_kind(&error), error.to_string())
+}
+
+/// What a guarded write did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Written {
+    /// The data compares held and the write was made (for a duplicate: it
+    /// was, on the attempt that applied, as far as can be known).
+    swapped: bool,
+    /// The write had applied on an earlier attempt.
+    duplicate: bool,
+}
+
+impl EtcdTask {
+    async fn read(&mut self, key: &[u8], serializable: bool) -> Result<Option<KeyValue>, OpError> {
+        let options = serializable.then(|| GetOptions::new().with_serializable());
+        let mut response = self.kv.get(key, options).await.map_err(failure)?;
+        Ok(response.take_kvs().into_iter().next())
+    }
+
+    /// Makes `ops` if `compares` hold: one Txn, or in session mode one Txn
+    /// guarded by the sequence key (with the data compares nested inside).
+    async fn write(&mut self, compares: Vec<Compare>, ops: Vec<TxnOp>) -> Result<Written, OpError> {
+        let Some(sequence) = &mut self.sequence else {
+            let response = self
+                .kv
+                .txn(Txn::new().when(compares).and_then(ops))
+                .await
+                .map_err(failure)?;
+            return Ok(Written {
+                swapped: response.succeeded(),
+                duplicate: false,
+            });
+        };
+        let next = sequence.last + 1;
+        let guard = if sequence.last == 0 {
+            Compare::version(sequence.key.clone(), CompareOp::Equal, 0)
+        } else {
+            Compare::value(
+                sequence.key.clone(),
+                CompareOp::Equal,
+                sequence.last.to_string(),
+            )
+        };
+        let nested = !compares.is_empty();
+        let mut then = vec![TxnOp::put(sequence.key.clone(), next.to_string(), None)];
+        if nested {
+            then.push(TxnOp::txn(Txn::new().when(compares).and_then(ops)));
+        } else {
+            then.extend(ops);
+        }
+        let txn = Txn::new()
+            .when([guard])
+            .and_then(then)
+            .or_else([TxnOp::get(sequence.key.clone(), None)]);
+        let mut attempt = 1;
+        let response = loop {
+            match self.kv.txn(txn.clone()).await {
+                Ok(response) => break response,
+                // The outcome is unknown; resending is safe, as the
+                // sequence compare turns a second apply into a no-op.
+                Err(_) if attempt < SESSION_ATTEMPTS => attempt += 1,
+                Err(error) => return Err(failure(error)),
+            }
+        };
+        if response.succeeded() {
+            sequence.last = next;
+            let swapped = !nested
+                || response
+                    .op_responses()
+                    .iter()
+                    .any(|r| matches!(r, TxnOpResponse::Txn(inner) if inner.succeeded()));
+            return Ok(Written {
+                swapped,
+                duplicate: false,
+            });
+        }
+        let stored = response.op_responses().into_iter().find_map(|r| match r {
+            TxnOpResponse::Get(mut get) => get.take_kvs().into_iter().next(),
+            _ => None,
+        });
+        let stored = stored.map(|kv| kv.value().to_vec());
+        if stored.as_deref() == Some(next.to_string().as_bytes()) {
+            // An earlier attempt applied it: a duplicate, recognised.
+            sequence.last = next;
+            return Ok(Written {
+                swapped: true,
+                duplicate: true,
+            });
+        }
+        Err(OpError::new(
+            "SequenceMismatch",
+            format!(
+                "sequence key {} holds {:?}, expected {}",
+                String::from_utf8_lossy(&sequence.key),
+                stored.map(|v| String::from_utf8_lossy(&v).into_owned()),
+                sequence.last
+            ),
+        ))
+    }
+
+    /// Reads `key`, computes its new value with `update`, and writes it if
+    /// the key's revision did not change in between; again on conflict.
+    async fn read_modify_write(
+        &mut self,
+        key: Vec<u8>,
+        update: impl Fn(Option<&[u8]>) -> Result<Vec<u8>, OpError>,
+    ) -> Result<Completion, OpError> {
+        let mut retries = 0;
+        loop {
+            let current = self.read(&key, false).await?;
+            let revision = current.as_ref().map_or(0, KeyValue::mod_revision);
+            let new = update(current.as_ref().map(KeyValue::value))?;
+            let guard = Compare::mod_revision(key.clone(), CompareOp::Equal, revision);
+            let written = self
+                .write(vec![guard], vec![TxnOp::put(key.clone(), new, None)])
+                .await?;
+            if written.swapped {
+                return Ok(Completion {
+                    cas_conflict: false,
+                    retries,
+                    duplicate: written.duplicate,
+                });
+            }
+            retries += 1;
+            if retries >= RMW_ROUNDS_MAX {
+                return Err(OpError::new(
+                    "ConflictRetriesExhausted",
+                    format!(
+                        "{} conflicting writers: gave up after {retries} rounds",
+                        String::from_utf8_lossy(&key)
+                    ),
+                ));
+            }
+        }
+    }
+}
+
+/// The counter after an INCR of `current` (absent: 0).
+fn incremented(current: Option<&[u8]>) -> Result<Vec<u8>, OpError> {
+    let value = match current {
+        None => 0,
+        Some(bytes) => std::str::from_utf8(bytes)
+            .ok()
+            .and_then(|text| text.parse::<i64>().ok())
+            .ok_or_else(|| {
+                OpError::new("NotAnInteger", "INCR of a value that is not a decimal i64")
+            })?,
+    };
+    let value = value
+        .checked_add(1)
+        .ok_or_else(|| OpError::new("Overflow", "INCR past the largest i64"))?;
+    Ok(value.to_string().into_bytes())
+}
+
+impl TaskClient for EtcdTask {
+    async fn execute(&mut self, op: Op) -> Result<Completion, OpError> {
+        match op {
+            Op::Get { key, serializable } => {
+                self.read(&key, serializable).await?;
+                Ok(Completion::default())
+            }
+            Op::Put { key, value } if self.sequence.is_none() => {
+                self.kv.put(key, value, None).await.map_err(failure)?;
+                Ok(Completion::default())
+            }
+            Op::Put { key, value } => {
+                let written = self
+                    .write(vec![], vec![TxnOp::put(key, value, None)])
+                    .await?;
+                Ok(Completion {
+                    duplicate: written.duplicate,
+                    ..Completion::default()
+                })
+            }
+            Op::Cas { key, new } => {
+                let guard = match self.read(&key, false).await? {
+                    Some(current) => {
+                        Compare::value(key.clone(), CompareOp::Equal, current.value().to_vec())
+                    }
+                    None => Compare::version(key.clone(), CompareOp::Equal, 0),
+                };
+                let written = self
+                    .write(vec![guard], vec![TxnOp::put(key, new, None)])
+                    .await?;
+                Ok(Completion {
+                    cas_conflict: !written.swapped,
+                    retries: 0,
+                    duplicate: written.duplicate,
+                })
+            }
+            Op::Append { key, value } => {
+                self.read_modify_write(key, |current| {
+                    let mut new = current.map(<[u8]>::to_vec).unwrap_or_default();
+                    new.extend_from_slice(&value);
+                    Ok(new)
+                })
+                .await
+            }
+            Op::Incr { key } => self.read_modify_write(key, incremented).await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn incr_reads_decimal_counters_only() {
+        assert_eq!(incremented(None), Ok(b"1".to_vec()));
+        assert_eq!(incremented(Some(b"41")), Ok(b"42".to_vec()));
+        assert_eq!(incremented(Some(b"-1")), Ok(b"0".to_vec()));
+        assert_eq!(
+            incremented(Some(b"abc")).map_err(|e| e.kind),
+            Err("NotAnInteger".to_string())
+        );
+        assert_eq!(
+            incremented(Some(i64::MAX.to_string().as_bytes())).map_err(|e| e.kind),
+            Err("Overflow".to_string())
+        );
+    }
+
+    #[test]
+    fn etcd_errors_are_counted_by_a_short_name() {
+        assert_eq!(
+            error_kind(&Error::GRpcStatus(tonic::Status::unavailable("down"))),
+            "GRpcStatus:Unavailable"
+        );
+        assert_eq!(error_kind(&Error::InvalidArgs("x y".into())), "InvalidArgs");
+    }
+}

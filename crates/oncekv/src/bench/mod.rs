@@ -1,0 +1,466 @@
+//! `oncekv bench`: a closed-loop load generator. Its flags and their
+//! checks, and the run: connect the target's clients, run the closed loop
+//! (`closed_loop`), print the report (`report`). The targets are oncekv
+//! (`oncekv`) and, in a build with the `etcd` feature, etcd (`etcd`), under
+//! the same workloads (`workload`); CPU use is read from `/proc` (`cpu`).
+
+mod closed_loop;
+mod cpu;
+#[cfg(feature = "etcd")]
+mod etcd;
+mod oncekv;
+mod report;
+mod workload;
+
+use clap::{Args, ValueEnum};
+use closed_loop::{Measured, Plan, Stop};
+use report::{Report, Settings};
+use std::io::IsTerminal;
+use std::process::ExitCode;
+use std::time::Duration;
+use workload::{Shape, Workload};
+
+use crate::commands::{Connection, EXIT_ERROR, Output};
+
+/// Exit code: the flags do not make a run.
+const EXIT_USAGE: u8 = 2;
+
+/// Largest key size accepted (oncekv's own limit is lower; it answers
+/// with an error per operation).
+const KEY_BYTES_MAX: usize = 64 * 1024;
+
+/// Largest value size accepted.
+const VALUE_BYTES_MAX: usize = 64 * 1024 * 1024;
+
+/// Most tasks.
+const CONCURRENCY_MAX: usize = 100_000;
+
+/// The endpoint of a local etcd when --endpoints is not given.
+const ETCD_DEFAULT_ENDPOINT: &str = "127.0.0.1:2379";
+
+/// What to say when `--target etcd` is asked of a build without it.
+#[cfg(not(feature = "etcd"))]
+const NO_ETCD: &str = "this oncekv was built without etcd support. Build it with \
+    `cargo xtask build-bench` (target/release/oncekv, with the protoc that ships in a crate), \
+    or `cargo build --release -p oncekv --features etcd` with PROTOC set to a protoc binary";
+
+const AFTER_HELP: &str = "\
+Examples:
+  oncekv bench --workload put --mode session --concurrency 64 --duration 10s
+  oncekv bench --workload mixed --read-ratio 0.9 --concurrency 64 --connections 4
+  oncekv bench --workload cas --keys 10 --ops 10000 --warmup 0s -o json
+  oncekv bench --target etcd --endpoints 127.0.0.1:2379 --workload put --mode session
+
+The loop is closed: each task sends one operation, waits for its answer,
+then sends the next, so --concurrency operations are in flight. Operations
+that begin during --warmup are not measured; the measured part ends after
+--duration, or after --ops operations (completed or failed). Latency is
+per operation (a CAS: its read and its swap).
+
+Modes: plain (no deduplication: at-least-once, like an etcd Put), session
+(exactly-once on one session per connection, its tasks pipelined up to the
+session's window), key (an idempotency key per request).
+
+--target etcd (a build with the `etcd` feature: `cargo xtask build-bench`)
+runs the same workloads on etcd v3. There, plain is Put/Get/Txn; session
+emulates exactly-once as a user can: every write is one transaction that
+compares a sequence key of its client (one per task) with the previous
+number, then writes and stores the next number, so a retry of an applied
+write is recognised; key has no counterpart. APPEND and INCR are
+read-modify-write transactions on the key's revision, retried on conflict.
+
+The report gives throughput, latency percentiles (HDR histogram), errors
+by kind, CAS conflicts, and CPU: this client's (percent of one core) and
+the machine's (percent of all cores), over the measured part. -o json
+prints one object for scripts.
+
+Exit codes: 0 measured; 1 the run could not be made, or no operation
+completed; 2 usage error.";
+
+/// How writes are made safe to retry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Mode {
+    /// No deduplication: at-least-once, like etcd.
+    Plain,
+    /// Exactly-once on one session per connection, pipelined up to its
+    /// window (on etcd: a sequence-key transaction per write).
+    Session,
+    /// An idempotency key per request (oncekv only).
+    Key,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Plain => "plain",
+            Mode::Session => "session",
+            Mode::Key => "key",
+        }
+    }
+}
+
+/// The system measured.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Target {
+    /// An oncekv cluster.
+    Oncekv,
+    /// An etcd v3 cluster (a build with the `etcd` feature).
+    Etcd,
+}
+
+impl Target {
+    fn name(self) -> &'static str {
+        match self {
+            Target::Oncekv => "oncekv",
+            Target::Etcd => "etcd",
+        }
+    }
+}
+
+/// Which etcd members the clients talk to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum EtcdRoute {
+    /// Only the leader (found by asking each endpoint for its status), as
+    /// oncekv's client does: writes take no forwarding hop.
+    Leader,
+    /// All endpoints, round-robin (etcd-client's own balancing): a
+    /// follower forwards the writes it receives to the leader.
+    Balanced,
+}
+
+/// Flags of `oncekv bench`.
+#[derive(Debug, Args)]
+#[command(after_help = AFTER_HELP)]
+pub struct BenchArgs {
+    /// What each operation does.
+    #[arg(long, value_enum, default_value_t = Workload::Put)]
+    workload: Workload,
+    /// How writes are made safe to retry (reads need nothing).
+    #[arg(long, value_enum, default_value_t = Mode::Session)]
+    mode: Mode,
+    /// The system measured; its client addresses go in --endpoints
+    /// (for etcd the default is 127.0.0.1:2379).
+    #[arg(long, value_enum, default_value_t = Target::Oncekv)]
+    target: Target,
+    /// With --target etcd: which members the clients send to.
+    #[arg(long, value_enum, default_value_t = EtcdRoute::Leader)]
+    etcd_route: EtcdRoute,
+    /// Tasks, each with one operation in flight (closed loop).
+    #[arg(long, default_value_t = 16)]
+    concurrency: usize,
+    /// Independent client connections the tasks are dealt over
+    /// round-robin (1..=--concurrency). Each is its own client and, in
+    /// session mode, its own session.
+    #[arg(long, default_value_t = 1)]
+    connections: usize,
+    /// Length of the measured part.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    duration: Duration,
+    /// Measure this many operations (completed or failed) instead of a
+    /// duration.
+    #[arg(long, value_name = "N", conflicts_with = "duration")]
+    ops: Option<u64>,
+    /// Unmeasured warm-up before the measured part.
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    warmup: Duration,
+    /// Distinct keys, drawn uniformly.
+    #[arg(long, default_value_t = 1000)]
+    keys: u64,
+    /// Bytes per key: a prefix byte and the key's number, zero-padded.
+    #[arg(long, default_value_t = 8)]
+    key_bytes: usize,
+    /// Bytes per value written (PUT, APPEND, CAS).
+    #[arg(long, default_value_t = 64)]
+    value_bytes: usize,
+    /// With --workload mixed: the share of operations that are
+    /// linearizable GETs, 0..=1 (the rest are PUTs) [default: 0.9].
+    #[arg(long, value_name = "RATIO", allow_negative_numbers = true)]
+    read_ratio: Option<f64>,
+}
+
+impl BenchArgs {
+    /// The run the flags describe, or what is wrong with them.
+    fn plan(&self, progress: bool) -> Result<Plan, String> {
+        if !(1..=CONCURRENCY_MAX).contains(&self.concurrency) {
+            return Err(format!(
+                "--concurrency must be 1..={CONCURRENCY_MAX}, got {}",
+                self.concurrency
+            ));
+        }
+        if self.connections == 0 || self.connections > self.concurrency {
+            return Err(format!(
+                "--connections must be 1..={} (--concurrency: each connection needs a task), got {}",
+                self.concurrency, self.connections
+            ));
+        }
+        if self.ops == Some(0) {
+            return Err("--ops must be at least 1".into());
+        }
+        if self.ops.is_none() && self.duration.is_zero() {
+            return Err("--duration must be longer than 0 (or give --ops N)".into());
+        }
+        if self.keys == 0 {
+            return Err("--keys must be at least 1".into());
+        }
+        let needed = Shape::key_bytes_needed(self.keys);
+        if self.key_bytes < needed {
+            return Err(format!(
+                "--key-bytes {} cannot tell {} keys apart: at least {needed} are needed \
+                 (a prefix byte and the key's number)",
+                self.key_bytes, self.keys
+            ));
+        }
+        if self.key_bytes > KEY_BYTES_MAX {
+            return Err(format!(
+                "--key-bytes must be at most {KEY_BYTES_MAX}, got {}",
+                self.key_bytes
+            ));
+        }
+        if self.value_bytes > VALUE_BYTES_MAX {
+            return Err(format!(
+                "--value-bytes must be at most {VALUE_BYTES_MAX}, got {}",
+                self.value_bytes
+            ));
+        }
+        let read_ratio = match (self.workload, self.read_ratio) {
+            (Workload::Mixed, None) => 0.9,
+            (Workload::Mixed, Some(ratio)) if (0.0..=1.0).contains(&ratio) => ratio,
+            (Workload::Mixed, Some(ratio)) => {
+                return Err(format!("--read-ratio must be within 0..=1, got {ratio}"));
+            }
+            (_, Some(_)) => return Err("--read-ratio applies to --workload mixed only".into()),
+            (_, None) => 0.0,
+        };
+        if self.target == Target::Etcd {
+            #[cfg(not(feature = "etcd"))]
+            return Err(format!("--target etcd: {NO_ETCD}"));
+            #[cfg(feature = "etcd")]
+            if self.mode == Mode::Key {
+                return Err(
+                    "--mode key has no counterpart on etcd (it keeps no idempotency \
+                     keys): use plain or session with --target etcd"
+                        .into(),
+                );
+            }
+        }
+        Ok(Plan {
+            shape: Shape {
+                workload: self.workload,
+                keys: self.keys,
+                key_bytes: self.key_bytes,
+                value_bytes: self.value_bytes,
+                read_ratio,
+            },
+            warmup: self.warmup,
+            stop: match self.ops {
+                Some(n) => Stop::Operations(n),
+                None => Stop::After(self.duration),
+            },
+            progress,
+        })
+    }
+
+    fn settings(&self, plan: &Plan) -> Settings {
+        Settings {
+            workload: self.workload.name(),
+            mode: self.mode.name(),
+            target: self.target.name(),
+            etcd_route: (self.target == Target::Etcd).then_some(match self.etcd_route {
+                EtcdRoute::Leader => "leader",
+                EtcdRoute::Balanced => "balanced",
+            }),
+            concurrency: self.concurrency,
+            connections: self.connections,
+            warmup_s: plan.warmup.as_secs_f64(),
+            ops_budget: self.ops,
+            keys: self.keys,
+            key_bytes: self.key_bytes,
+            value_bytes: self.value_bytes,
+            read_ratio: (self.workload == Workload::Mixed).then_some(plan.shape.read_ratio),
+        }
+    }
+}
+
+/// Runs the benchmark and prints the report. `endpoints_given`: whether
+/// --endpoints was set (otherwise etcd is looked for on its default port).
+pub async fn run(
+    connection: &Connection,
+    args: BenchArgs,
+    endpoints_given: bool,
+) -> anyhow::Result<ExitCode> {
+    let progress = connection.output == Output::Text && std::io::stderr().is_terminal();
+    let plan = match args.plan(progress) {
+        Ok(plan) => plan,
+        Err(message) => {
+            eprintln!("error: {message}");
+            return Ok(ExitCode::from(EXIT_USAGE));
+        }
+    };
+    let measured = match args.target {
+        Target::Oncekv => {
+            let setup = oncekv::connect(
+                &connection.endpoints,
+                args.mode,
+                args.connections,
+                args.concurrency,
+                connection.timeout,
+            )
+            .await?;
+            let measured = closed_loop::run(setup.tasks, plan).await;
+            oncekv::close(setup.sessions).await;
+            measured?
+        }
+        Target::Etcd => {
+            let endpoints = if endpoints_given {
+                connection.endpoints.clone()
+            } else {
+                vec![ETCD_DEFAULT_ENDPOINT.to_string()]
+            };
+            run_etcd(&endpoints, &args, connection.timeout, plan).await?
+        }
+    };
+    let report = Report::new(args.settings(&plan), measured);
+    match connection.output {
+        Output::Json => println!("{}", report.json()),
+        Output::Text => println!("{}", report.text()),
+    }
+    if report.operations == 0 {
+        eprintln!("error: no operation completed ({} failed)", report.failed());
+        return Ok(ExitCode::from(EXIT_ERROR));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(feature = "etcd")]
+async fn run_etcd(
+    endpoints: &[String],
+    args: &BenchArgs,
+    timeout: Duration,
+    plan: Plan,
+) -> anyhow::Result<Measured> {
+    let tasks = etcd::connect(
+        endpoints,
+        args.mode,
+        args.etcd_route,
+        args.connections,
+        args.concurrency,
+        timeout,
+    )
+    .await?;
+    closed_loop::run(tasks, plan).await
+}
+
+#[cfg(not(feature = "etcd"))]
+async fn run_etcd(
+    _endpoints: &[String],
+    _args: &BenchArgs,
+    _timeout: Duration,
+    _plan: Plan,
+) -> anyhow::Result<Measured> {
+    anyhow::bail!("--target etcd: {NO_ETCD}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: BenchArgs,
+    }
+
+    fn plan(flags: &[&str]) -> Result<Plan, String> {
+        let cli = Cli::try_parse_from(std::iter::once("bench").chain(flags.iter().copied()))
+            .map_err(|e| e.to_string())?;
+        cli.args.plan(false)
+    }
+
+    fn refused(flags: &[&str], says: &str) {
+        match plan(flags) {
+            Ok(plan) => panic!("{flags:?} accepted: {plan:?}"),
+            Err(message) => assert!(message.contains(says), "{flags:?}: {message}"),
+        }
+    }
+
+    #[test]
+    fn defaults_make_a_timed_run() {
+        let plan = plan(&[]).expect("defaults are valid");
+        assert_eq!(plan.stop, Stop::After(Duration::from_secs(10)));
+        assert_eq!(plan.warmup, Duration::from_secs(2));
+        assert_eq!(plan.shape.key_bytes, 8);
+        assert_eq!(plan.shape.value_bytes, 64);
+        assert_eq!(plan.shape.workload, Workload::Put);
+    }
+
+    #[test]
+    fn ops_replaces_the_duration() {
+        let plan = plan(&["--ops", "200"]).expect("valid");
+        assert_eq!(plan.stop, Stop::Operations(200));
+        refused(&["--ops", "200", "--duration", "1s"], "cannot be used with");
+        refused(&["--ops", "0"], "--ops must be at least 1");
+        refused(&["--duration", "0s"], "--duration must be longer than 0");
+    }
+
+    #[test]
+    fn mixed_takes_a_read_ratio_within_0_and_1() {
+        let mixed = plan(&["--workload", "mixed"]).expect("valid");
+        assert_eq!(mixed.shape.read_ratio, 0.9);
+        let half = plan(&["--workload", "mixed", "--read-ratio", "0.5"]).expect("valid");
+        assert_eq!(half.shape.read_ratio, 0.5);
+        refused(
+            &["--workload", "mixed", "--read-ratio", "1.5"],
+            "within 0..=1",
+        );
+        refused(
+            &["--workload", "mixed", "--read-ratio", "-0.1"],
+            "within 0..=1",
+        );
+        refused(
+            &["--workload", "mixed", "--read-ratio", "NaN"],
+            "within 0..=1",
+        );
+        refused(&["--read-ratio", "0.5"], "mixed only");
+    }
+
+    #[test]
+    fn connections_must_each_have_a_task() {
+        plan(&["--concurrency", "8", "--connections", "8"]).expect("valid");
+        refused(&["--connections", "0"], "--connections must be 1..=16");
+        refused(
+            &["--concurrency", "4", "--connections", "5"],
+            "--connections must be 1..=4",
+        );
+        refused(&["--concurrency", "0"], "--concurrency must be");
+    }
+
+    #[test]
+    fn keys_must_fit_their_size() {
+        plan(&["--keys", "10000000", "--key-bytes", "8"]).expect("valid");
+        refused(
+            &["--keys", "100000000", "--key-bytes", "8"],
+            "at least 9 are needed",
+        );
+        refused(&["--keys", "0"], "--keys must be at least 1");
+        refused(&["--key-bytes", "100000"], "--key-bytes must be at most");
+        refused(
+            &["--value-bytes", "100000000"],
+            "--value-bytes must be at most",
+        );
+    }
+
+    #[test]
+    fn etcd_has_no_idempotency_keys() {
+        #[cfg(feature = "etcd")]
+        {
+            plan(&["--target", "etcd", "--mode", "session"]).expect("valid");
+            refused(
+                &["--target", "etcd", "--mode", "key"],
+                "use plain or session",
+            );
+        }
+        #[cfg(not(feature = "etcd"))]
+        refused(&["--target", "etcd"], "cargo xtask build-bench");
+    }
+}

@@ -1,0 +1,435 @@
+//! `oncekv bench` against real servers on loopback: the CAS, mixed and
+//! INCR workloads and `--ops` against an oncekv node (checking the JSON
+//! report and, for INCR, the counter the cluster holds), its flag checks,
+//! and, when an `etcd` binary is on PATH, the etcd target in plain and
+//! session mode against a 1-node etcd.
+
+mod support;
+
+use serde_json::Value;
+use std::process::{Command as Process, Output};
+use std::time::Duration;
+use support::{Cluster, FAST, exclusive};
+
+/// Runs `oncekv ARGS`; returns the exit code, stdout and stderr.
+fn oncekv(args: &[&str]) -> (i32, String, String) {
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = Process::new(env!("CARGO_BIN_EXE_oncekv"))
+        .args(args)
+        .output()
+        .expect("run oncekv");
+    (
+        status.code().expect("exit code"),
+        String::from_utf8_lossy(&stdout).into_owned(),
+        String::from_utf8_lossy(&stderr).into_owned(),
+    )
+}
+
+/// Runs `oncekv bench ARGS -o json --endpoints ENDPOINT` and parses the
+/// report; fails the test unless it exits 0.
+fn bench(endpoint: &str, args: &[&str]) -> Value {
+    let mut all = vec!["bench", "-o", "json", "--endpoints", endpoint];
+    all.extend_from_slice(args);
+    let (code, stdout, stderr) = oncekv(&all);
+    assert_eq!(code, 0, "oncekv {all:?}: {stdout}\n{stderr}");
+    serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|_| panic!("not JSON: {stdout:?}; stderr: {stderr}"))
+}
+
+fn number(report: &Value, key: &str) -> f64 {
+    report[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{key} is not a number in {report}"))
+}
+
+fn count(report: &Value, key: &str) -> u64 {
+    report[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{key} is not a count in {report}"))
+}
+
+fn assert_no_errors(report: &Value) {
+    assert_eq!(report["errors"], serde_json::json!({}), "{report}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_runs_cas_mixed_and_counted_operations_against_a_node() {
+    let _one = exclusive().await;
+    let mut cluster = Cluster::start(1, FAST);
+    cluster.leader(Duration::from_secs(15)).await;
+    let endpoint = cluster.node(1).client.clone();
+
+    // Eight tasks racing on one key: they all read before any swap lands,
+    // so some swaps must lose, and some must win.
+    let cas = bench(
+        &endpoint,
+        &[
+            "--workload",
+            "cas",
+            "--keys",
+            "1",
+            "--concurrency",
+            "8",
+            "--connections",
+            "2",
+            "--ops",
+            "300",
+            "--warmup",
+            "0s",
+        ],
+    );
+    assert_no_errors(&cas);
+    assert_eq!(count(&cas, "operations"), 300, "{cas}");
+    assert_eq!(cas["op_counts"]["cas"], 300, "{cas}");
+    let conflicts = count(&cas, "cas_conflicts");
+    assert!(
+        conflicts > 0 && conflicts < 300,
+        "{conflicts} conflicts: {cas}"
+    );
+    assert_eq!(
+        (
+            cas["workload"].as_str(),
+            cas["mode"].as_str(),
+            cas["target"].as_str()
+        ),
+        (Some("cas"), Some("session"), Some("oncekv"))
+    );
+    assert_eq!(
+        (count(&cas, "connections"), count(&cas, "concurrency")),
+        (2, 8)
+    );
+    let p50 = number(&cas, "p50_ms");
+    assert!(
+        p50 > 0.0
+            && p50 <= number(&cas, "p99_ms")
+            && number(&cas, "p99_ms") <= number(&cas, "max_ms"),
+        "{cas}"
+    );
+    let throughput = number(&cas, "throughput_ops");
+    let expected = 300.0 / number(&cas, "duration_s");
+    assert!((throughput - expected).abs() < 1e-6 * expected, "{cas}");
+
+    // Alone on its keys, a CAS never loses.
+    let alone = bench(
+        &endpoint,
+        &[
+            "--workload",
+            "cas",
+            "--mode",
+            "plain",
+            "--concurrency",
+            "1",
+            "--ops",
+            "50",
+            "--warmup",
+            "0s",
+        ],
+    );
+    assert_no_errors(&alone);
+    assert_eq!(
+        (count(&alone, "operations"), count(&alone, "cas_conflicts")),
+        (50, 0),
+        "{alone}"
+    );
+
+    // Half reads, half writes, for one second.
+    let mixed = bench(
+        &endpoint,
+        &[
+            "--workload",
+            "mixed",
+            "--read-ratio",
+            "0.5",
+            "--concurrency",
+            "4",
+            "--connections",
+            "2",
+            "--duration",
+            "1s",
+            "--warmup",
+            "0s",
+        ],
+    );
+    assert_no_errors(&mixed);
+    let operations = count(&mixed, "operations");
+    let (gets, puts) = (
+        mixed["op_counts"]["get"].as_u64().unwrap_or(0),
+        mixed["op_counts"]["put"].as_u64().unwrap_or(0),
+    );
+    assert!(operations > 0, "{mixed}");
+    assert_eq!(gets + puts, operations, "{mixed}");
+    assert!(gets > 0 && puts > 0, "{mixed}");
+    assert_eq!(number(&mixed, "duration_s"), 1.0, "{mixed}");
+    assert_eq!(number(&mixed, "read_ratio"), 0.5, "{mixed}");
+    assert_eq!(
+        number(&mixed, "throughput_ops"),
+        operations as f64,
+        "{mixed}"
+    );
+    let client_cpu = number(&mixed, "client_cpu_pct");
+    assert!(client_cpu > 0.0, "{mixed}");
+    let machine_cpu = number(&mixed, "machine_cpu_pct");
+    assert!(machine_cpu > 0.0 && machine_cpu <= 100.0, "{mixed}");
+
+    // INCR on sessions from eight tasks: the counter holds exactly the
+    // number of increments measured.
+    let incr = bench(
+        &endpoint,
+        &[
+            "--workload",
+            "incr",
+            "--keys",
+            "1",
+            "--concurrency",
+            "8",
+            "--ops",
+            "100",
+            "--warmup",
+            "0s",
+        ],
+    );
+    assert_no_errors(&incr);
+    assert_eq!(count(&incr, "operations"), 100, "{incr}");
+    let (code, value, stderr) = oncekv(&["get", "i0000000", "--endpoints", &endpoint]);
+    assert_eq!((code, value.trim()), (0, "100"), "{stderr}");
+
+    // Idempotency keys.
+    let keyed = bench(
+        &endpoint,
+        &[
+            "--workload",
+            "put",
+            "--mode",
+            "key",
+            "--concurrency",
+            "2",
+            "--ops",
+            "40",
+            "--warmup",
+            "0s",
+        ],
+    );
+    assert_no_errors(&keyed);
+    assert_eq!(count(&keyed, "operations"), 40, "{keyed}");
+}
+
+#[test]
+fn bench_refuses_flags_that_make_no_run() {
+    for (flags, says) in [
+        (
+            &["--workload", "mixed", "--read-ratio", "1.5"][..],
+            "within 0..=1",
+        ),
+        (&["--ops", "0"][..], "--ops must be at least 1"),
+        (&["--connections", "0"][..], "--connections must be 1..=16"),
+        (
+            &["--concurrency", "2", "--connections", "3"][..],
+            "--connections must be 1..=2",
+        ),
+        (&["--read-ratio", "0.5"][..], "mixed only"),
+    ] {
+        let mut args = vec!["bench", "--endpoints", "127.0.0.1:1"];
+        args.extend_from_slice(flags);
+        let (code, _, stderr) = oncekv(&args);
+        assert_eq!(code, 2, "{flags:?}: {stderr}");
+        assert!(stderr.contains(says), "{flags:?}: {stderr}");
+    }
+}
+
+#[cfg(not(feature = "etcd"))]
+#[test]
+fn target_etcd_says_how_to_build_it() {
+    let (code, _, stderr) = oncekv(&["bench", "--target", "etcd"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("built without etcd support") && stderr.contains("cargo xtask build-bench"),
+        "{stderr}"
+    );
+}
+
+/// A 1-node etcd on free loopback ports in a temp dir, killed on drop.
+#[cfg(feature = "etcd")]
+struct Etcd {
+    child: std::process::Child,
+    endpoint: String,
+    _dir: tempfile::TempDir,
+}
+
+#[cfg(feature = "etcd")]
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[cfg(feature = "etcd")]
+impl Etcd {
+    /// Starts one if an `etcd` binary is on PATH.
+    fn start() -> Option<Etcd> {
+        let path = std::env::var_os("PATH")?;
+        let binary = std::env::split_paths(&path)
+            .map(|dir| dir.join("etcd"))
+            .find(|candidate| candidate.is_file())?;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let client = format!("http://127.0.0.1:{}", support::free_port());
+        let peer = format!("http://127.0.0.1:{}", support::free_port());
+        let log = std::fs::File::create(dir.path().join("etcd.log")).expect("log");
+        let child = Process::new(binary)
+            .args(["--name", "bench", "--data-dir"])
+            .arg(dir.path().join("data"))
+            .args(["--listen-client-urls", &client])
+            .args(["--advertise-client-urls", &client])
+            .args(["--listen-peer-urls", &peer])
+            .args(["--initial-advertise-peer-urls", &peer])
+            .args(["--initial-cluster", &format!("bench={peer}")])
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("spawn etcd");
+        Some(Etcd {
+            child,
+            endpoint: client.trim_start_matches("http://").to_string(),
+            _dir: dir,
+        })
+    }
+
+    /// Waits until it answers a read.
+    async fn ready(&self) -> etcd_client::Client {
+        support::eventually(Duration::from_secs(30), "etcd to answer", || async {
+            let mut client = etcd_client::Client::connect([self.endpoint.as_str()], None)
+                .await
+                .ok()?;
+            client.get("ready", None).await.ok()?;
+            Some(client)
+        })
+        .await
+    }
+}
+
+#[cfg(feature = "etcd")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_runs_against_etcd_in_plain_and_session_mode() {
+    let _one = exclusive().await;
+    let Some(etcd) = Etcd::start() else {
+        eprintln!("no etcd binary on PATH: skipped (apt-get install etcd-server)");
+        return;
+    };
+    let mut client = etcd.ready().await;
+    for mode in ["plain", "session"] {
+        let put = bench(
+            &etcd.endpoint,
+            &[
+                "--target",
+                "etcd",
+                "--workload",
+                "put",
+                "--mode",
+                mode,
+                "--concurrency",
+                "4",
+                "--connections",
+                "2",
+                "--ops",
+                "200",
+                "--warmup",
+                "0s",
+            ],
+        );
+        assert_no_errors(&put);
+        assert_eq!(count(&put, "operations"), 200, "{put}");
+        assert_eq!(
+            (put["target"].as_str(), put["mode"].as_str()),
+            (Some("etcd"), Some(mode))
+        );
+        assert_eq!(count(&put, "duplicates"), 0, "{put}");
+    }
+    // Session mode writes a sequence key per task: four tasks, four keys,
+    // each at its last sequence number.
+    let sequences = client
+        .get("__seq/", Some(etcd_client::GetOptions::new().with_prefix()))
+        .await
+        .expect("read sequence keys");
+    let numbers: u64 = sequences
+        .kvs()
+        .iter()
+        .map(|kv| {
+            std::str::from_utf8(kv.value())
+                .ok()
+                .and_then(|v| v.parse::<u64>().ok())
+                .expect("a decimal sequence number")
+        })
+        .sum();
+    assert_eq!(sequences.kvs().len(), 4);
+    assert_eq!(numbers, 200, "one sequence number per write");
+
+    // Read-modify-write INCR from four tasks on one key, on sessions: the
+    // counter holds exactly the increments measured, however many rounds
+    // lost a race and were retried.
+    let incr = bench(
+        &etcd.endpoint,
+        &[
+            "--target",
+            "etcd",
+            "--workload",
+            "incr",
+            "--mode",
+            "session",
+            "--keys",
+            "1",
+            "--concurrency",
+            "4",
+            "--ops",
+            "100",
+            "--warmup",
+            "0s",
+        ],
+    );
+    assert_no_errors(&incr);
+    assert_eq!(count(&incr, "operations"), 100, "{incr}");
+    let counter = client.get("i0000000", None).await.expect("read counter");
+    assert_eq!(
+        counter.kvs().first().map(|kv| kv.value().to_vec()),
+        Some(b"100".to_vec()),
+        "{incr}"
+    );
+
+    let cas = bench(
+        &etcd.endpoint,
+        &[
+            "--target",
+            "etcd",
+            "--workload",
+            "cas",
+            "--mode",
+            "plain",
+            "--keys",
+            "1",
+            "--concurrency",
+            "4",
+            "--ops",
+            "100",
+            "--warmup",
+            "0s",
+        ],
+    );
+    assert_no_errors(&cas);
+    assert_eq!(count(&cas, "operations"), 100, "{cas}");
+    let conflicts = count(&cas, "cas_conflicts");
+    assert!(conflicts > 0 && conflicts < 100, "{cas}");
+
+    let (code, _, stderr) = oncekv(&[
+        "bench",
+        "--target",
+        "etcd",
+        "--mode",
+        "key",
+        "--endpoints",
+        &etcd.endpoint,
+    ]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("use plain or session"), "{stderr}");
+}

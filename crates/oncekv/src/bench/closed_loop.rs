@@ -83,6 +83,17 @@ pub struct Plan {
 /// What the measured part gave.
 #[derive(Debug)]
 pub struct Measured {
+    /// What the operations did.
+    pub tally: Tally,
+    /// Length of the measured part.
+    pub elapsed: Duration,
+    /// CPU use over it.
+    pub cpu: cpu::Usage,
+}
+
+/// Counts of measured operations: one task's, or the run's.
+#[derive(Debug)]
+pub struct Tally {
     /// Latencies of completed operations, in microseconds.
     pub histogram: Histogram<u64>,
     /// Completed operations.
@@ -99,27 +110,47 @@ pub struct Measured {
     pub retries: u64,
     /// Writes recognised as duplicates of an earlier attempt.
     pub duplicates: u64,
-    /// Length of the measured part.
-    pub elapsed: Duration,
-    /// CPU use over it.
-    pub cpu: cpu::Usage,
+}
+
+impl Tally {
+    fn new() -> Tally {
+        Tally {
+            histogram: Histogram::new_with_bounds(1, LATENCY_MAX_US, 3)
+                .expect("constant bounds are valid"),
+            operations: 0,
+            by_kind: BTreeMap::new(),
+            errors: BTreeMap::new(),
+            error_examples: BTreeMap::new(),
+            cas_conflicts: 0,
+            retries: 0,
+            duplicates: 0,
+        }
+    }
+
+    /// Adds `other`'s counts to these.
+    fn add(&mut self, other: Tally) -> Result<(), hdrhistogram::AdditionError> {
+        self.histogram.add(&other.histogram)?;
+        self.operations += other.operations;
+        for (kind, count) in other.by_kind {
+            *self.by_kind.entry(kind).or_default() += count;
+        }
+        for (kind, count) in other.errors {
+            *self.errors.entry(kind).or_default() += count;
+        }
+        for (kind, message) in other.error_examples {
+            self.error_examples.entry(kind).or_insert(message);
+        }
+        self.cas_conflicts += other.cas_conflicts;
+        self.retries += other.retries;
+        self.duplicates += other.duplicates;
+        Ok(())
+    }
 }
 
 struct TaskResult {
-    histogram: Histogram<u64>,
-    operations: u64,
-    by_kind: BTreeMap<&'static str, u64>,
-    errors: BTreeMap<String, u64>,
-    error_examples: BTreeMap<String, String>,
-    cas_conflicts: u64,
-    retries: u64,
-    duplicates: u64,
+    tally: Tally,
     /// When its last measured operation ended.
     last_end: Option<Instant>,
-}
-
-fn histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, LATENCY_MAX_US, 3).expect("constant bounds are valid")
 }
 
 /// Shared between the tasks and the progress bar.
@@ -160,40 +191,16 @@ pub async fn run<T: TaskClient>(clients: Vec<T>, plan: Plan) -> anyhow::Result<M
             counters,
         )));
     }
-    let mut measured = Measured {
-        histogram: histogram(),
-        operations: 0,
-        by_kind: BTreeMap::new(),
-        errors: BTreeMap::new(),
-        error_examples: BTreeMap::new(),
-        cas_conflicts: 0,
-        retries: 0,
-        duplicates: 0,
-        elapsed: Duration::ZERO,
-        cpu: cpu::Usage::default(),
-    };
+    let mut tally = Tally::new();
     let mut last_end = measure_from;
     for task in tasks {
         let result = task.await?;
-        measured.histogram.add(&result.histogram)?;
-        measured.operations += result.operations;
-        for (kind, count) in result.by_kind {
-            *measured.by_kind.entry(kind).or_default() += count;
-        }
-        for (kind, count) in result.errors {
-            *measured.errors.entry(kind).or_default() += count;
-        }
-        for (kind, message) in result.error_examples {
-            measured.error_examples.entry(kind).or_insert(message);
-        }
-        measured.cas_conflicts += result.cas_conflicts;
-        measured.retries += result.retries;
-        measured.duplicates += result.duplicates;
+        tally.add(result.tally)?;
         last_end = last_end.max(result.last_end.unwrap_or(measure_from));
     }
     let last_sample = cpu::sample();
-    measured.cpu = cpu::usage(&first_sample.await?, &last_sample);
-    measured.elapsed = match plan.stop {
+    let cpu = cpu::usage(&first_sample.await?, &last_sample);
+    let elapsed = match plan.stop {
         // Operations that began before the end count: the measured part
         // is the nominal duration.
         Stop::After(duration) => duration,
@@ -203,7 +210,11 @@ pub async fn run<T: TaskClient>(clients: Vec<T>, plan: Plan) -> anyhow::Result<M
         ticker.abort();
         bar.finish_and_clear();
     }
-    Ok(measured)
+    Ok(Measured {
+        tally,
+        elapsed,
+        cpu,
+    })
 }
 
 async fn task<T: TaskClient>(
@@ -215,16 +226,10 @@ async fn task<T: TaskClient>(
     counters: Arc<Counters>,
 ) -> TaskResult {
     let mut result = TaskResult {
-        histogram: histogram(),
-        operations: 0,
-        by_kind: BTreeMap::new(),
-        errors: BTreeMap::new(),
-        error_examples: BTreeMap::new(),
-        cas_conflicts: 0,
-        retries: 0,
-        duplicates: 0,
+        tally: Tally::new(),
         last_end: None,
     };
+    let tally = &mut result.tally;
     loop {
         let began = Instant::now();
         if end.is_some_and(|end| began >= end) {
@@ -249,17 +254,17 @@ async fn task<T: TaskClient>(
         match outcome {
             Ok(completion) => {
                 let micros = u64::try_from((ended - began).as_micros()).unwrap_or(u64::MAX);
-                result.histogram.saturating_record(micros.max(1));
-                result.operations += 1;
-                *result.by_kind.entry(kind).or_default() += 1;
-                result.cas_conflicts += u64::from(completion.cas_conflict);
-                result.retries += u64::from(completion.retries);
-                result.duplicates += u64::from(completion.duplicate);
+                tally.histogram.saturating_record(micros.max(1));
+                tally.operations += 1;
+                *tally.by_kind.entry(kind).or_default() += 1;
+                tally.cas_conflicts += u64::from(completion.cas_conflict);
+                tally.retries += u64::from(completion.retries);
+                tally.duplicates += u64::from(completion.duplicate);
             }
             Err(error) => {
                 counters.failed.fetch_add(1, Ordering::Relaxed);
-                *result.errors.entry(error.kind.clone()).or_default() += 1;
-                result
+                *tally.errors.entry(error.kind.clone()).or_default() += 1;
+                tally
                     .error_examples
                     .entry(error.kind)
                     .or_insert(error.message);
@@ -372,15 +377,25 @@ mod tests {
         )
         .await
         .expect("run");
-        let failed: u64 = measured.errors.values().sum();
-        assert_eq!(measured.operations + failed, 101);
-        assert!(failed > 0 && measured.operations > 0);
-        assert_eq!(measured.by_kind.get("cas"), Some(&measured.operations));
-        assert!(measured.cas_conflicts > 0 && measured.cas_conflicts < measured.operations);
-        assert_eq!(measured.histogram.len(), measured.operations);
+        let failed: u64 = measured.tally.errors.values().sum();
+        assert_eq!(measured.tally.operations + failed, 101);
+        assert!(failed > 0 && measured.tally.operations > 0);
+        assert_eq!(
+            measured.tally.by_kind.get("cas"),
+            Some(&measured.tally.operations)
+        );
+        assert!(
+            measured.tally.cas_conflicts > 0
+                && measured.tally.cas_conflicts < measured.tally.operations
+        );
+        assert_eq!(measured.tally.histogram.len(), measured.tally.operations);
         assert!(measured.elapsed > Duration::ZERO);
         assert_eq!(
-            measured.error_examples.get("Fake").map(String::as_str),
+            measured
+                .tally
+                .error_examples
+                .get("Fake")
+                .map(String::as_str),
             Some("every fifth fails")
         );
     }
@@ -393,13 +408,13 @@ mod tests {
         let measured = run(clients, with_warmup).await.expect("run");
         // Each operation takes at least 10 ms: at most 2 tasks x 30 begin in
         // the measured 300 ms; had the warm-up been measured, about twice.
-        let failed: u64 = measured.errors.values().sum();
-        let ended = measured.operations + failed;
+        let failed: u64 = measured.tally.errors.values().sum();
+        let ended = measured.tally.operations + failed;
         assert!(ended >= 10, "{ended} operations measured in 300 ms");
         assert!(ended <= 2 * 30, "{ended} operations measured in 300 ms");
         assert_eq!(measured.elapsed, Duration::from_millis(300));
-        let reads = measured.by_kind.get("get").copied().unwrap_or(0);
-        let writes = measured.by_kind.get("put").copied().unwrap_or(0);
-        assert_eq!(reads + writes, measured.operations);
+        let reads = measured.tally.by_kind.get("get").copied().unwrap_or(0);
+        let writes = measured.tally.by_kind.get("put").copied().unwrap_or(0);
+        assert_eq!(reads + writes, measured.tally.operations);
     }
 }

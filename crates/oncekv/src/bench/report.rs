@@ -107,7 +107,8 @@ impl Report {
     /// The report of `measured`.
     pub fn new(settings: Settings, measured: Measured) -> Report {
         let seconds = measured.elapsed.as_secs_f64();
-        let histogram = &measured.histogram;
+        let tally = measured.tally;
+        let histogram = &tally.histogram;
         let ms = |q: f64| histogram.value_at_quantile(q) as f64 / 1000.0;
         Report {
             workload: settings.workload,
@@ -119,9 +120,9 @@ impl Report {
             duration_s: seconds,
             warmup_s: settings.warmup_s,
             ops_budget: settings.ops_budget,
-            operations: measured.operations,
+            operations: tally.operations,
             throughput_ops: if seconds > 0.0 {
-                measured.operations as f64 / seconds
+                tally.operations as f64 / seconds
             } else {
                 0.0
             },
@@ -135,12 +136,12 @@ impl Report {
             p99_ms: ms(0.99),
             p999_ms: ms(0.999),
             max_ms: histogram.max() as f64 / 1000.0,
-            errors: measured.errors,
-            error_examples: measured.error_examples,
-            op_counts: measured.by_kind,
-            cas_conflicts: measured.cas_conflicts,
-            rmw_retries: measured.retries,
-            duplicates: measured.duplicates,
+            errors: tally.errors,
+            error_examples: tally.error_examples,
+            op_counts: tally.by_kind,
+            cas_conflicts: tally.cas_conflicts,
+            rmw_retries: tally.retries,
+            duplicates: tally.duplicates,
             client_cpu_pct: measured.cpu.client_pct,
             machine_cpu_pct: measured.cpu.machine_pct,
             cores: std::thread::available_parallelism().map_or(1, usize::from),
@@ -239,6 +240,7 @@ impl Report {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::closed_loop::Tally;
     use crate::bench::cpu;
     use hdrhistogram::Histogram;
     use std::time::Duration;
@@ -249,14 +251,19 @@ mod tests {
             histogram.record(micros).expect("in range");
         }
         Measured {
-            histogram,
-            operations: 1000,
-            by_kind: BTreeMap::from([("cas", 1000)]),
-            errors: BTreeMap::from([("OutcomeUnknown".to_string(), 2)]),
-            error_examples: BTreeMap::from([("OutcomeUnknown".to_string(), "lost".to_string())]),
-            cas_conflicts: 7,
-            retries: 0,
-            duplicates: 1,
+            tally: Tally {
+                histogram,
+                operations: 1000,
+                by_kind: BTreeMap::from([("cas", 1000)]),
+                errors: BTreeMap::from([("OutcomeUnknown".to_string(), 2)]),
+                error_examples: BTreeMap::from([(
+                    "OutcomeUnknown".to_string(),
+                    "lost".to_string(),
+                )]),
+                cas_conflicts: 7,
+                retries: 0,
+                duplicates: 1,
+            },
             elapsed: Duration::from_secs(2),
             cpu: cpu::Usage {
                 client_pct: Some(50.0),

@@ -231,10 +231,10 @@ fn text(bytes: &[u8]) -> String {
 impl Printer {
     fn emit(&self, fields: Map<String, Value>, human: String) {
         match self.output {
-            Output::Json => println!("{}", Value::Object(fields)),
+            Output::Json => sayln!("{}", Value::Object(fields)),
             Output::Text => {
                 if !human.is_empty() {
-                    println!("{human}");
+                    sayln!("{human}");
                 }
             }
         }
@@ -277,7 +277,7 @@ impl Printer {
             _ => {}
         }
         match self.output {
-            Output::Json => println!("{}", Value::Object(fields)),
+            Output::Json => sayln!("{}", Value::Object(fields)),
             Output::Text => eprintln!("{outcome}: {error}"),
         }
         ExitCode::from(code)

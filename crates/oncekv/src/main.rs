@@ -1,6 +1,27 @@
 //! The `oncekv` command: a thin shell over the libraries. `serve` runs a
 //! node; the other commands are clients of a running cluster.
 
+/// Writes to stdout like `print!`; a closed stdout (`oncekv ... | head`)
+/// ends the program quietly instead of panicking.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if write!(std::io::stdout(), $($arg)*).is_err() {
+            std::process::exit(0);
+        }
+    }};
+}
+
+/// `say!` with a newline, like `println!`.
+macro_rules! sayln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if writeln!(std::io::stdout(), $($arg)*).is_err() {
+            std::process::exit(0);
+        }
+    }};
+}
+
 mod bench;
 mod commands;
 mod serve;

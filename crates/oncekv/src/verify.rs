@@ -167,33 +167,33 @@ async fn run_inner(
                 "html": summary.html,
                 "kept": summary.kept,
             });
-            println!("{json}");
+            sayln!("{json}");
         }
         Output::Text => {
             for skipped in &summary.skipped {
-                println!("skipped fault {skipped}");
+                sayln!("skipped fault {skipped}");
             }
-            print!("{}", summary.verification.report.to_text());
+            say!("{}", summary.verification.report.to_text());
             for crash in &summary.crashed {
-                println!("CRASH: {crash}");
+                sayln!("CRASH: {crash}");
             }
             if summary.stopped_on_sync_failure > 0 {
-                println!(
+                sayln!(
                     "nodes stopped on a failed log sync (and were restarted): {}",
                     summary.stopped_on_sync_failure
                 );
             }
             if let Some(path) = &summary.history {
-                println!("history: {}", path.display());
+                sayln!("history: {}", path.display());
             }
             if let Some(path) = &summary.html {
-                println!("report:  {}", path.display());
+                sayln!("report:  {}", path.display());
             }
             if let Some(path) = &summary.kept {
-                println!("node data and logs kept in {}", path.display());
+                sayln!("node data and logs kept in {}", path.display());
             }
             let word = if violated { "FAIL" } else { verdict.name() };
-            println!("verdict: {word} (seed {seed}; rerun with --seed {seed})");
+            sayln!("verdict: {word} (seed {seed}; rerun with --seed {seed})");
         }
     }
     Ok(if violated {

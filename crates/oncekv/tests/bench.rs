@@ -433,3 +433,25 @@ async fn bench_runs_against_etcd_in_plain_and_session_mode() {
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("use plain or session"), "{stderr}");
 }
+
+/// A reader that goes away (`oncekv bench | head -0`) ends the command
+/// quietly: no panic on the closed pipe.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_stdout_ends_the_command_without_a_panic() {
+    let _one = exclusive().await;
+    let mut cluster = Cluster::start(1, FAST);
+    cluster.leader(Duration::from_secs(15)).await;
+    let endpoint = cluster.node(1).client.clone();
+    let mut child = Process::new(env!("CARGO_BIN_EXE_oncekv"))
+        .args(["bench", "--endpoints", &endpoint, "--ops", "20"])
+        .args(["--warmup", "0s"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run oncekv");
+    drop(child.stdout.take());
+    let output = child.wait_with_output().expect("wait for oncekv");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+}

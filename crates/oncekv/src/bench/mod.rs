@@ -321,8 +321,8 @@ pub async fn run(
     };
     let report = Report::new(args.settings(&plan), measured);
     match connection.output {
-        Output::Json => println!("{}", report.json()),
-        Output::Text => println!("{}", report.text()),
+        Output::Json => sayln!("{}", report.json()),
+        Output::Text => sayln!("{}", report.text()),
     }
     if report.operations == 0 {
         eprintln!("error: no operation completed ({} failed)", report.failed());

@@ -84,8 +84,8 @@ pub struct SimOutcome {
     pub simulated: Duration,
     /// Simulation steps taken.
     pub steps: u64,
-    /// A digest of the whole history: equal for two runs of one seed when
-    /// the simulation is deterministic.
+    /// A digest of the whole history: equal for two runs of one seed in one
+    /// process (across processes, usually but not always).
     pub digest: u64,
 }
 
@@ -348,6 +348,12 @@ fn all_hosts() -> Vec<String> {
         .collect()
 }
 
+/// The proxy in front of node `id` (1-based), once started.
+fn proxy_of(shared: &Shared, id: u64) -> Option<ClientProxy> {
+    let index = usize::try_from(id).ok()?.checked_sub(1)?;
+    lock(&shared.proxies).get(index).cloned()
+}
+
 fn inject(sim: &mut turmoil::Sim<'_>, shared: &Shared, window: Window) -> (u64, String) {
     let leader = shared.leader.load(Ordering::Relaxed);
     let node = if window.on_leader && leader != 0 {
@@ -372,7 +378,7 @@ fn inject(sim: &mut turmoil::Sim<'_>, shared: &Shared, window: Window) -> (u64, 
             format!("cut {CLIENT_HOST} from {host}")
         }
         SimFault::DropReplies => {
-            if let Some(proxy) = lock(&shared.proxies).get(node as usize - 1) {
+            if let Some(proxy) = proxy_of(shared, node) {
                 proxy.set_fault(ReplyFault::Drop { probability: 0.5 });
             }
             format!("drop half the committed replies of {host}")
@@ -396,7 +402,7 @@ fn heal(sim: &mut turmoil::Sim<'_>, shared: &Shared, active: &Active) {
         }
         SimFault::CutClients => sim.repair(host.as_str(), CLIENT_HOST),
         SimFault::DropReplies => {
-            if let Some(proxy) = lock(&shared.proxies).get(active.node as usize - 1) {
+            if let Some(proxy) = proxy_of(shared, active.node) {
                 proxy.set_fault(ReplyFault::None);
             }
         }

@@ -1,7 +1,7 @@
 //! The simulation in CI: a few fixed seeds must pass every checker with
 //! the dangerous paths exercised; one seed run twice must give the same
-//! history (the simulation is deterministic); and a cluster that does not
-//! deduplicate must be caught.
+//! history within one process (the simulation is deterministic there);
+//! and a cluster that does not deduplicate must be caught.
 
 use oncekv_check::coverage::RunVerdict;
 use oncekv_sim::{SimOptions, SimOutcome, simulate};

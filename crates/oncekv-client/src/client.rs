@@ -7,7 +7,8 @@
 
 use crate::connector::{Connector, TcpConnector};
 use crate::error::ClientError;
-use crate::retry::{Backoff, Jitter, RandomJitter};
+use crate::random::{OsRandom, RandomSource, key_hex};
+use crate::retry::Backoff;
 use oncekv_proto::convert;
 use oncekv_proto::v1::kv_client::KvClient;
 use oncekv_proto::v1::{self, execute_response, read_response};
@@ -27,8 +28,8 @@ pub struct ClientOptions {
     pub deadline: Duration,
     /// Delay between retries.
     pub backoff: Backoff,
-    /// Jitter source of the backoff.
-    pub jitter: Arc<dyn Jitter>,
+    /// Random draws: backoff jitter and fresh idempotency keys.
+    pub random: Arc<dyn RandomSource>,
     /// How nodes are reached.
     pub connector: Arc<dyn Connector>,
     /// Largest message sent or received, in bytes.
@@ -41,7 +42,7 @@ impl Default for ClientOptions {
             attempt_timeout: Duration::from_secs(3),
             deadline: Duration::from_secs(15),
             backoff: Backoff::default(),
-            jitter: Arc::new(RandomJitter),
+            random: Arc::new(OsRandom),
             connector: Arc::new(TcpConnector),
             message_bytes_max: 64 * 1024 * 1024,
         }
@@ -287,7 +288,7 @@ impl Client {
 
     async fn pause(&self, retries: &mut u32, deadline: Instant) {
         let options = &self.inner.options;
-        let delay = options.backoff.delay(*retries, options.jitter.as_ref());
+        let delay = options.backoff.delay(*retries, options.random.as_ref());
         *retries += 1;
         tokio::time::sleep_until((Instant::now() + delay).min(deadline)).await;
     }
@@ -359,7 +360,7 @@ impl Client {
         command: Command,
         key: Option<Vec<u8>>,
     ) -> Result<Completed, ClientError> {
-        let key = key.unwrap_or_else(|| format!("{:032x}", rand::random::<u128>()).into_bytes());
+        let key = key.unwrap_or_else(|| key_hex(self.options().random.as_ref()).into_bytes());
         let request = Request {
             origin: Origin::Key(IdempotencyKey(key)),
             command,

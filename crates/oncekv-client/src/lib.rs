@@ -29,6 +29,7 @@ mod client;
 mod connector;
 mod error;
 mod lease;
+mod random;
 mod retry;
 mod session;
 
@@ -37,5 +38,6 @@ pub use connector::{Connector, TcpConnector};
 pub use error::ClientError;
 pub use lease::LeaseKeeper;
 pub use oncekv_state::{Command, Outcome, Query, Rejection, Reply, RequestId};
-pub use retry::{Backoff, Jitter, RandomJitter};
+pub use random::{OsRandom, RandomSource};
+pub use retry::Backoff;
 pub use session::{Session, SessionOptions};

@@ -1,23 +1,8 @@
-//! Retry timing: exponential backoff with injected jitter, so tests and
-//! simulations can make it deterministic.
+//! Retry timing: exponential backoff with jitter from an injected
+//! [`RandomSource`], so tests and simulations can make it deterministic.
 
+use crate::random::{RandomSource, fraction};
 use std::time::Duration;
-
-/// A source of jitter: a fraction in `0.0..1.0` per call.
-pub trait Jitter: Send + Sync + std::fmt::Debug {
-    /// The next fraction.
-    fn fraction(&self) -> f64;
-}
-
-/// Jitter from the thread-local random generator.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct RandomJitter;
-
-impl Jitter for RandomJitter {
-    fn fraction(&self) -> f64 {
-        rand::random::<f64>()
-    }
-}
 
 /// Exponential backoff: `initial * 2^attempt`, capped at `max`, then
 /// "full jitter" (a random point between half and all of it).
@@ -40,25 +25,20 @@ impl Default for Backoff {
 
 impl Backoff {
     /// The delay before retry number `retry` (0-based).
-    pub fn delay(&self, retry: u32, jitter: &dyn Jitter) -> Duration {
+    pub fn delay(&self, retry: u32, random: &dyn RandomSource) -> Duration {
         let exponential = self.initial.saturating_mul(1u32 << retry.min(16));
         let capped = exponential.min(self.max);
-        capped.mul_f64(0.5 + 0.5 * jitter.fraction().clamp(0.0, 1.0))
+        capped.mul_f64(0.5 + 0.5 * fraction(random))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::random::Fixed;
 
-    #[derive(Debug)]
-    struct Fixed(f64);
-
-    impl Jitter for Fixed {
-        fn fraction(&self) -> f64 {
-            self.0
-        }
-    }
+    const HIGHEST: Fixed = Fixed(u64::MAX);
+    const LOWEST: Fixed = Fixed(0);
 
     #[test]
     fn grows_exponentially_up_to_the_cap() {
@@ -66,9 +46,16 @@ mod tests {
             initial: Duration::from_millis(10),
             max: Duration::from_millis(100),
         };
-        assert_eq!(backoff.delay(0, &Fixed(1.0)), Duration::from_millis(10));
-        assert_eq!(backoff.delay(2, &Fixed(1.0)), Duration::from_millis(40));
-        assert_eq!(backoff.delay(9, &Fixed(1.0)), Duration::from_millis(100));
-        assert_eq!(backoff.delay(9, &Fixed(0.0)), Duration::from_millis(50));
+        let near = |delay: Duration, ms: u64| {
+            let want = Duration::from_millis(ms);
+            assert!(
+                delay <= want && want - delay < Duration::from_micros(1),
+                "{delay:?} vs {want:?}"
+            );
+        };
+        near(backoff.delay(0, &HIGHEST), 10);
+        near(backoff.delay(2, &HIGHEST), 40);
+        near(backoff.delay(9, &HIGHEST), 100);
+        assert_eq!(backoff.delay(9, &LOWEST), Duration::from_millis(50));
     }
 }

@@ -7,6 +7,7 @@
 
 use crate::client::{Client, Completed, completed};
 use crate::error::ClientError;
+use crate::random::key_hex;
 use oncekv_state::{
     Command, IdempotencyKey, Origin, Outcome, Reply, Request, RequestHeader, RequestId, Secret,
     Seq, SessionId, WINDOW_DEFAULT,
@@ -102,7 +103,7 @@ impl Client {
     /// idempotency key, so a retried open does not open two).
     pub async fn open_session(&self, options: SessionOptions) -> Result<Session, ClientError> {
         let ttl_ms = u64::try_from(options.ttl.as_millis()).unwrap_or(u64::MAX);
-        let key = format!("open-{:032x}", rand::random::<u128>()).into_bytes();
+        let key = format!("open-{}", key_hex(self.options().random.as_ref())).into_bytes();
         let request = Request {
             origin: Origin::Key(IdempotencyKey(key)),
             command: Command::OpenSession {

@@ -109,7 +109,7 @@ impl Node {
 
     /// Draws the secret of a new session (on the leader, into the entry).
     pub fn draw_secret() -> Secret {
-        Secret(rand::random::<u128>())
+        Secret(crate::raft::runtime::secret_bits())
     }
 
     /// The client address of node `id`, if it is a member.

@@ -1,15 +1,23 @@
 //! `oncekv-sim`: runs seeded simulations of a three-node oncekv cluster
 //! under faults and checks each history; prints one line per seed and, for
-//! a seed that fails, its report and the command that replays it.
+//! a seed that fails, its report and the command that replays it. A sweep
+//! runs every seed in a process of its own (several at once), so a seed
+//! gives the same history in a sweep as alone.
 
 use clap::Parser;
 use oncekv_check::coverage::RunVerdict;
 use oncekv_sim::{SimOptions, simulate};
-use std::process::ExitCode;
+use std::collections::BTreeMap;
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// Seeded simulations of an oncekv cluster under crashes, partitions,
 /// lost replies and lost messages, checked for exactly-once.
+///
+/// A seed fixes the whole run: `--seed N` replays exactly the history
+/// that seed N had in a sweep.
 ///
 /// Exit code: 0 every seed passed, 1 a seed violated a property (or a node
 /// failed), 3 no violation but a seed was inconclusive.
@@ -37,14 +45,219 @@ struct Args {
     /// Print every run's report, not only failing ones.
     #[arg(long, short)]
     verbose: bool,
+    /// Seeds of a sweep run at once, each in a process of its own
+    /// [default: the number of CPUs].
+    #[arg(long, short, value_parser = clap::value_parser!(u64).range(1..=256))]
+    jobs: Option<u64>,
+    /// Print only the seed's own lines (how a sweep runs each seed).
+    #[arg(long, hide = true)]
+    one: bool,
 }
 
-/// Prints a line; a closed stdout (`| head`) ends the program quietly.
-fn say(line: std::fmt::Arguments<'_>) {
+/// Prints finished lines; a closed stdout (`| head`) ends the program
+/// quietly.
+fn print_lines(lines: &str) {
     use std::io::Write;
-    if writeln!(std::io::stdout(), "{line}").is_err() {
+    let mut stdout = std::io::stdout().lock();
+    if stdout
+        .write_all(lines.as_bytes())
+        .and_then(|()| stdout.flush())
+        .is_err()
+    {
         std::process::exit(0);
     }
+}
+
+/// Prints the sweep's last line and returns its exit code.
+fn summary(count: u64, verdicts: &BTreeMap<u64, SeedVerdict>) -> ExitCode {
+    let with = |wanted: SeedVerdict| -> Vec<u64> {
+        verdicts
+            .iter()
+            .filter(|(_, verdict)| **verdict == wanted)
+            .map(|(seed, _)| *seed)
+            .collect()
+    };
+    let (passed, failed, inconclusive) = (
+        with(SeedVerdict::Passed),
+        with(SeedVerdict::Failed),
+        with(SeedVerdict::Inconclusive),
+    );
+    print_lines(&format!(
+        "{count} seeds: {} passed, {} failed {failed:?}, {} inconclusive {inconclusive:?}\n",
+        passed.len(),
+        failed.len(),
+        inconclusive.len(),
+    ));
+    if !failed.is_empty() {
+        SeedVerdict::Failed.exit_code()
+    } else if !inconclusive.is_empty() {
+        SeedVerdict::Inconclusive.exit_code()
+    } else {
+        SeedVerdict::Passed.exit_code()
+    }
+}
+
+/// Exit code of a seed that had no violation but was inconclusive.
+const INCONCLUSIVE: u8 = 3;
+
+/// What one seed came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SeedVerdict {
+    Passed,
+    Failed,
+    Inconclusive,
+}
+
+impl SeedVerdict {
+    fn exit_code(self) -> ExitCode {
+        match self {
+            SeedVerdict::Passed => ExitCode::SUCCESS,
+            SeedVerdict::Failed => ExitCode::FAILURE,
+            SeedVerdict::Inconclusive => ExitCode::from(INCONCLUSIVE),
+        }
+    }
+}
+
+/// Runs `seed` in this process and returns its lines and verdict.
+fn run_here(args: &Args, seed: u64) -> (String, SeedVerdict) {
+    let began = Instant::now();
+    let options = SimOptions {
+        seed,
+        length: args.length,
+        clients: usize::try_from(args.clients).unwrap_or(4),
+        dedup: !args.unsafe_no_dedup,
+        faults: true,
+    };
+    let mut lines = String::new();
+    let verdict = match simulate(&options) {
+        Ok(outcome) => {
+            let verdict = outcome.verdict();
+            let coverage = &outcome.verification.report.coverage;
+            lines += &format!(
+                "seed {seed}: {verdict:?}: {} operations, {} faults, {} leader changes, {} replays, {} replies dropped after commit, {} session expiries; {:.1} s simulated in {:.1} s; history {:016x}\n",
+                outcome.record.ops.len(),
+                outcome.faults.len(),
+                coverage.leader_changes,
+                coverage.replayed,
+                coverage.replies_dropped_after_commit,
+                coverage.session_expiries,
+                outcome.simulated.as_secs_f64(),
+                began.elapsed().as_secs_f64(),
+                outcome.digest,
+            );
+            if verdict != RunVerdict::Pass || args.verbose {
+                for fault in &outcome.faults {
+                    lines += &format!("    fault {fault}\n");
+                }
+                lines += &format!("{}\n", outcome.verification.report.to_text());
+            }
+            match verdict {
+                RunVerdict::Pass => SeedVerdict::Passed,
+                RunVerdict::Fail => SeedVerdict::Failed,
+                RunVerdict::Inconclusive => SeedVerdict::Inconclusive,
+            }
+        }
+        Err(error) => {
+            lines += &format!("seed {seed}: ERROR: {error}\n");
+            SeedVerdict::Failed
+        }
+    };
+    if verdict != SeedVerdict::Passed {
+        lines += &format!("    replay: cargo xtask sim --seed {seed}\n");
+    }
+    (lines, verdict)
+}
+
+/// Runs `seed` in a fresh process of this program and returns its lines
+/// and verdict. A fresh process starts from the same state every time (the
+/// async runtime numbers its tasks process-wide, and the numbers decide,
+/// for one, the order in which a crashed host's tasks are dropped).
+fn run_apart(args: &Args, seed: u64) -> (String, SeedVerdict) {
+    let mut command = match std::env::current_exe() {
+        Ok(program) => Command::new(program),
+        Err(error) => {
+            return (
+                format!("seed {seed}: ERROR: cannot find this program to run the seed: {error}\n"),
+                SeedVerdict::Failed,
+            );
+        }
+    };
+    command
+        .args(["--one", "--seed", &seed.to_string()])
+        .args([
+            "--length",
+            &humantime::format_duration(args.length).to_string(),
+        ])
+        .args(["--clients", &args.clients.to_string()])
+        .stdin(Stdio::null());
+    if args.unsafe_no_dedup {
+        command.arg("--unsafe-no-dedup");
+    }
+    if args.verbose {
+        command.arg("--verbose");
+    }
+    let output = match command.output() {
+        Ok(output) => output,
+        Err(error) => {
+            return (
+                format!("seed {seed}: ERROR: cannot start its process: {error}\n"),
+                SeedVerdict::Failed,
+            );
+        }
+    };
+    let mut lines = String::from_utf8_lossy(&output.stdout).into_owned();
+    let verdict = match output.status.code() {
+        Some(0) => SeedVerdict::Passed,
+        Some(code) if code == i32::from(INCONCLUSIVE) => SeedVerdict::Inconclusive,
+        Some(1) => SeedVerdict::Failed,
+        _ => {
+            lines += &format!(
+                "seed {seed}: ERROR: its process ended with {}\n{}    replay: cargo xtask sim --seed {seed}\n",
+                output.status,
+                String::from_utf8_lossy(&output.stderr)
+            );
+            SeedVerdict::Failed
+        }
+    };
+    (lines, verdict)
+}
+
+/// Runs the seeds `first..first + count`, `jobs` at once, and prints each
+/// seed's lines in seed order as soon as they and all before them are in.
+fn sweep(args: &Args, first: u64, count: u64, jobs: u64) -> BTreeMap<u64, SeedVerdict> {
+    let next = AtomicU64::new(first);
+    let end = first.saturating_add(count);
+    let (done_tx, done_rx) = mpsc::channel();
+    let mut verdicts = BTreeMap::new();
+    std::thread::scope(|scope| {
+        for _ in 0..jobs.min(count) {
+            let done_tx = done_tx.clone();
+            let next = &next;
+            scope.spawn(move || {
+                loop {
+                    let seed = next.fetch_add(1, Ordering::Relaxed);
+                    if seed >= end {
+                        break;
+                    }
+                    if done_tx.send((seed, run_apart(args, seed))).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        drop(done_tx);
+        let mut waiting = BTreeMap::new();
+        let mut due = first;
+        for (seed, result) in done_rx {
+            waiting.insert(seed, result);
+            while let Some((lines, verdict)) = waiting.remove(&due) {
+                print_lines(&lines);
+                verdicts.insert(due, verdict);
+                due += 1;
+            }
+        }
+    });
+    verdicts
 }
 
 fn main() -> ExitCode {
@@ -53,67 +266,17 @@ fn main() -> ExitCode {
         Some(seed) => (seed, 1),
         None => (args.first, args.seeds),
     };
-    let (mut passed, mut failed, mut inconclusive) = (Vec::new(), Vec::new(), Vec::new());
-    for seed in first..first.saturating_add(count) {
-        let began = Instant::now();
-        let options = SimOptions {
-            seed,
-            length: args.length,
-            clients: usize::try_from(args.clients).unwrap_or(4),
-            dedup: !args.unsafe_no_dedup,
-            faults: true,
-        };
-        match simulate(&options) {
-            Ok(outcome) => {
-                let verdict = outcome.verdict();
-                let coverage = &outcome.verification.report.coverage;
-                say(format_args!(
-                    "seed {seed}: {verdict:?}: {} operations, {} faults, {} leader changes, {} replays, {} replies dropped after commit, {} session expiries; {:.1} s simulated in {:.1} s; history {:016x}",
-                    outcome.record.ops.len(),
-                    outcome.faults.len(),
-                    coverage.leader_changes,
-                    coverage.replayed,
-                    coverage.replies_dropped_after_commit,
-                    coverage.session_expiries,
-                    outcome.simulated.as_secs_f64(),
-                    began.elapsed().as_secs_f64(),
-                    outcome.digest,
-                ));
-                if verdict != RunVerdict::Pass || args.verbose {
-                    for fault in &outcome.faults {
-                        say(format_args!("    fault {fault}"));
-                    }
-                    say(format_args!("{}", outcome.verification.report.to_text()));
-                }
-                match verdict {
-                    RunVerdict::Pass => passed.push(seed),
-                    RunVerdict::Fail => failed.push(seed),
-                    RunVerdict::Inconclusive => inconclusive.push(seed),
-                }
-            }
-            Err(error) => {
-                say(format_args!("seed {seed}: ERROR: {error}"));
-                failed.push(seed);
-            }
+    if args.one || count == 1 {
+        let (lines, verdict) = run_here(&args, first);
+        print_lines(&lines);
+        if args.one {
+            return verdict.exit_code();
         }
-        if failed.last() == Some(&seed) || inconclusive.last() == Some(&seed) {
-            say(format_args!("    replay: cargo xtask sim --seed {seed}"));
-        }
+        return summary(count, &BTreeMap::from([(first, verdict)]));
     }
-    say(format_args!(
-        "{} seeds: {} passed, {} failed {:?}, {} inconclusive {:?}",
-        count,
-        passed.len(),
-        failed.len(),
-        failed,
-        inconclusive.len(),
-        inconclusive
-    ));
-    if !failed.is_empty() {
-        ExitCode::FAILURE
-    } else if !inconclusive.is_empty() {
-        ExitCode::from(3)
-    } else {
-        ExitCode::SUCCESS
-    }
+    let jobs = args.jobs.unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(1, |n| u64::try_from(n.get()).unwrap_or(1))
+    });
+    let verdicts = sweep(&args, first, count, jobs);
+    summary(count, &verdicts)
 }

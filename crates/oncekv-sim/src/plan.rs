@@ -20,7 +20,8 @@ pub enum SimFault {
     /// The link between the clients and a node cut: requests in flight
     /// there may commit and lose their replies.
     CutClients,
-    /// A node's replies dropped after commit (by its proxy in front).
+    /// Replies dropped after commit (by the proxies in front of the nodes;
+    /// only the leader's replies are committed ones).
     DropReplies,
     /// Every link breaks at random on some messages (TCP connections
     /// break and are redialled).

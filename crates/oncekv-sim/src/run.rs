@@ -14,7 +14,7 @@ use oncekv_check::live::run::watch_leader;
 use oncekv_check::live::workload::{self, ClientMode, WorkloadOptions};
 use oncekv_check::record::{FaultId, FaultKind, Record, RecordError};
 use oncekv_check::verify::{Verification, VerifyConfig, verify};
-use oncekv_client::{Backoff, Client, ClientOptions, Jitter};
+use oncekv_client::{Backoff, Client, ClientOptions, RandomSource};
 use oncekv_server::node::NodeOptions;
 use oncekv_server::raft::consensus::ConsensusOptions;
 use oncekv_server::raft::runtime::seed_thread_rng;
@@ -84,8 +84,8 @@ pub struct SimOutcome {
     pub simulated: Duration,
     /// Simulation steps taken.
     pub steps: u64,
-    /// A digest of the whole history: equal for two runs of one seed in one
-    /// process (across processes, usually but not always).
+    /// A digest of the whole history: equal for every run of one seed as
+    /// the first simulation of a process (see [`simulate`]).
     pub digest: u64,
 }
 
@@ -173,12 +173,13 @@ fn node_config(id: u64, root: &Path, dedup: bool) -> ServerConfig {
     }
 }
 
-/// Backoff jitter from the run's seed.
+/// The clients' random draws (backoff jitter, idempotency keys) from the
+/// run's seed.
 #[derive(Debug)]
-struct SeededJitter(Mutex<StdRng>);
+struct SeededRandom(Mutex<StdRng>);
 
-impl Jitter for SeededJitter {
-    fn fraction(&self) -> f64 {
+impl RandomSource for SeededRandom {
+    fn next_u64(&self) -> u64 {
         lock(&self.0).random()
     }
 }
@@ -191,7 +192,7 @@ fn client_options(seed: u64) -> ClientOptions {
             initial: Duration::from_millis(20),
             max: Duration::from_millis(300),
         },
-        jitter: Arc::new(SeededJitter(Mutex::new(StdRng::seed_from_u64(seed)))),
+        random: Arc::new(SeededRandom(Mutex::new(StdRng::seed_from_u64(seed)))),
         connector: Arc::new(SimConnector),
         ..ClientOptions::default()
     }
@@ -348,10 +349,11 @@ fn all_hosts() -> Vec<String> {
         .collect()
 }
 
-/// The proxy in front of node `id` (1-based), once started.
-fn proxy_of(shared: &Shared, id: u64) -> Option<ClientProxy> {
-    let index = usize::try_from(id).ok()?.checked_sub(1)?;
-    lock(&shared.proxies).get(index).cloned()
+/// Sets `fault` on the proxy in front of every node.
+fn set_reply_fault(shared: &Shared, fault: ReplyFault) {
+    for proxy in lock(&shared.proxies).iter() {
+        proxy.set_fault(fault);
+    }
 }
 
 fn inject(sim: &mut turmoil::Sim<'_>, shared: &Shared, window: Window) -> (u64, String) {
@@ -378,10 +380,10 @@ fn inject(sim: &mut turmoil::Sim<'_>, shared: &Shared, window: Window) -> (u64, 
             format!("cut {CLIENT_HOST} from {host}")
         }
         SimFault::DropReplies => {
-            if let Some(proxy) = proxy_of(shared, node) {
-                proxy.set_fault(ReplyFault::Drop { probability: 0.5 });
-            }
-            format!("drop half the committed replies of {host}")
+            // On every proxy: the leader may change inside the window, and
+            // only a leader's replies are committed ones.
+            set_reply_fault(shared, ReplyFault::Drop { probability: 0.5 });
+            format!("drop half the committed replies (leader {host} at the start)")
         }
         SimFault::MessageLoss => {
             sim.set_fail_rate(MESSAGE_LOSS_RATE);
@@ -401,11 +403,7 @@ fn heal(sim: &mut turmoil::Sim<'_>, shared: &Shared, active: &Active) {
             }
         }
         SimFault::CutClients => sim.repair(host.as_str(), CLIENT_HOST),
-        SimFault::DropReplies => {
-            if let Some(proxy) = proxy_of(shared, active.node) {
-                proxy.set_fault(ReplyFault::None);
-            }
-        }
+        SimFault::DropReplies => set_reply_fault(shared, ReplyFault::None),
         SimFault::MessageLoss => {
             sim.set_fail_rate(0.0);
             let hosts = all_hosts();
@@ -451,9 +449,17 @@ fn data_root() -> std::io::Result<tempfile::TempDir> {
 }
 
 /// Runs one simulation to its verdict.
+///
+/// The run is a function of `options` and of what the async runtime keeps
+/// per process: tokio numbers tasks process-wide, and the numbers decide,
+/// for one, the order in which a crashed host's tasks are dropped. The
+/// first run in a process is therefore the same every time; a later run in
+/// the same process may take another history, which is why `oncekv-sim`
+/// gives every seed a process of its own.
 pub fn simulate(options: &SimOptions) -> Result<SimOutcome, SimError> {
     let root = data_root()?;
-    // Every host runs on this thread: seed what openraft draws here.
+    // Every host runs on this thread: seed what openraft draws here, and
+    // the sessions' secrets.
     seed_thread_rng(Some(options.seed));
     let outcome = run(options, root.path());
     seed_thread_rng(None);

@@ -1,78 +1,75 @@
-//! The simulation in CI: a few fixed seeds must pass every checker with
-//! the dangerous paths exercised; one seed run twice must give the same
-//! history within one process (the simulation is deterministic there);
-//! and a cluster that does not deduplicate must be caught.
+//! The simulation in CI, through the `oncekv-sim` program, so every seed
+//! here runs in a process of its own exactly as `cargo xtask sim --seed N`
+//! replays it: a few fixed seeds must pass every checker with the
+//! dangerous paths exercised; a seed must give the same history in fresh
+//! processes and within a sweep; and a cluster that does not deduplicate
+//! must be caught.
 
-use oncekv_check::coverage::RunVerdict;
-use oncekv_sim::{SimOptions, SimOutcome, simulate};
-use std::time::Duration;
+use std::process::{Command, Output};
 
-fn run(options: SimOptions) -> SimOutcome {
-    let seed = options.seed;
-    simulate(&options).unwrap_or_else(|error| {
-        panic!("seed {seed}: the simulation failed: {error}; replay: cargo xtask sim --seed {seed}")
-    })
-}
-
-fn assert_passes(seed: u64) {
-    let outcome = run(SimOptions {
-        seed,
-        ..SimOptions::default()
-    });
-    assert_eq!(
-        outcome.verdict(),
-        RunVerdict::Pass,
-        "seed {seed}; replay: cargo xtask sim --seed {seed}\nfaults: {:#?}\n{}",
-        outcome.faults,
-        outcome.verification.report.to_text()
+fn oncekv_sim(args: &[&str]) -> (Output, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_oncekv-sim"))
+        .args(args)
+        .output()
+        .expect("run oncekv-sim");
+    let text = format!(
+        "oncekv-sim {}: {}\n{}{}",
+        args.join(" "),
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
     );
+    (output, text)
+}
+
+/// The history digest `oncekv-sim` printed for `seed`.
+fn digest_of(seed: u64, text: &str) -> String {
+    let line = text
+        .lines()
+        .find(|line| line.starts_with(&format!("seed {seed}:")))
+        .unwrap_or_else(|| panic!("no line for seed {seed} in:\n{text}"));
+    let (_, digest) = line
+        .rsplit_once("history ")
+        .unwrap_or_else(|| panic!("no history digest in: {line}"));
+    digest.to_string()
 }
 
 #[test]
-fn seed_1_passes() {
-    assert_passes(1);
+fn seeds_1_to_3_pass() {
+    let (output, text) = oncekv_sim(&["--seeds", "3", "--first", "1"]);
+    assert_eq!(output.status.code(), Some(0), "{text}");
+    assert!(text.contains("3 seeds: 3 passed"), "{text}");
 }
 
 #[test]
-fn seed_2_passes() {
-    assert_passes(2);
-}
-
-#[test]
-fn seed_3_passes() {
-    assert_passes(3);
-}
-
-#[test]
-fn a_seed_replays_the_same_history() {
+fn a_seed_replays_the_same_history_alone_and_in_a_sweep() {
     if !cfg!(tokio_unstable) {
         eprintln!("built without --cfg tokio_unstable (.cargo/config.toml): not deterministic");
         return;
     }
-    let options = SimOptions {
-        seed: 11,
-        length: Duration::from_secs(6),
-        ..SimOptions::default()
-    };
-    let first = run(options.clone());
-    let second = run(options);
-    assert!(first.record.ops.len() > 100, "too little happened");
-    assert_eq!(first.record.ops.len(), second.record.ops.len());
-    assert_eq!(first.faults, second.faults);
-    assert_eq!(first.digest, second.digest, "two runs of seed 11 differ");
+    // Seed 2 took another history in a sweep after seed 1 (the async
+    // runtime's task numbers carried over), and seed 1 in one fresh process
+    // of three while the clients' keys and the sessions' secrets came from
+    // the operating system.
+    let mut digests = Vec::new();
+    for _ in 0..3 {
+        let (output, text) = oncekv_sim(&["--seed", "2", "--length", "8s"]);
+        assert_eq!(output.status.code(), Some(0), "{text}");
+        digests.push(digest_of(2, &text));
+    }
+    let (output, text) = oncekv_sim(&["--seeds", "2", "--first", "1", "--length", "8s"]);
+    assert_eq!(output.status.code(), Some(0), "{text}");
+    digests.push(digest_of(2, &text));
+    assert!(
+        digests.iter().all(|digest| *digest == digests[0]),
+        "seed 2 took different histories (alone three times, then in a sweep): {digests:?}"
+    );
 }
 
 #[test]
 fn a_cluster_without_dedup_is_caught() {
-    let outcome = run(SimOptions {
-        seed: 1,
-        dedup: false,
-        ..SimOptions::default()
-    });
-    assert_eq!(
-        outcome.verdict(),
-        RunVerdict::Fail,
-        "{}",
-        outcome.verification.report.to_text()
-    );
+    let (output, text) = oncekv_sim(&["--seed", "1", "--unsafe-no-dedup"]);
+    assert_eq!(output.status.code(), Some(1), "{text}");
+    assert!(text.contains("seed 1: Fail"), "{text}");
+    assert!(text.contains("replay: cargo xtask sim --seed 1"), "{text}");
 }

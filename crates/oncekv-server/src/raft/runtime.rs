@@ -1,9 +1,11 @@
-//! [`RaftRuntime`]: the async runtime openraft runs on. It is openraft's
-//! tokio runtime, except for the random numbers openraft draws (election
-//! timeouts, tick jitter): they come from a generator the caller may seed
-//! for the current thread ([`seed_thread_rng`]), which a simulation does so
-//! that a seed replays the same elections. Unseeded, they are drawn from
-//! the operating system's entropy, as with the plain tokio runtime.
+//! [`RaftRuntime`]: the async runtime openraft runs on, and the node's
+//! random draws. It is openraft's tokio runtime, except for the random
+//! numbers openraft draws (election timeouts, tick jitter): they come from
+//! a generator the caller may seed for the current thread
+//! ([`seed_thread_rng`]), as do the secrets of new sessions
+//! ([`secret_bits`]). A simulation seeds it so that a seed replays the same
+//! elections and the same secrets. Unseeded, every draw comes from the
+//! operating system's entropy (secrets through a cryptographic generator).
 
 use openraft::AsyncRuntime;
 use openraft::OptionalSend;
@@ -23,6 +25,16 @@ thread_local! {
 /// this thread.
 pub fn seed_thread_rng(seed: Option<u64>) {
     SEEDED.with(|seeded| *seeded.borrow_mut() = seed.map(SmallRng::seed_from_u64));
+}
+
+/// 128 random bits for a session secret: from this thread's seeded
+/// generator if there is one, otherwise from the operating system's
+/// entropy through a cryptographic generator.
+pub fn secret_bits() -> u128 {
+    SEEDED.with(|seeded| match seeded.borrow_mut().as_mut() {
+        Some(master) => (u128::from(master.next_u64()) << 64) | u128::from(master.next_u64()),
+        None => rand10::random(),
+    })
 }
 
 /// openraft's tokio runtime with seedable random numbers.
@@ -117,5 +129,16 @@ mod tests {
         seed_thread_rng(Some(43));
         assert_ne!(draws(), first);
         seed_thread_rng(None);
+    }
+
+    #[test]
+    fn secrets_follow_the_seed_and_are_random_without_one() {
+        seed_thread_rng(Some(7));
+        let first = (secret_bits(), secret_bits());
+        seed_thread_rng(Some(7));
+        assert_eq!((secret_bits(), secret_bits()), first);
+        assert_ne!(first.0, first.1);
+        seed_thread_rng(None);
+        assert_ne!(secret_bits(), secret_bits());
     }
 }

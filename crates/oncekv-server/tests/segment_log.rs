@@ -1,5 +1,7 @@
 //! Crash safety of the segment log: what was made durable is there after
-//! reopening, a torn tail is cut off, and damage elsewhere stops the node.
+//! reopening, a torn tail is cut off (a torn batch as a whole, whatever
+//! order its bytes reached the disk in), and damage elsewhere stops the
+//! node.
 
 use oncekv_server::raft::segment_log::SegmentLog;
 use oncekv_server::raft::type_config::TypeConfig;
@@ -77,24 +79,24 @@ async fn reopen_restores_entries_truncation_purge_and_vote() {
     );
 }
 
+/// Appends `1..=last` one entry per write (a frame each), closes the log,
+/// and returns the segment's bytes.
+async fn one_frame_per_entry(dir: &Path, last: u64) -> Vec<u8> {
+    let mut log = SegmentLog::open(dir).expect("open");
+    for index in 1..=last {
+        append(&mut log, blanks(1, index..=index)).await;
+    }
+    drop(log);
+    std::fs::read(segment(dir)).expect("segment")
+}
+
 #[tokio::test]
 async fn a_torn_tail_is_cut_off_at_every_byte() {
     let dir = tempfile::tempdir().expect("tempdir");
-    {
-        let mut log = SegmentLog::open(dir.path()).expect("open");
-        append(&mut log, blanks(1, 1..=3)).await;
-    }
+    let whole = one_frame_per_entry(dir.path(), 3).await;
     let path = segment(dir.path());
-    let whole = std::fs::read(&path).expect("segment");
-    let before_last = {
-        let mut log = SegmentLog::open(dir.path()).expect("open");
-        drop(indexes(&mut log).await);
-        // Size of the first two records: write them alone elsewhere.
-        let other = tempfile::tempdir().expect("tempdir");
-        let mut two = SegmentLog::open(other.path()).expect("open");
-        append(&mut two, blanks(1, 1..=2)).await;
-        std::fs::read(segment(other.path())).expect("segment").len()
-    };
+    let other = tempfile::tempdir().expect("tempdir");
+    let before_last = one_frame_per_entry(other.path(), 2).await.len();
     for cut in before_last..whole.len() {
         std::fs::write(&path, &whole[..cut]).expect("tear");
         let mut log = SegmentLog::open(dir.path()).expect("open torn log");
@@ -108,23 +110,57 @@ async fn a_torn_tail_is_cut_off_at_every_byte() {
             before_last
         );
     }
-    // Garbage after the last record is cut too.
-    let mut garbage = whole.clone();
-    garbage.extend_from_slice(&[0xff; 13]);
-    std::fs::write(&path, &garbage).expect("garbage");
-    let mut log = SegmentLog::open(dir.path()).expect("open");
-    assert_eq!(indexes(&mut log).await, vec![(1, 1), (1, 2), (1, 3)]);
+    // Garbage or zeroes after the last frame are cut too.
+    for tail in [[0xff; 13], [0; 13]] {
+        let mut garbage = whole.clone();
+        garbage.extend_from_slice(&tail);
+        std::fs::write(&path, &garbage).expect("garbage");
+        let mut log = SegmentLog::open(dir.path()).expect("open");
+        assert_eq!(indexes(&mut log).await, vec![(1, 1), (1, 2), (1, 3)]);
+    }
+}
+
+/// After a power loss the disk may hold the end of the last write but not
+/// its middle (pages reach the disk in any order until the sync). The
+/// whole write was never acknowledged, so it is cut as a torn tail, not
+/// taken for damage followed by intact records.
+#[tokio::test]
+async fn a_batch_whose_middle_never_reached_the_disk_is_cut_whole() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let before = one_frame_per_entry(dir.path(), 2).await.len();
+    {
+        let mut log = SegmentLog::open(dir.path()).expect("open");
+        append(&mut log, blanks(1, 3..=40)).await;
+    }
+    let path = segment(dir.path());
+    let whole = std::fs::read(&path).expect("segment");
+    let batch = whole.len() - before;
+    for hole in [
+        before..before + 8,
+        before + batch / 3..before + batch / 2,
+        whole.len() - 9..whole.len() - 1,
+    ] {
+        let mut torn = whole.clone();
+        torn[hole.clone()].fill(0);
+        std::fs::write(&path, &torn).expect("tear");
+        let mut log = SegmentLog::open(dir.path()).expect("open torn log");
+        assert_eq!(
+            indexes(&mut log).await,
+            vec![(1, 1), (1, 2)],
+            "hole at {hole:?}"
+        );
+        assert_eq!(
+            std::fs::metadata(&path).expect("meta").len() as usize,
+            before
+        );
+    }
 }
 
 #[tokio::test]
 async fn damage_before_intact_records_refuses_to_open() {
     let dir = tempfile::tempdir().expect("tempdir");
-    {
-        let mut log = SegmentLog::open(dir.path()).expect("open");
-        append(&mut log, blanks(1, 1..=5)).await;
-    }
+    let mut bytes = one_frame_per_entry(dir.path(), 5).await;
     let path = segment(dir.path());
-    let mut bytes = std::fs::read(&path).expect("segment");
     bytes[10] ^= 0x55;
     std::fs::write(&path, &bytes).expect("damage");
     let error = SegmentLog::open(dir.path()).expect_err("damaged log must not open");

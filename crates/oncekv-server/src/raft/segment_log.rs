@@ -1,14 +1,15 @@
-//! [`SegmentLog`]: the durable, crash-safe Raft log. Records are appended to
-//! segment files as `[length u32][crc32 u32][postcard record]`; a writer
-//! thread drains every queued append, writes them, and issues one
-//! `fdatasync` for the whole batch (group commit) before any of their
-//! callbacks fire. Truncation and purge are records too, so replaying the
-//! segments in order rebuilds the log exactly. A torn tail (a crash in the
-//! middle of a write) is detected by length and checksum and cut off on
-//! open; damage anywhere else is an error, never silently skipped. The vote
-//! lives in its own file, replaced atomically by the writer thread after
-//! the appends queued before it, and durable before `save_vote` returns.
-//! Entries are also kept in memory, so reads never
+//! [`SegmentLog`]: the durable, crash-safe Raft log. A writer thread drains
+//! every queued append and writes them as one frame, `[length u32][crc32
+//! u32][postcard records]`, then issues one `fdatasync` (group commit)
+//! before any of their callbacks fire. One checksum covers the whole
+//! frame, so whatever order the disk persisted its pages in, a frame is
+//! either whole or torn. Truncation and purge are records too, so replaying
+//! the segments in order rebuilds the log exactly. A torn tail (a crash or
+//! power loss in the middle of a write) is detected by length and checksum
+//! and cut off on open; damage anywhere else is an error, never silently
+//! skipped. The vote lives in its own file, replaced atomically by the
+//! writer thread after the appends queued before it, and durable before
+//! `save_vote` returns. Entries are also kept in memory, so reads never
 //! touch the disk. [`SegmentLog::open_inline`] writes on the caller's task
 //! instead of a thread (same files, same order, one sync per write), for
 //! deterministic simulation, where every step must happen inside the
@@ -30,8 +31,10 @@ use std::sync::{Arc, Mutex, RwLock, mpsc};
 /// Segments are rolled once they exceed this size.
 const SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
 const HEADER_BYTES: usize = 8;
-/// Largest record accepted when reading (a longer length is damage).
-const RECORD_BYTES_MAX: usize = 256 * 1024 * 1024;
+/// A batch is cut into frames of about this size, each synced before the
+/// next is written, so no frame outgrows its `u32` length and a torn write
+/// can only ever damage the last frame.
+const FRAME_BYTES_TARGET: usize = 16 * 1024 * 1024;
 const VOTE_FILE: &str = "vote";
 
 type Entry = EntryOf<TypeConfig>;
@@ -82,6 +85,7 @@ enum Done {
 }
 
 struct Pending {
+    /// Encoded records, without framing.
     bytes: Vec<u8>,
     max_index: Option<u64>,
     purge_through: Option<u64>,
@@ -120,14 +124,24 @@ fn corrupt(message: String) -> io::Error {
 }
 
 fn encode(record: &Record, out: &mut Vec<u8>) -> io::Result<()> {
-    let body = postcard::to_allocvec(record)
+    let taken = std::mem::take(out);
+    *out = postcard::to_extend(record, taken)
         .map_err(|e| io::Error::other(format!("log record does not encode: {e}")))?;
-    let length =
-        u32::try_from(body.len()).map_err(|_| io::Error::other("log record larger than 4 GiB"))?;
-    out.extend_from_slice(&length.to_le_bytes());
-    out.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
-    out.extend_from_slice(&body);
     Ok(())
+}
+
+/// Frames `records` (encoded, concatenated) behind its length and checksum.
+fn frame<'a>(records: impl Iterator<Item = &'a [u8]> + Clone) -> io::Result<Vec<u8>> {
+    let length: usize = records.clone().map(<[u8]>::len).sum();
+    let length = u32::try_from(length)
+        .map_err(|_| io::Error::other("log write larger than 4 GiB in one frame"))?;
+    let mut crc = crc32fast::Hasher::new();
+    records.clone().for_each(|bytes| crc.update(bytes));
+    let mut out = Vec::with_capacity(HEADER_BYTES + length as usize);
+    out.extend_from_slice(&length.to_le_bytes());
+    out.extend_from_slice(&crc.finalize().to_le_bytes());
+    records.for_each(|bytes| out.extend_from_slice(bytes));
+    Ok(out)
 }
 
 fn segment_path(dir: &Path, number: u64) -> PathBuf {
@@ -138,23 +152,26 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
-/// Parses the record at the start of `bytes`: the record and its size.
-fn parse_record(bytes: &[u8]) -> Option<(Record, usize)> {
+/// Parses the frame at the start of `bytes`: its records and its size.
+fn parse_frame(bytes: &[u8]) -> Option<(Vec<Record>, usize)> {
     let header = bytes.get(..HEADER_BYTES)?;
     let length = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
     let crc = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
-    if length > RECORD_BYTES_MAX {
+    let body = bytes.get(HEADER_BYTES..HEADER_BYTES.checked_add(length)?)?;
+    if body.is_empty() || crc32fast::hash(body) != crc {
         return None;
     }
-    let body = bytes.get(HEADER_BYTES..HEADER_BYTES + length)?;
-    if crc32fast::hash(body) != crc {
-        return None;
+    let mut records = Vec::new();
+    let mut rest = body;
+    while !rest.is_empty() {
+        let (record, after) = postcard::take_from_bytes(rest).ok()?;
+        records.push(record);
+        rest = after;
     }
-    let record = postcard::from_bytes(body).ok()?;
-    Some((record, HEADER_BYTES + length))
+    Some((records, HEADER_BYTES + length))
 }
 
-/// Reads every record of one segment. A bad record at the end of the last
+/// Reads every record of one segment. A bad frame at the end of the last
 /// segment is a torn write: the file is cut there. Anywhere else it is an
 /// error.
 fn read_segment(path: &Path, last: bool) -> io::Result<(Vec<Record>, u64)> {
@@ -163,15 +180,15 @@ fn read_segment(path: &Path, last: bool) -> io::Result<(Vec<Record>, u64)> {
     let mut records = Vec::new();
     let mut offset = 0usize;
     while offset < bytes.len() {
-        match parse_record(&bytes[offset..]) {
-            Some((record, size)) => {
-                records.push(record);
+        match parse_frame(&bytes[offset..]) {
+            Some((frame, size)) => {
+                records.extend(frame);
                 offset += size;
             }
             // A torn write can only damage the very end of the log: if any
-            // intact record follows the damage, it is not a torn write.
+            // intact frame follows the damage, it is not a torn write.
             None if last
-                && !(offset + 1..bytes.len()).any(|at| parse_record(&bytes[at..]).is_some()) =>
+                && !(offset + 1..bytes.len()).any(|at| parse_frame(&bytes[at..]).is_some()) =>
             {
                 tracing::warn!(
                     segment = %path.display(),
@@ -235,18 +252,36 @@ struct Segments {
     current_number: u64,
     current_max: Option<u64>,
     current_bytes: u64,
+    /// Frame size a batch is cut at ([`FRAME_BYTES_TARGET`]).
+    frame_target: usize,
 }
 
 impl Segments {
     fn write_batch(&mut self, batch: &[Pending]) -> io::Result<()> {
         let mut purge_through = None;
-        for write in batch {
-            self.current.write_all(&write.bytes)?;
-            self.current_bytes += write.bytes.len() as u64;
-            self.current_max = self.current_max.max(write.max_index);
-            purge_through = purge_through.max(write.purge_through);
+        let mut start = 0;
+        while start < batch.len() {
+            // Writes batch[start..end] as one frame; at least one write.
+            let mut end = start + 1;
+            let mut size = batch[start].bytes.len();
+            while end < batch.len() && size + batch[end].bytes.len() <= self.frame_target {
+                size += batch[end].bytes.len();
+                end += 1;
+            }
+            let writes = &batch[start..end];
+            start = end;
+            for write in writes {
+                self.current_max = self.current_max.max(write.max_index);
+                purge_through = purge_through.max(write.purge_through);
+            }
+            if size == 0 {
+                continue;
+            }
+            let framed = frame(writes.iter().map(|write| write.bytes.as_slice()))?;
+            self.current.write_all(&framed)?;
+            self.current_bytes += framed.len() as u64;
+            self.current.sync_data()?;
         }
-        self.current.sync_data()?;
         // Votes go through the same queue as appends, so a vote never
         // becomes durable before appends submitted ahead of it.
         if let Some(vote) = batch.iter().rev().find_map(|write| write.vote) {
@@ -414,6 +449,7 @@ impl SegmentLog {
             current_number,
             current_max,
             current_bytes,
+            frame_target: FRAME_BYTES_TARGET,
         };
         Ok((memory, segments))
     }
@@ -558,5 +594,60 @@ impl RaftLogStorage<TypeConfig> for SegmentLog {
         self.write_durably(&record, Some(log_id.index)).await?;
         self.write().replay(record);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use openraft::testing::blank_ent;
+
+    fn pending(index: u64) -> (Pending, tokio::sync::oneshot::Receiver<io::Result<()>>) {
+        let mut bytes = Vec::new();
+        encode(
+            &Record::Entry(blank_ent::<TypeConfig>(1, 1, index)),
+            &mut bytes,
+        )
+        .expect("encode");
+        let (reply, done) = tokio::sync::oneshot::channel();
+        let pending = Pending {
+            bytes,
+            max_index: Some(index),
+            purge_through: None,
+            vote: None,
+            done: Done::Reply(reply),
+        };
+        (pending, done)
+    }
+
+    #[test]
+    fn a_batch_larger_than_a_frame_is_written_as_several_frames() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (_, mut segments) = SegmentLog::replay(dir.path()).expect("open");
+        let (batch, mut replies): (Vec<_>, Vec<_>) = (1..=5).map(pending).unzip();
+        segments.frame_target = 2 * batch[0].bytes.len();
+        assert!(write_and_complete(&mut segments, batch));
+        for reply in &mut replies {
+            reply.try_recv().expect("completed").expect("durable");
+        }
+        let bytes = std::fs::read(segment_path(dir.path(), 0)).expect("segment");
+        let mut frames = Vec::new();
+        let mut offset = 0;
+        while offset < bytes.len() {
+            let (records, size) = parse_frame(&bytes[offset..]).expect("an intact frame");
+            frames.push(records.len());
+            offset += size;
+        }
+        assert_eq!(frames, vec![2, 2, 1]);
+        let (memory, _) = SegmentLog::replay(dir.path()).expect("reopen");
+        assert_eq!(
+            memory.entries.keys().copied().collect::<Vec<_>>(),
+            vec![1, 2, 3, 4, 5]
+        );
+    }
+
+    #[test]
+    fn zeroes_are_not_a_frame() {
+        assert!(parse_frame(&[0; 64]).is_none());
     }
 }

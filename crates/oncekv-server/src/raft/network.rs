@@ -222,9 +222,8 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         let mut chunks: Vec<SnapshotChunk> = data
             .chunks(SNAPSHOT_CHUNK_BYTES)
             .map(|piece| SnapshotChunk {
-                vote: Vec::new(),
-                meta: Vec::new(),
                 data: piece.to_vec(),
+                ..SnapshotChunk::default()
             })
             .collect();
         if chunks.is_empty() {
@@ -232,6 +231,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         }
         chunks[0].vote = vote;
         chunks[0].meta = meta;
+        chunks[0].total_bytes = data.len() as u64;
         let mut message = tonic::Request::new(tokio_stream::iter(chunks));
         message.set_timeout(option.hard_ttl().max(Duration::from_secs(30)));
         let mut client = self.client().map_err(|e| stream_error(&e))?;

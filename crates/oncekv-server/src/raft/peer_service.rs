@@ -9,6 +9,10 @@ use openraft::alias::{SnapshotMetaOf, SnapshotOf, VoteOf};
 use serde::Serialize;
 use tonic::{Request, Response, Status, Streaming};
 
+/// Memory reserved up front for an incoming snapshot at most: the size a
+/// peer announces is not trusted for more.
+const SNAPSHOT_RESERVE_BYTES_MAX: usize = 64 * 1024 * 1024;
+
 /// Serves Raft messages from peers.
 #[derive(Clone)]
 pub struct PeerService {
@@ -74,9 +78,26 @@ impl RaftPeer for PeerService {
             .ok_or_else(|| Status::invalid_argument("empty snapshot stream"))?;
         let vote: VoteOf<TypeConfig> = decode(&first.vote).map_err(bad_message)?;
         let meta: SnapshotMetaOf<TypeConfig> = decode(&first.meta).map_err(bad_message)?;
+        let total = first.total_bytes;
         let mut data = first.data;
+        data.reserve(
+            usize::try_from(total)
+                .unwrap_or(0)
+                .min(SNAPSHOT_RESERVE_BYTES_MAX),
+        );
         while let Some(chunk) = chunks.message().await? {
             data.extend_from_slice(&chunk.data);
+            if data.len() as u64 > total {
+                return Err(Status::invalid_argument(format!(
+                    "snapshot stream carries more than the {total} bytes it announced"
+                )));
+            }
+        }
+        if data.len() as u64 != total {
+            return Err(Status::invalid_argument(format!(
+                "snapshot stream ended after {} of {total} bytes",
+                data.len()
+            )));
         }
         let snapshot = SnapshotOf::<TypeConfig, Vec<u8>> {
             meta,

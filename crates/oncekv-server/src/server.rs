@@ -86,6 +86,12 @@ pub enum ServeError {
     /// the node stops rather than serve without a working log.
     #[error("consensus failed: {0}")]
     Fatal(String),
+    /// A log or snapshot write found the disk full: the node stopped
+    /// without acknowledging anything that was not synced.
+    #[error(
+        "the disk holding the data directory is full ({0}): the node stopped without acknowledging any unsynced write; free space and restart it"
+    )]
+    DiskFull(String),
     /// A gRPC server failed.
     #[error("{service} service failed: {source}")]
     Transport {
@@ -190,6 +196,11 @@ where
     let client_result = client.await;
     consensus.shutdown().await;
     if let Some(cause) = fatal {
+        // openraft carries the storage error as text; an OS error keeps
+        // its code there.
+        if cause.contains("(os error 28)") {
+            return Err(ServeError::DiskFull(cause));
+        }
         return Err(ServeError::Fatal(cause));
     }
     for (service, result) in [("peer", peer_result), ("client", client_result)] {

@@ -33,8 +33,9 @@ Exit codes:
   2  usage error (bad flags, id not in --initial-cluster)
   3  data directory unusable, or it belongs to another node or cluster
   4  an address cannot be bound (in use, or not local)
-  5  consensus failed (a log write or sync failed): the node stopped
-     without acknowledging unsynced data; restart it to recover";
+  5  consensus failed (a log write or sync failed, or the disk is full):
+     the node stopped without acknowledging unsynced data; restart it (after
+     freeing space) to recover";
 
 /// Flags of `oncekv serve`.
 #[derive(Debug, Args)]
@@ -300,7 +301,7 @@ pub async fn run(args: ServeArgs) -> ExitCode {
             eprintln!("error: {error}");
             ExitCode::from(3)
         }
-        Err(error @ ServeError::Fatal(_)) => {
+        Err(error @ (ServeError::Fatal(_) | ServeError::DiskFull(_))) => {
             eprintln!("error: {error}");
             ExitCode::from(5)
         }

@@ -79,6 +79,12 @@ impl StateMachineStore {
     /// Opens the store in `dir`, resuming from the snapshot there if any.
     pub fn open(dir: &Path, limits: Limits) -> io::Result<StateMachineStore> {
         std::fs::create_dir_all(dir)?;
+        // A snapshot whose write was cut off (a crash, a full disk) is not
+        // the snapshot; give its space back.
+        match std::fs::remove_file(dir.join(format!("{SNAPSHOT_FILE}.tmp"))) {
+            Err(error) if error.kind() != io::ErrorKind::NotFound => return Err(error),
+            _ => {}
+        }
         let mut store = StateMachineStore {
             state: SharedState(Arc::new(Mutex::new(AppliedState {
                 machine: StateMachine::new(limits.clone()),

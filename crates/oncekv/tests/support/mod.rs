@@ -77,6 +77,8 @@ pub struct NodeProcess {
     pub child: Option<Child>,
     /// Stopped with SIGSTOP and not yet continued.
     pub paused: bool,
+    /// A command the node is started through (`nsenter ...`), if any.
+    pub launcher: Vec<String>,
     extra: Vec<String>,
     cluster: String,
     log: PathBuf,
@@ -91,6 +93,15 @@ pub struct Cluster {
 impl Cluster {
     /// Starts `size` nodes with extra `serve` flags.
     pub fn start(size: u64, extra: &[&str]) -> Cluster {
+        let mut cluster = Cluster::new(size, extra);
+        for node in &mut cluster.nodes {
+            node.spawn();
+        }
+        cluster
+    }
+
+    /// Plans `size` nodes with extra `serve` flags, starting none.
+    pub fn new(size: u64, extra: &[&str]) -> Cluster {
         let dir = tempfile::tempdir().expect("temp dir");
         let addresses: Vec<(u64, String, String)> = (1..=size)
             .map(|id| {
@@ -106,7 +117,7 @@ impl Cluster {
             .map(|(id, client, peer)| format!("{id}={peer}/{client}"))
             .collect::<Vec<_>>()
             .join(",");
-        let mut nodes: Vec<NodeProcess> = addresses
+        let nodes: Vec<NodeProcess> = addresses
             .into_iter()
             .map(|(id, client, peer)| NodeProcess {
                 id,
@@ -116,13 +127,11 @@ impl Cluster {
                 peer,
                 child: None,
                 paused: false,
+                launcher: Vec::new(),
                 extra: extra.iter().map(|s| s.to_string()).collect(),
                 cluster: cluster.clone(),
             })
             .collect();
-        for node in &mut nodes {
-            node.spawn();
-        }
         Cluster { nodes, dir }
     }
 
@@ -206,7 +215,16 @@ impl NodeProcess {
             .append(true)
             .open(&self.log)
             .expect("log");
-        let child = Process::new(env!("CARGO_BIN_EXE_oncekv"))
+        let binary = env!("CARGO_BIN_EXE_oncekv");
+        let mut command = match self.launcher.split_first() {
+            Some((program, args)) => {
+                let mut command = Process::new(program);
+                command.args(args).arg(binary);
+                command
+            }
+            None => Process::new(binary),
+        };
+        let child = command
             .args(["serve", "--id", &self.id.to_string(), "--data-dir"])
             .arg(&self.data_dir)
             .args(["--listen-client", &self.client, "--listen-peer", &self.peer])

@@ -4,7 +4,7 @@
 //! known (see `oncekv --help`).
 
 use crate::session_file::SessionFile;
-use anyhow::anyhow;
+use anyhow::{Context as _, anyhow};
 use clap::{Args, Subcommand, ValueEnum};
 use oncekv_client::{
     Client, ClientError, ClientOptions, Command, Completed, Query, Reply, Session, SessionOptions,
@@ -81,7 +81,9 @@ pub enum ClientCommand {
     /// Set KEY to VALUE (prints the previous value).
     Put {
         key: String,
-        value: String,
+        /// The value; read from standard input when omitted (for large or
+        /// binary values: `oncekv put KEY < file`).
+        value: Option<String>,
         /// Attach the key to this lease (deleted when it ends).
         #[arg(long)]
         lease: Option<String>,
@@ -104,7 +106,8 @@ pub enum ClientCommand {
     /// Append VALUE to KEY (prints the new length).
     Append {
         key: String,
-        value: String,
+        /// The bytes to append; read from standard input when omitted.
+        value: Option<String>,
         #[command(flatten)]
         once: Once,
     },
@@ -222,6 +225,33 @@ pub enum MemberCommand {
 
 struct Printer {
     output: Output,
+}
+
+/// Most bytes read from standard input as a value: far above any value a
+/// server accepts (it refuses oversized values with a clear error), low
+/// enough that a runaway pipe cannot exhaust memory.
+const STDIN_VALUE_BYTES_MAX: u64 = 256 * 1024 * 1024;
+
+/// The value given on the command line, or else all of standard input.
+fn value_or_stdin(value: Option<String>) -> anyhow::Result<Vec<u8>> {
+    use std::io::{IsTerminal, Read};
+    if let Some(value) = value {
+        return Ok(value.into_bytes());
+    }
+    let stdin = std::io::stdin();
+    if stdin.is_terminal() {
+        anyhow::bail!("no VALUE given: pass it as an argument or pipe it in (`< file`)");
+    }
+    let mut bytes = Vec::new();
+    stdin
+        .lock()
+        .take(STDIN_VALUE_BYTES_MAX + 1)
+        .read_to_end(&mut bytes)
+        .context("reading the value from standard input")?;
+    if bytes.len() as u64 > STDIN_VALUE_BYTES_MAX {
+        anyhow::bail!("the value on standard input is over {STDIN_VALUE_BYTES_MAX} bytes");
+    }
+    Ok(bytes)
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -496,7 +526,7 @@ pub async fn run(connection: &Connection, command: ClientCommand) -> anyhow::Res
                 &once,
                 Command::Put {
                     key: bytes(&key),
-                    value: bytes(&value),
+                    value: value_or_stdin(value)?,
                     lease,
                 },
             )
@@ -513,7 +543,7 @@ pub async fn run(connection: &Connection, command: ClientCommand) -> anyhow::Res
                 &once,
                 Command::Append {
                     key: bytes(&key),
-                    value: bytes(&value),
+                    value: value_or_stdin(value)?,
                 },
             )
             .await?,

@@ -38,6 +38,7 @@ Quick start:
   oncekv incr visits --idempotency-key k1
   oncekv incr visits --idempotency-key k1   # a retry: the same answer, applied once
   oncekv get visits
+  oncekv put config < config.json     # a value from standard input
 
 Exit codes of the client commands:
   0  applied or replayed (or found, for reads)

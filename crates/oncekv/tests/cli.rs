@@ -4,7 +4,8 @@
 mod support;
 
 use serde_json::Value;
-use std::process::Command as Process;
+use std::io::Write as _;
+use std::process::{Command as Process, Stdio};
 use support::{Cluster, FAST, exclusive};
 
 struct Cli {
@@ -15,12 +16,25 @@ struct Cli {
 impl Cli {
     /// Runs `oncekv ARGS -o json`; returns (exit code, parsed output).
     fn run(&self, args: &[&str]) -> (i32, Value) {
-        let output = Process::new(env!("CARGO_BIN_EXE_oncekv"))
+        self.run_with_input(args, b"")
+    }
+
+    /// Runs `oncekv ARGS -o json` with `input` on its standard input.
+    fn run_with_input(&self, args: &[&str], input: &[u8]) -> (i32, Value) {
+        let mut child = Process::new(env!("CARGO_BIN_EXE_oncekv"))
             .args(args)
             .args(["-o", "json", "--endpoints", &self.endpoint])
             .current_dir(&self.dir)
-            .output()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
             .expect("run oncekv");
+        let mut stdin = child.stdin.take().expect("stdin");
+        let input = input.to_vec();
+        let writer = std::thread::spawn(move || stdin.write_all(&input));
+        let output = child.wait_with_output().expect("run oncekv");
+        writer.join().expect("writer").expect("write stdin");
         let stdout = String::from_utf8_lossy(&output.stdout);
         let value = serde_json::from_str(stdout.trim()).unwrap_or_else(|_| {
             panic!(
@@ -145,4 +159,30 @@ async fn a_rerun_with_the_same_idempotency_key_applies_once() {
     let (code, cas) = cli.run(&["cas", "c", "999", "0"]);
     assert_eq!(code, 3, "{cas}");
     assert_eq!(cas["swapped"], false);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_value_too_large_for_an_argument_comes_from_standard_input() {
+    let _one = exclusive().await;
+    let mut cluster = Cluster::start(1, FAST);
+    cluster.leader(std::time::Duration::from_secs(15)).await;
+    let cli = Cli {
+        endpoint: cluster.node(1).client.clone(),
+        dir: cluster.dir.path().to_path_buf(),
+    };
+    // Over the 128 KiB a single argument may have.
+    let value: String = (0..300_000)
+        .map(|i| (b'a' + (i % 26) as u8) as char)
+        .collect();
+    let (code, put) = cli.run_with_input(&["put", "big"], value.as_bytes());
+    assert_eq!(
+        (code, put["outcome"].as_str()),
+        (0, Some("applied")),
+        "{put}"
+    );
+    let (code, appended) = cli.run_with_input(&["append", "big"], b"!");
+    assert_eq!(code, 0, "{appended}");
+    let (code, got) = cli.run(&["get", "big"]);
+    assert_eq!(code, 0, "{got}");
+    assert_eq!(got["value"].as_str(), Some(format!("{value}!").as_str()));
 }

@@ -14,6 +14,17 @@ struct Cli {
 }
 
 impl Cli {
+    /// A one-node cluster with a leader, and the command line aimed at it.
+    async fn one_node() -> (Cluster, Cli) {
+        let mut cluster = Cluster::start(1, FAST);
+        cluster.leader(std::time::Duration::from_secs(15)).await;
+        let cli = Cli {
+            endpoint: cluster.node(1).client.clone(),
+            dir: cluster.dir.path().to_path_buf(),
+        };
+        (cluster, cli)
+    }
+
     /// Runs `oncekv ARGS -o json`; returns (exit code, parsed output).
     fn run(&self, args: &[&str]) -> (i32, Value) {
         self.run_with_input(args, b"")
@@ -49,12 +60,7 @@ impl Cli {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_classic_lesson_through_the_command_line() {
     let _one = exclusive().await;
-    let mut cluster = Cluster::start(1, FAST);
-    cluster.leader(std::time::Duration::from_secs(15)).await;
-    let cli = Cli {
-        endpoint: cluster.node(1).client.clone(),
-        dir: cluster.dir.path().to_path_buf(),
-    };
+    let (_cluster, cli) = Cli::one_node().await;
     let (code, opened) = cli.run(&[
         "session",
         "open",
@@ -120,7 +126,7 @@ async fn the_classic_lesson_through_the_command_line() {
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(cluster.dir.path().join("s.json"))
+        let mode = std::fs::metadata(cli.dir.join("s.json"))
             .expect("file")
             .permissions()
             .mode();
@@ -131,12 +137,7 @@ async fn the_classic_lesson_through_the_command_line() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rerun_with_the_same_idempotency_key_applies_once() {
     let _one = exclusive().await;
-    let mut cluster = Cluster::start(1, FAST);
-    cluster.leader(std::time::Duration::from_secs(15)).await;
-    let cli = Cli {
-        endpoint: cluster.node(1).client.clone(),
-        dir: cluster.dir.path().to_path_buf(),
-    };
+    let (_cluster, cli) = Cli::one_node().await;
     let (code, first) = cli.run(&["incr", "c", "--idempotency-key", "k"]);
     assert_eq!((code, first["value"].as_i64()), (0, Some(1)), "{first}");
     let (code, second) = cli.run(&["incr", "c", "--idempotency-key", "k"]);
@@ -164,12 +165,7 @@ async fn a_rerun_with_the_same_idempotency_key_applies_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_value_too_large_for_an_argument_comes_from_standard_input() {
     let _one = exclusive().await;
-    let mut cluster = Cluster::start(1, FAST);
-    cluster.leader(std::time::Duration::from_secs(15)).await;
-    let cli = Cli {
-        endpoint: cluster.node(1).client.clone(),
-        dir: cluster.dir.path().to_path_buf(),
-    };
+    let (_cluster, cli) = Cli::one_node().await;
     // Over the 128 KiB a single argument may have.
     let value: String = (0..300_000)
         .map(|i| (b'a' + (i % 26) as u8) as char)

@@ -12,14 +12,26 @@
 //! "failed" for a request that may still apply, and it never retries a
 //! plain mutating request after it may have been sent.
 //!
-//! ```no_run
-//! # async fn example() -> Result<(), oncekv_client::ClientError> {
-//! use oncekv_client::{Client, ClientOptions, Command};
+//! ```
+//! # use oncekv_server::{server, transport};
+//! # #[tokio::main]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # // A real one-node cluster in this process, on free loopback ports.
+//! # let dir = tempfile::tempdir()?;
+//! # let clients = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+//! # let peers = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+//! # let address = clients.local_addr()?.to_string();
+//! # let config =
+//! #     server::ServerConfig::single_node(dir.path(), &address, &peers.local_addr()?.to_string());
+//! # let incoming = (transport::tcp_incoming(clients), transport::tcp_incoming(peers));
+//! # tokio::spawn(server::serve(config, incoming.0, incoming.1, std::future::pending()));
+//! use oncekv_client::{Client, ClientOptions, Command, Reply};
 //!
-//! let client = Client::connect(["127.0.0.1:7379"], ClientOptions::default())?;
+//! // `address` is a node's client address, such as "127.0.0.1:7379".
+//! let client = Client::connect([address], ClientOptions::default())?;
 //! let session = client.open_session(Default::default()).await?;
 //! let reply = session.execute(Command::Incr { key: b"balance".to_vec(), by: 10 }).await?;
-//! println!("{reply:?}");
+//! assert_eq!(reply, Reply::Incr { value: 10 });
 //! session.close().await?;
 //! # Ok(())
 //! # }

@@ -62,6 +62,41 @@ pub struct ServerConfig {
     pub dedup: bool,
 }
 
+/// Largest client message a node accepts by default, in bytes.
+pub const CLIENT_MESSAGE_BYTES_DEFAULT: usize = 4 * 1024 * 1024;
+
+impl ServerConfig {
+    /// A one-node cluster (node 1) with default limits and timing, its data
+    /// in `data_dir`, serving clients at `client_address` and peers at
+    /// `peer_address` (`host:port`): what `oncekv serve` runs without
+    /// flags, for embedding a node in a program or a test.
+    pub fn single_node(
+        data_dir: impl Into<PathBuf>,
+        client_address: &str,
+        peer_address: &str,
+    ) -> ServerConfig {
+        let advertise = NodeInfo {
+            peer_address: peer_address.to_string(),
+            client_address: client_address.to_string(),
+        };
+        ServerConfig {
+            id: 1,
+            data_dir: data_dir.into(),
+            advertise: advertise.clone(),
+            initial_cluster: Some(BTreeMap::from([(1, advertise)])),
+            limits: Limits::default(),
+            consensus: ConsensusOptions::default(),
+            node: NodeOptions::default(),
+            client_message_bytes_max: CLIENT_MESSAGE_BYTES_DEFAULT,
+            metrics: None,
+            peer_source_ip: None,
+            peer_connector: None,
+            inline_disk_io: false,
+            dedup: true,
+        }
+    }
+}
+
 /// Why a node could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {

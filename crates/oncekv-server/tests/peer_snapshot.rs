@@ -3,12 +3,9 @@
 
 use oncekv_proto::v1::SnapshotChunk;
 use oncekv_proto::v1::raft_peer_client::RaftPeerClient;
-use oncekv_server::node::NodeOptions;
-use oncekv_server::raft::consensus::ConsensusOptions;
-use oncekv_server::raft::type_config::{NodeInfo, TypeConfig};
+use oncekv_server::raft::type_config::TypeConfig;
 use oncekv_server::server::{ServerConfig, serve};
 use oncekv_server::transport::tcp_incoming;
-use oncekv_state::Limits;
 use openraft::alias::{SnapshotMetaOf, VoteOf};
 use std::time::Duration;
 
@@ -45,25 +42,7 @@ async fn a_snapshot_stream_that_ends_short_or_runs_long_is_refused() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (clients, client_address) = listener().await;
     let (peers, peer_address) = listener().await;
-    let advertise = NodeInfo {
-        peer_address: peer_address.clone(),
-        client_address,
-    };
-    let config = ServerConfig {
-        id: 1,
-        data_dir: dir.path().to_path_buf(),
-        advertise: advertise.clone(),
-        initial_cluster: Some([(1, advertise)].into_iter().collect()),
-        limits: Limits::default(),
-        consensus: ConsensusOptions::default(),
-        node: NodeOptions::default(),
-        client_message_bytes_max: 4 * 1024 * 1024,
-        metrics: None,
-        peer_source_ip: None,
-        peer_connector: None,
-        inline_disk_io: false,
-        dedup: true,
-    };
+    let config = ServerConfig::single_node(dir.path(), &client_address, &peer_address);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let node = tokio::spawn(serve(
         config,

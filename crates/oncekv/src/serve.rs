@@ -103,7 +103,7 @@ pub struct ServeArgs {
     request_timeout: Duration,
 
     /// Largest client message, in bytes.
-    #[arg(long, default_value_t = 4 * 1024 * 1024)]
+    #[arg(long, default_value_t = oncekv_server::server::CLIENT_MESSAGE_BYTES_DEFAULT)]
     max_message_bytes: usize,
 
     /// Longest key, in bytes (a cluster setting: the same on every node).

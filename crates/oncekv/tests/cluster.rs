@@ -8,7 +8,7 @@ use oncekv_state::{
     Command, IdempotencyKey, Malformed, Origin, Outcome, Query, Rejection, Reply, Request, Secret,
     SessionId,
 };
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use support::{Cluster, FAST, TestSession, eventually, exclusive, execute_on};
 
 const ELECTION: Duration = Duration::from_secs(15);
@@ -35,26 +35,49 @@ fn append(value: &str) -> Command {
 async fn a_retry_after_the_leader_dies_is_replayed_not_reapplied() {
     let _one = exclusive().await;
     let mut cluster = Cluster::start(3, FAST);
-    let leader = cluster.leader(ELECTION).await;
     let session = TestSession::open(&cluster, 60_000, 8).await;
     let first = session.request(1, 1, append("token-1;"));
-    // The reply to this call is never read.
-    let address = cluster.node(leader).client.clone();
-    let request = first.clone();
-    let lost = tokio::spawn(async move { execute_on(&address, &request).await });
-    let follower = cluster
-        .nodes
-        .iter()
-        .find(|n| n.id != leader)
-        .expect("a follower")
-        .id;
-    eventually(Duration::from_secs(10), "the append to reach a follower", || {
-        let node = &cluster.nodes[(follower - 1) as usize];
-        async move { (node.local_value(b"log").await.as_deref() == Some(b"token-1;")).then_some(()) }
-    })
-    .await;
+    // The reply to this call is never read. If leadership moved before it
+    // arrived (a loaded machine), it was not proposed: send it again to
+    // the leader of the moment.
+    let mut sent = 0;
+    let leader = loop {
+        sent += 1;
+        let leader = cluster.leader(ELECTION).await;
+        let address = cluster.node(leader).client.clone();
+        let request = first.clone();
+        let lost = tokio::spawn(async move { execute_on(&address, &request).await });
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let reached = loop {
+            let followers = cluster.nodes.iter().filter(|n| n.id != leader);
+            let mut any = false;
+            for node in followers {
+                any |= node.local_value(b"log").await.as_deref() == Some(b"token-1;");
+            }
+            if any || Instant::now() > deadline {
+                break any;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        if reached {
+            lost.abort();
+            break leader;
+        }
+        let answer = tokio::time::timeout(Duration::from_secs(5), lost).await;
+        let not_leader = matches!(
+            &answer,
+            Ok(Ok(Ok(v1::ExecuteResponse {
+                result: Some(v1::execute_response::Result::NotLeader(_)),
+                ..
+            })))
+        );
+        assert!(
+            not_leader && sent < 3,
+            "the append did not reach a follower (attempt {sent}); the leader answered {answer:?}\n{}",
+            cluster.logs()
+        );
+    };
     cluster.node(leader).kill();
-    lost.abort();
     let new_leader = cluster.leader(ELECTION).await;
     assert_ne!(new_leader, leader);
     let retry = session.request(1, 2, append("token-1;"));

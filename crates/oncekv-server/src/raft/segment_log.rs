@@ -1,5 +1,5 @@
 //! [`SegmentLog`]: the durable, crash-safe Raft log. A segment file starts
-//! with [`SEGMENT_MAGIC`]; a writer thread drains every queued append and
+//! with the magic `oncekvL2`; a writer thread drains every queued append and
 //! writes them as one frame, `[length u32][body crc32 u32][header crc32
 //! u32][postcard records]`, then issues one `fdatasync` (group commit)
 //! before any of their callbacks fire. One checksum covers the whole body,

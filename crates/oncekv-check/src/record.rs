@@ -418,6 +418,8 @@ pub enum FailReason {
     Invalid,
     /// No node was reachable before anything was sent.
     Unreachable,
+    /// A full table or budget refused it (not executed, not recorded).
+    Overloaded,
     /// A node that is not the leader refused it without proposing it.
     NotLeader,
     /// Any other definite refusal.
@@ -437,6 +439,7 @@ impl FailReason {
             Self::Malformed => "malformed",
             Self::Invalid => "invalid",
             Self::Unreachable => "unreachable",
+            Self::Overloaded => "overloaded",
             Self::NotLeader => "not_leader",
             Self::Other => "other",
         }

@@ -93,6 +93,9 @@ enum Attempt<T> {
     NotSent(String),
     /// May have been proposed.
     MaybeSent(String),
+    /// Refused for now by a full table or budget: not applied by this
+    /// attempt; retried after a pause until the deadline.
+    Busy(ClientError),
     Refused(ClientError),
 }
 
@@ -227,6 +230,7 @@ impl Client {
         let mut retries = 0u32;
         let mut maybe_sent = false;
         let mut last_error = String::new();
+        let mut busy = None;
         loop {
             let remaining = deadline.saturating_duration_since(Instant::now());
             if remaining.is_zero() {
@@ -235,6 +239,8 @@ impl Client {
                         request_id,
                         attempts,
                     }
+                } else if let Some(refusal) = busy {
+                    refusal
                 } else {
                     ClientError::Unreachable(last_error)
                 });
@@ -251,6 +257,11 @@ impl Client {
                     return Ok((value, attempts, maybe_sent));
                 }
                 Attempt::Refused(error) => return Err(error),
+                Attempt::Busy(refusal) => {
+                    *lock(&self.inner.leader) = Some(target.clone());
+                    busy = Some(refusal);
+                    self.pause(&mut retries, deadline).await;
+                }
                 Attempt::Redirect(hint) => {
                     last_error = format!("{target} is not the leader");
                     target = match hint {
@@ -321,6 +332,9 @@ impl Client {
                             match response.result {
                                 Some(execute_response::Result::Outcome(outcome)) => {
                                     match convert::outcome_from_wire(outcome) {
+                                        Ok(Outcome::Overloaded(full)) => {
+                                            Attempt::Busy(ClientError::Overloaded(full))
+                                        }
                                         Ok(outcome) => Attempt::Done((outcome, response.log_index)),
                                         Err(error) => Attempt::MaybeSent(error.to_string()),
                                     }
@@ -341,9 +355,15 @@ impl Client {
             })
             .await?;
         // A refusal that forgets the past (the session is gone, or its
-        // record was freed) says nothing about an earlier attempt that may
-        // have applied before it: the outcome is unknown, not "not applied".
-        if resent && matches!(outcome, Outcome::SessionExpired | Outcome::Stale { .. }) {
+        // record was freed) or that was decided before looking at it (a
+        // wrong secret) says nothing about an earlier attempt that may have
+        // applied: the outcome is unknown, not "not applied".
+        if resent
+            && matches!(
+                outcome,
+                Outcome::SessionExpired | Outcome::Stale { .. } | Outcome::Unauthorized
+            )
+        {
             return Err(ClientError::OutcomeUnknown {
                 request_id,
                 attempts,
@@ -519,6 +539,7 @@ pub(crate) fn completed(
         Outcome::RequestMismatch => return Err(ClientError::RequestMismatch),
         Outcome::SequenceGap { expected } => return Err(ClientError::gap(expected)),
         Outcome::Malformed(why) => return Err(ClientError::Malformed(why.to_string())),
+        Outcome::Overloaded(full) => return Err(ClientError::Overloaded(full)),
     };
     match reply {
         Reply::Rejected(rejection) => Err(ClientError::Rejected(rejection)),

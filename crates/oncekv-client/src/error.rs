@@ -1,7 +1,7 @@
 //! [`ClientError`]: what the client knows when a call does not end with a
 //! reply. Each variant says whether the request was applied.
 
-use oncekv_state::{Rejection, RequestId, Seq};
+use oncekv_state::{Overload, Rejection, RequestId, Seq};
 
 /// Why a call did not return a reply.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -42,6 +42,11 @@ pub enum ClientError {
     /// The request was refused before proposing: not applied.
     #[error("invalid request: {0}")]
     Invalid(String),
+    /// A bounded table or budget of the cluster is full of live entries
+    /// (sessions, idempotency keys, completion record bytes, the store's
+    /// quota): not applied, nothing evicted. Retry later.
+    #[error("overloaded, not applied: {0}")]
+    Overloaded(Overload),
     /// The deadline passed without a definite answer: the request may or
     /// may not have applied (and may still apply).
     #[error("outcome unknown after {attempts} attempt(s){}: it may or may not have applied", request_id.map(|id| format!(" of request {id}")).unwrap_or_default())]

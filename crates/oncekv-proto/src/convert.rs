@@ -4,8 +4,8 @@
 
 use crate::v1;
 use oncekv_state::{
-    ClusterTime, Command, IdempotencyKey, LeaseInfo, LogIndex, Malformed, Origin, Outcome, Query,
-    Rejection, Reply, Request, RequestHeader, RequestId, Secret, Seq, SessionId,
+    ClusterTime, Command, IdempotencyKey, LeaseInfo, LogIndex, Malformed, Origin, Outcome,
+    Overload, Query, Rejection, Reply, Request, RequestHeader, RequestId, Secret, Seq, SessionId,
 };
 
 /// Why a wire message does not map to the model.
@@ -123,6 +123,7 @@ fn command_from_wire(
             Kind::LeaseKeepAlive(lease) => Command::LeaseKeepAlive { name: lease.name },
             Kind::LeaseRevoke(lease) => Command::LeaseRevoke { name: lease.name },
             Kind::Read(query) => Command::Read(query_from_wire(query)?),
+            Kind::AlarmDisarm(_) => Command::AlarmDisarm,
         },
     )
 }
@@ -191,6 +192,7 @@ fn command_to_wire(command: &Command) -> Result<v1::Command> {
         }
         Command::LeaseRevoke { name } => Kind::LeaseRevoke(v1::LeaseRef { name: name.clone() }),
         Command::Read(query) => Kind::Read(query_to_wire(query)),
+        Command::AlarmDisarm => Kind::AlarmDisarm(v1::Empty {}),
     };
     Ok(v1::Command { kind: Some(kind) })
 }
@@ -244,6 +246,7 @@ pub fn outcome_to_wire(outcome: &Outcome) -> v1::Outcome {
             expected: expected.0,
         }),
         Outcome::Malformed(malformed) => Kind::Malformed(malformed_to_wire(malformed)),
+        Outcome::Overloaded(overload) => Kind::Overloaded(overload_to_wire(overload)),
     };
     v1::Outcome { kind: Some(kind) }
 }
@@ -273,6 +276,37 @@ fn malformed_to_wire(malformed: &Malformed) -> v1::Malformed {
         }
     }
     wire
+}
+
+fn overload_to_wire(overload: &Overload) -> v1::Overloaded {
+    use v1::OverloadKind as K;
+    let kind = match overload {
+        Overload::Sessions { .. } => K::Sessions,
+        Overload::IdempotencyKeys { .. } => K::IdempotencyKeys,
+        Overload::IdempotencyBytes { .. } => K::IdempotencyBytes,
+        Overload::SessionRecordBytes { .. } => K::SessionRecordBytes,
+        Overload::RecordBytes { .. } => K::RecordBytes,
+        Overload::NoSpace { .. } => K::NoSpace,
+    };
+    v1::Overloaded {
+        kind: kind.into(),
+        max: overload.max(),
+        reason: overload.to_string(),
+    }
+}
+
+fn overload_from_wire(wire: &v1::Overloaded) -> Result<Overload> {
+    use v1::OverloadKind as K;
+    let max = wire.max;
+    Ok(match K::try_from(wire.kind).unwrap_or(K::Unspecified) {
+        K::Sessions => Overload::Sessions { max },
+        K::IdempotencyKeys => Overload::IdempotencyKeys { max },
+        K::IdempotencyBytes => Overload::IdempotencyBytes { max },
+        K::SessionRecordBytes => Overload::SessionRecordBytes { max },
+        K::RecordBytes => Overload::RecordBytes { max },
+        K::NoSpace => Overload::NoSpace { max },
+        K::Unspecified => return Err(ConvertError::Missing("overloaded.kind")),
+    })
 }
 
 fn malformed_from_wire(wire: v1::Malformed) -> Result<Malformed> {
@@ -318,6 +352,7 @@ pub fn outcome_from_wire(outcome: v1::Outcome) -> Result<Outcome> {
                 expected: Seq(gap.expected),
             },
             Kind::Malformed(malformed) => Outcome::Malformed(malformed_from_wire(malformed)?),
+            Kind::Overloaded(overloaded) => Outcome::Overloaded(overload_from_wire(&overloaded)?),
         },
     )
 }
@@ -394,6 +429,9 @@ pub fn reply_to_wire(reply: &Reply) -> v1::Reply {
             leases: leases.iter().map(lease_info_to_wire).collect(),
         }),
         Reply::Rejected(rejection) => Kind::Rejected(rejection_to_wire(rejection)),
+        Reply::AlarmDisarmed { was_raised } => Kind::AlarmDisarmed(v1::AlarmDisarmed {
+            was_raised: *was_raised,
+        }),
     };
     v1::Reply { kind: Some(kind) }
 }
@@ -465,6 +503,9 @@ pub fn reply_from_wire(reply: v1::Reply) -> Result<Reply> {
                     .collect(),
             },
             Kind::Rejected(rejection) => Reply::Rejected(rejection_from_wire(rejection)?),
+            Kind::AlarmDisarmed(disarmed) => Reply::AlarmDisarmed {
+                was_raised: disarmed.was_raised,
+            },
         },
     )
 }

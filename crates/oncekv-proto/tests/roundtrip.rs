@@ -7,8 +7,8 @@ use oncekv_proto::convert::{
 };
 use oncekv_proto::v1;
 use oncekv_state::{
-    ClusterTime, Command, IdempotencyKey, LeaseInfo, LogIndex, Malformed, Origin, Outcome, Query,
-    Rejection, Reply, Request, RequestHeader, RequestId, Secret, Seq, SessionId,
+    ClusterTime, Command, IdempotencyKey, LeaseInfo, LogIndex, Malformed, Origin, Outcome,
+    Overload, Query, Rejection, Reply, Request, RequestHeader, RequestId, Secret, Seq, SessionId,
 };
 use proptest::prelude::*;
 
@@ -45,6 +45,7 @@ fn command() -> impl Strategy<Value = Command> {
         (bytes(), any::<u32>())
             .prop_map(|(prefix, limit)| Command::Read(Query::Scan { prefix, limit })),
         Just(Command::Read(Query::LeaseList)),
+        Just(Command::AlarmDisarm),
     ]
 }
 
@@ -155,6 +156,7 @@ fn reply() -> impl Strategy<Value = Reply> {
             }
         ),
         rejection().prop_map(Reply::Rejected),
+        any::<bool>().prop_map(|was_raised| Reply::AlarmDisarmed { was_raised }),
     ]
 }
 
@@ -181,6 +183,14 @@ fn outcome() -> impl Strategy<Value = Outcome> {
             bytes: b as usize
         })),
         ".{0,6}".prop_map(|command| Outcome::Malformed(Malformed::ControlNotAllowed { command })),
+        (0u8..6, any::<u64>()).prop_map(|(kind, max)| Outcome::Overloaded(match kind {
+            0 => Overload::Sessions { max },
+            1 => Overload::IdempotencyKeys { max },
+            2 => Overload::IdempotencyBytes { max },
+            3 => Overload::SessionRecordBytes { max },
+            4 => Overload::RecordBytes { max },
+            _ => Overload::NoSpace { max },
+        })),
     ]
 }
 

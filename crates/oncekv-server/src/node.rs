@@ -1,14 +1,17 @@
-//! [`Node`]: an oncekv replica as its services see it. It stamps proposals
-//! with cluster time, joins a retry to the identical request already in
-//! flight (the retry rendezvous), serves linearizable and serializable
-//! reads, keeps cluster time moving on an idle leader, and reports status.
+//! [`Node`]: an oncekv replica as its services see it. It refuses before
+//! proposing what the state machine would refuse whatever the state (so a
+//! refusal costs no log entry), limits the rate of session opens, stamps
+//! proposals with cluster time, joins a retry to the identical request
+//! already in flight (the retry rendezvous, keyed by the whole header,
+//! secret included), serves linearizable and serializable reads, keeps
+//! cluster time moving on an idle leader, and reports status.
 //! Deduplication itself is decided only by the state machine at apply.
 
 use crate::clock::LeaderClock;
 use crate::raft::consensus::{Consensus, RaftStatus, WriteError};
 use crate::raft::type_config::{Applied, NodeId, NodeInfo, Proposal};
 use oncekv_state::{
-    Command, Origin, Query, Reply, Request, RequestId, Secret, Stats, command_digest,
+    Command, LogIndex, Origin, Query, Reply, Request, RequestId, Secret, Stats, command_digest,
 };
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -24,6 +27,9 @@ pub struct NodeOptions {
     pub propose_timeout: Duration,
     /// How often an idle leader proposes a tick while anything can expire.
     pub tick_interval: Duration,
+    /// Most session opens this node proposes per second (a burst of as
+    /// many is allowed); more are refused as overloaded before proposing.
+    pub session_opens_per_second: u32,
 }
 
 impl Default for NodeOptions {
@@ -31,6 +37,40 @@ impl Default for NodeOptions {
         NodeOptions {
             propose_timeout: Duration::from_secs(5),
             tick_interval: Duration::from_secs(1),
+            session_opens_per_second: 1000,
+        }
+    }
+}
+
+/// A token bucket: `rate` tokens a second, holding at most `rate`.
+#[derive(Debug)]
+struct RateLimit {
+    rate: f64,
+    tokens: f64,
+    refilled: Instant,
+}
+
+impl RateLimit {
+    fn new(per_second: u32) -> RateLimit {
+        let rate = f64::from(per_second);
+        RateLimit {
+            rate,
+            tokens: rate,
+            refilled: Instant::now(),
+        }
+    }
+
+    /// Takes a token if one is left.
+    fn take(&mut self) -> bool {
+        let now = Instant::now();
+        let elapsed = now.duration_since(self.refilled).as_secs_f64();
+        self.refilled = now;
+        self.tokens = (self.tokens + elapsed * self.rate).min(self.rate);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
         }
     }
 }
@@ -45,16 +85,22 @@ pub struct NodeStatus {
 }
 
 type InFlightResult = Option<Result<Applied, WriteError>>;
-/// Requests on sessions proposed here and not yet applied, by dedup key and
-/// command digest.
-type InFlight = HashMap<(RequestId, u64), watch::Receiver<InFlightResult>>;
+/// Requests on sessions proposed here and not yet applied, by their whole
+/// header (dedup key and secret) and command digest: a caller joins only a
+/// request it could have sent itself.
+type InFlightKey = (RequestId, Secret, u64);
+type InFlight = HashMap<InFlightKey, watch::Receiver<InFlightResult>>;
 
 struct Inner {
     consensus: Consensus,
     options: NodeOptions,
+    limits: oncekv_state::Limits,
     clock: LeaderClock,
     in_flight: Mutex<InFlight>,
     last_proposal: Mutex<Instant>,
+    session_opens: Mutex<RateLimit>,
+    /// One state digest at a time: it reads the whole state.
+    digesting: tokio::sync::Mutex<()>,
 }
 
 /// An oncekv replica.
@@ -74,13 +120,18 @@ impl std::fmt::Debug for Node {
 impl Node {
     /// A node over started consensus; spawns its ticker.
     pub fn new(consensus: Consensus, options: NodeOptions) -> Node {
+        let limits = consensus.state().lock().machine.limits().clone();
+        let session_opens = Mutex::new(RateLimit::new(options.session_opens_per_second));
         let node = Node {
             inner: Arc::new(Inner {
                 consensus,
                 options,
+                limits,
                 clock: LeaderClock::default(),
                 in_flight: Mutex::new(HashMap::new()),
                 last_proposal: Mutex::new(Instant::now()),
+                session_opens,
+                digesting: tokio::sync::Mutex::new(()),
             }),
         };
         let weak = Arc::downgrade(&node.inner);
@@ -142,25 +193,31 @@ impl Node {
     }
 
     fn lock_last_proposal(&self) -> std::sync::MutexGuard<'_, Instant> {
-        self.inner
-            .last_proposal
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        lock(&self.inner.last_proposal)
     }
 
     fn lock_in_flight(&self) -> std::sync::MutexGuard<'_, InFlight> {
-        self.inner
-            .in_flight
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        lock(&self.inner.in_flight)
     }
 
-    /// Proposes a request and returns what applying it decided. A request on
-    /// a session that is already in flight here waits for that entry's
-    /// result instead of being proposed again.
+    /// Proposes a request and returns what applying it decided. A request
+    /// the state machine would refuse whatever the state is refused here
+    /// ([`WriteError::Invalid`]), and session opens beyond the configured
+    /// rate too ([`WriteError::Overloaded`]): neither costs a log entry. A
+    /// request on a session that is already in flight here, with the same
+    /// header and command, waits for that entry's result instead of being
+    /// proposed again.
     pub async fn execute(&self, request: Request) -> Result<Applied, WriteError> {
+        self.inner.limits.check_request(&request)?;
+        if matches!(request.command, Command::OpenSession { .. })
+            && !lock(&self.inner.session_opens).take()
+        {
+            return Err(WriteError::Overloaded("session-open-rate"));
+        }
         let key = match &request.origin {
-            Origin::Session(header) => Some((header.id, command_digest(&request.command))),
+            Origin::Session(header) => {
+                Some((header.id, header.secret, command_digest(&request.command)))
+            }
             _ => None,
         };
         let deadline = self.inner.options.propose_timeout;
@@ -223,6 +280,8 @@ impl Node {
             Ok(_) => "none",
             Err(WriteError::NotLeader { .. }) => "not_leader",
             Err(WriteError::Unavailable(_)) => "unavailable",
+            Err(WriteError::Invalid(_)) => "invalid",
+            Err(WriteError::Overloaded(_)) => "overloaded",
         };
         metrics::counter!("oncekv_requests_total", "operation" => command, "outcome" => outcome)
             .increment(1);
@@ -248,10 +307,22 @@ impl Node {
         }
     }
 
-    /// A digest of this replica's state machine (encodes the whole state:
-    /// for checks, not for frequent polling).
-    pub fn state_digest(&self) -> u64 {
-        self.inner.consensus.state().lock().machine.state_digest()
+    /// A digest of this replica's state machine and the index it was taken
+    /// at. It reads the whole state under the state lock (applies wait
+    /// meanwhile), so calls are served one at a time: for checks, not for
+    /// polling; status reports counters only.
+    pub async fn state_digest(&self) -> (Option<LogIndex>, u64) {
+        let _one_at_a_time = self.inner.digesting.lock().await;
+        let node = self.clone();
+        let digest = tokio::task::spawn_blocking(move || {
+            let state = node.inner.consensus.state().lock();
+            (state.machine.last_applied(), state.machine.state_digest())
+        })
+        .await;
+        match digest {
+            Ok(digest) => digest,
+            Err(panicked) => std::panic::resume_unwind(panicked.into_panic()),
+        }
     }
 
     /// Adds a member (learner first, then voter).
@@ -263,6 +334,12 @@ impl Node {
     pub async fn remove_member(&self, id: NodeId) -> Result<(), WriteError> {
         self.inner.consensus.remove_member(id).await
     }
+}
+
+/// Locks a mutex of plain bookkeeping, whose data stays valid even if a
+/// holder panicked.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Waits up to `deadline` for an in-flight result; `None` if it did not

@@ -163,6 +163,7 @@ fn node_config(id: u64, root: &Path, dedup: bool) -> ServerConfig {
         node: NodeOptions {
             propose_timeout: Duration::from_secs(2),
             tick_interval: Duration::from_millis(100),
+            ..NodeOptions::default()
         },
         client_message_bytes_max: 4 * 1024 * 1024,
         metrics: None,

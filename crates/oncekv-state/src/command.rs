@@ -167,6 +167,9 @@ pub enum Command {
     },
     /// A read, applied through the log.
     Read(Query),
+    /// Lower the `NOSPACE` alarm, so writes are accepted again (raised
+    /// again by the next write that would pass the store's byte quota).
+    AlarmDisarm,
 }
 
 impl Command {
@@ -174,6 +177,19 @@ impl Command {
     /// tick does not).
     pub fn is_mutating(&self) -> bool {
         !matches!(self, Command::Read(_) | Command::Tick)
+    }
+
+    /// Whether the command may add bytes to the store, and so is refused
+    /// while the `NOSPACE` alarm is raised.
+    pub fn grows_store(&self) -> bool {
+        matches!(
+            self,
+            Command::Put { .. }
+                | Command::Append { .. }
+                | Command::Incr { .. }
+                | Command::Cas { .. }
+                | Command::LeaseGrant { .. }
+        )
     }
 
     /// Whether the command manages sessions (or time) and so may not itself
@@ -206,6 +222,7 @@ impl Command {
             Command::Read(Query::Get { .. }) => "get",
             Command::Read(Query::Scan { .. }) => "scan",
             Command::Read(Query::LeaseList) => "lease_list",
+            Command::AlarmDisarm => "alarm_disarm",
         }
     }
 }

@@ -68,13 +68,58 @@ impl<'a> Extend<&'a u8> for CommandHasher {
 
 /// FNV-1a 64 of `bytes` (the snapshot checksum).
 pub(crate) fn fnv64(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(FNV_OFFSET, |hash, byte| {
-        (hash ^ u64::from(*byte)).wrapping_mul(FNV_PRIME)
-    })
+    let mut hasher = Fnv64::default();
+    hasher.extend(bytes);
+    hasher.finish()
 }
 
-/// The digest of a command.
+/// FNV-1a 64 as a sink that postcard can serialise into.
+#[derive(Debug)]
+pub(crate) struct Fnv64(u64);
+
+impl Default for Fnv64 {
+    fn default() -> Self {
+        Fnv64(FNV_OFFSET)
+    }
+}
+
+impl Fnv64 {
+    pub(crate) fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+impl Extend<u8> for Fnv64 {
+    fn extend<I: IntoIterator<Item = u8>>(&mut self, bytes: I) {
+        for byte in bytes {
+            self.0 = (self.0 ^ u64::from(byte)).wrapping_mul(FNV_PRIME);
+        }
+    }
+}
+
+impl<'a> Extend<&'a u8> for Fnv64 {
+    fn extend<I: IntoIterator<Item = &'a u8>>(&mut self, bytes: I) {
+        self.extend(bytes.into_iter().copied());
+    }
+}
+
+/// The digest of a command: what tells a retry from another request under
+/// the same dedup key. A session's secret is drawn by the leader for each
+/// attempt to open it, so it is left out: a retried open under one
+/// idempotency key is the same request, and gets the session it opened.
 pub fn command_digest(command: &Command) -> u64 {
+    let without_secret;
+    let command = match command {
+        Command::OpenSession { ttl_ms, window, .. } => {
+            without_secret = Command::OpenSession {
+                ttl_ms: *ttl_ms,
+                window: *window,
+                secret: crate::ids::Secret(0),
+            };
+            &without_secret
+        }
+        other => other,
+    };
     // Encoding plain data into a growable sink cannot fail; a failure would
     // mean the command type itself is broken, which no replica may ignore.
     let hasher =
@@ -119,5 +164,26 @@ mod tests {
         };
         assert_ne!(command_digest(&a), command_digest(&b));
         assert_eq!(command_digest(&a), command_digest(&a.clone()));
+    }
+
+    #[test]
+    fn an_open_differs_by_ttl_and_window_but_not_by_its_drawn_secret() {
+        let open = |ttl_ms, window, secret| Command::OpenSession {
+            ttl_ms,
+            window,
+            secret: crate::ids::Secret(secret),
+        };
+        assert_eq!(
+            command_digest(&open(1000, 4, 1)),
+            command_digest(&open(1000, 4, 2))
+        );
+        assert_ne!(
+            command_digest(&open(1000, 4, 1)),
+            command_digest(&open(1001, 4, 1))
+        );
+        assert_ne!(
+            command_digest(&open(1000, 4, 1)),
+            command_digest(&open(1000, 5, 1))
+        );
     }
 }

@@ -1,10 +1,11 @@
 //! [`IdempotencyKeys`]: completion records of one-shot requests, filed under
 //! client-chosen keys, kept for a cluster-time TTL and bounded in number
-//! (the oldest record is evicted first, ties by log index).
+//! and bytes. A kept key is never evicted: when the table is full, a
+//! request under a new key is refused until the oldest keys expire.
 
 use crate::ids::{ClusterTime, IdempotencyKey, LogIndex};
-use crate::outcome::Outcome;
-use crate::session::CompletionRecord;
+use crate::outcome::{ENTRY_OVERHEAD_BYTES, Overload};
+use crate::session::{CompletionRecord, NotExecuted};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -19,11 +20,22 @@ pub struct KeyRecord {
     pub recorded_at: ClusterTime,
 }
 
-/// The kept idempotency keys, with an index by age. The index is derived.
+impl KeyRecord {
+    /// The bytes it holds, as the byte budget counts them.
+    pub fn weight_bytes(&self) -> u64 {
+        (self.key.0.len() as u64)
+            .saturating_add(self.record.weight_bytes())
+            .saturating_add(ENTRY_OVERHEAD_BYTES)
+    }
+}
+
+/// The kept idempotency keys, with an index by age. The index and the byte
+/// count are derived.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct IdempotencyKeys {
     records: BTreeMap<IdempotencyKey, KeyRecord>,
     by_age: BTreeMap<(ClusterTime, LogIndex), IdempotencyKey>,
+    bytes: u64,
 }
 
 impl IdempotencyKeys {
@@ -51,50 +63,60 @@ impl IdempotencyKeys {
         self.records.is_empty()
     }
 
+    /// The bytes all kept records hold.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
     fn insert(&mut self, record: KeyRecord) {
         let age = (record.recorded_at, record.record.applied_index);
+        self.bytes += record.weight_bytes();
         self.by_age.insert(age, record.key.clone());
-        self.records.insert(record.key.clone(), record);
+        if let Some(old) = self.records.insert(record.key.clone(), record) {
+            self.bytes -= old.weight_bytes();
+        }
     }
 
     fn remove_oldest(&mut self) -> Option<IdempotencyKey> {
         let (_, key) = self.by_age.pop_first()?;
-        self.records.remove(&key);
+        if let Some(old) = self.records.remove(&key) {
+            self.bytes -= old.weight_bytes();
+        }
         Some(key)
     }
 
-    /// The outcome for a request under `key` that was already applied: its
-    /// replay, or a mismatch when the key was used for another command.
-    pub fn lookup(&self, key: &IdempotencyKey, digest: u64) -> Option<Outcome> {
+    /// What to answer a request under `key` that was already applied: its
+    /// record, or a mismatch when the key was used for another command.
+    /// `None` when the key is not kept.
+    pub fn lookup(&self, key: &IdempotencyKey, digest: u64) -> Option<NotExecuted> {
         let kept = self.records.get(key)?;
         Some(if kept.record.digest == digest {
-            Outcome::Replayed {
-                reply: kept.record.reply.clone(),
-                applied_index: kept.record.applied_index,
-            }
+            NotExecuted::Replay(kept.record.clone())
         } else {
-            Outcome::RequestMismatch
+            NotExecuted::Refused(crate::outcome::Outcome::RequestMismatch)
         })
     }
 
-    /// Records a response under `key`, evicting the oldest records while more
-    /// than `keys_max` would be kept.
-    pub fn record(
-        &mut self,
-        key: IdempotencyKey,
-        record: CompletionRecord,
-        now: ClusterTime,
-        keys_max: u64,
-    ) {
+    /// Whether a record under a new key fits: `Err` names the bound that is
+    /// full. Nothing is evicted to make room.
+    pub fn check_room(&self, keys_max: u64, bytes_max: u64) -> Result<(), Overload> {
+        if self.len() >= keys_max {
+            return Err(Overload::IdempotencyKeys { max: keys_max });
+        }
+        if self.bytes >= bytes_max {
+            return Err(Overload::IdempotencyBytes { max: bytes_max });
+        }
+        Ok(())
+    }
+
+    /// Records a response under `key` (after [`IdempotencyKeys::check_room`]
+    /// found room for it).
+    pub fn record(&mut self, key: IdempotencyKey, record: CompletionRecord, now: ClusterTime) {
         // Only a machine without dedup records a key twice.
         if let Some(old) = self.records.remove(&key) {
+            self.bytes -= old.weight_bytes();
             self.by_age
                 .remove(&(old.recorded_at, old.record.applied_index));
-        }
-        while self.len() >= keys_max.max(1) {
-            if self.remove_oldest().is_none() {
-                break;
-            }
         }
         self.insert(KeyRecord {
             key,
@@ -123,8 +145,12 @@ impl IdempotencyKeys {
         ttl_ms: u64,
         keys_max: u64,
     ) -> Result<(), String> {
-        if self.len() > keys_max.max(1) {
+        if self.len() > keys_max {
             return Err(format!("{} idempotency keys exceed {keys_max}", self.len()));
+        }
+        let bytes: u64 = self.records.values().map(KeyRecord::weight_bytes).sum();
+        if bytes != self.bytes {
+            return Err("idempotency key bytes out of step".into());
         }
         if self.by_age.len() != self.records.len() {
             return Err("idempotency key index out of step".into());

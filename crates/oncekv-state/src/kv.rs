@@ -1,6 +1,7 @@
 //! [`KvStore`]: the ordered key-value data and the operations on it (PUT,
 //! GET, DELETE, APPEND, INCR, CAS, SCAN). It knows nothing of sessions;
 //! lease attachment is recorded per key and kept consistent by the caller.
+//! It counts the bytes it holds, for the store's quota.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -21,9 +22,34 @@ pub struct StoredValue {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KvStore {
     entries: BTreeMap<Vec<u8>, StoredValue>,
+    /// What the entries weigh (derived; recounted on restore).
+    #[serde(skip)]
+    bytes: u64,
+}
+
+/// What one stored key weighs against the store's quota: its key, value
+/// and lease name plus a fixed allowance for the rest.
+pub fn entry_weight_bytes(key: &[u8], stored: &StoredValue) -> u64 {
+    let lease = stored.lease.as_ref().map_or(0, String::len);
+    ((key.len() + stored.value.len() + lease) as u64)
+        .saturating_add(crate::outcome::ENTRY_OVERHEAD_BYTES)
 }
 
 impl KvStore {
+    /// What all entries weigh, in bytes.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Recounts the derived byte count (after decoding).
+    pub(crate) fn recount(&mut self) {
+        self.bytes = self
+            .entries
+            .iter()
+            .map(|(key, stored)| entry_weight_bytes(key, stored))
+            .sum();
+    }
+
     /// How many keys are stored.
     pub fn len(&self) -> u64 {
         self.entries.len() as u64
@@ -46,32 +72,78 @@ impl KvStore {
 
     /// Sets `key`, returning what was there.
     pub fn insert(&mut self, key: Vec<u8>, value: StoredValue) -> Option<StoredValue> {
-        self.entries.insert(key, value)
+        self.bytes += entry_weight_bytes(&key, &value);
+        let key_bytes = key.clone();
+        let previous = self.entries.insert(key, value);
+        if let Some(old) = &previous {
+            self.bytes -= entry_weight_bytes(&key_bytes, old);
+        }
+        previous
     }
 
     /// Removes `key`, returning what was there.
     pub fn remove(&mut self, key: &[u8]) -> Option<StoredValue> {
-        self.entries.remove(key)
+        let removed = self.entries.remove(key)?;
+        self.bytes -= entry_weight_bytes(key, &removed);
+        Some(removed)
     }
 
-    /// Mutable access to the value at `key`.
-    pub fn get_mut(&mut self, key: &[u8]) -> Option<&mut StoredValue> {
-        self.entries.get_mut(key)
+    /// Appends `suffix` to the value at `key` (absent counts as empty, and
+    /// a new key has no lease).
+    pub fn append(&mut self, key: &[u8], suffix: &[u8]) {
+        match self.entries.get_mut(key) {
+            Some(stored) => {
+                stored.value.extend_from_slice(suffix);
+                self.bytes += suffix.len() as u64;
+            }
+            None => {
+                let stored = StoredValue {
+                    value: suffix.to_vec(),
+                    lease: None,
+                };
+                self.insert(key.to_vec(), stored);
+            }
+        }
     }
 
-    /// Up to `limit` entries whose key starts with `prefix`, in key order,
-    /// and whether more exist.
-    pub fn scan(&self, prefix: &[u8], limit: usize) -> (KvPairs, bool) {
+    /// Replaces the value at `key`, keeping its lease attachment (a new key
+    /// has no lease).
+    pub fn set_value(&mut self, key: &[u8], value: Vec<u8>) {
+        match self.entries.get_mut(key) {
+            Some(stored) => {
+                self.bytes = self.bytes - stored.value.len() as u64 + value.len() as u64;
+                stored.value = value;
+            }
+            None => {
+                self.insert(key.to_vec(), StoredValue { value, lease: None });
+            }
+        }
+    }
+
+    /// Entries whose key starts with `prefix`, in key order: at most
+    /// `limit` of them, and no more once they hold `bytes_max` bytes of keys
+    /// and values (the first entry is always returned); and whether more
+    /// exist.
+    pub fn scan(&self, prefix: &[u8], limit: usize, bytes_max: u64) -> (KvPairs, bool) {
         let mut matching = self
             .entries
             .range(prefix.to_vec()..)
-            .take_while(|(key, _)| key.starts_with(prefix));
-        let entries: Vec<_> = matching
-            .by_ref()
-            .take(limit)
-            .map(|(key, stored)| (key.clone(), stored.value.clone()))
-            .collect();
-        let more = matching.next().is_some();
+            .take_while(|(key, _)| key.starts_with(prefix))
+            .peekable();
+        let mut entries = Vec::new();
+        let mut bytes = 0u64;
+        while let Some((key, stored)) = matching.peek() {
+            let weight = (key.len() + stored.value.len()) as u64;
+            if entries.len() >= limit
+                || (!entries.is_empty() && bytes.saturating_add(weight) > bytes_max)
+            {
+                break;
+            }
+            bytes = bytes.saturating_add(weight);
+            entries.push(((*key).clone(), stored.value.clone()));
+            matching.next();
+        }
+        let more = matching.peek().is_some();
         (entries, more)
     }
 

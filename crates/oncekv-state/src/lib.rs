@@ -53,10 +53,12 @@ pub use command::{Command, Entry, Origin, Query, Request, RequestHeader};
 pub use digest::command_digest;
 pub use idempotency::{IdempotencyKeys, KeyRecord};
 pub use ids::{ClusterTime, IdempotencyKey, LogIndex, RequestId, Secret, Seq, SessionId};
-pub use kv::{KvPairs, KvStore, StoredValue};
+pub use kv::{KvPairs, KvStore, StoredValue, entry_weight_bytes};
 pub use lease::{Lease, Leases};
-pub use limits::{Limits, WINDOW_DEFAULT, WINDOW_MAX_ABSOLUTE};
+pub use limits::{InvalidRequest, Limits, WINDOW_DEFAULT, WINDOW_MAX_ABSOLUTE};
 pub use machine::{StateMachine, Stats};
-pub use outcome::{LeaseInfo, Malformed, Outcome, Rejection, Reply};
-pub use session::{CompletionRecord, Session, SessionTable};
+pub use outcome::{
+    ENTRY_OVERHEAD_BYTES, LeaseInfo, Malformed, Outcome, Overload, Rejection, Reply,
+};
+pub use session::{CompletionRecord, NotExecuted, RecordBudget, Session, SessionTable};
 pub use snapshot::{FORMAT_VERSION, SnapshotError};

@@ -1,16 +1,18 @@
 //! [`StateMachine`]: applies log entries deterministically. It advances
 //! cluster time, expires sessions, idempotency keys and leases, decides
-//! deduplication (the only place it is decided) and executes commands.
+//! deduplication (the only place it is decided), refuses what a full table
+//! or budget cannot take (never evicting anything live) and executes
+//! commands.
 
 use crate::command::{Command, Entry, Origin, Query, Request};
 use crate::digest::command_digest;
 use crate::idempotency::IdempotencyKeys;
 use crate::ids::{ClusterTime, LogIndex, SessionId};
-use crate::kv::{KvStore, StoredValue, parse_counter};
+use crate::kv::{KvStore, StoredValue, entry_weight_bytes, parse_counter};
 use crate::lease::Leases;
 use crate::limits::Limits;
-use crate::outcome::{Malformed, Outcome, Rejection, Reply};
-use crate::session::{CompletionRecord, SessionTable};
+use crate::outcome::{Malformed, Outcome, Overload, Rejection, Reply};
+use crate::session::{CompletionRecord, NotExecuted, RecordBudget, SessionTable};
 use std::collections::BTreeMap;
 
 /// Counts that describe the state, for status and metrics.
@@ -26,10 +28,18 @@ pub struct Stats {
     pub sessions: u64,
     /// Completion records held by sessions.
     pub completion_records: u64,
+    /// Bytes those completion records hold.
+    pub completion_record_bytes: u64,
     /// Idempotency keys kept.
     pub idempotency_keys: u64,
+    /// Bytes the idempotency records hold.
+    pub idempotency_bytes: u64,
     /// Live leases.
     pub leases: u64,
+    /// Bytes the store's keys and values weigh against its quota.
+    pub store_bytes: u64,
+    /// Whether the `NOSPACE` alarm is raised.
+    pub no_space_alarm: bool,
 }
 
 /// The replicated state and the rules that change it.
@@ -42,6 +52,10 @@ pub struct StateMachine {
     pub(crate) sessions: SessionTable,
     pub(crate) keys: IdempotencyKeys,
     pub(crate) leases: Leases,
+    /// The `NOSPACE` alarm: raised by a write that would take the store
+    /// past its byte quota; while raised, writes that grow the store are
+    /// refused. Lowered only by [`Command::AlarmDisarm`].
+    pub(crate) no_space_alarm: bool,
     /// Whether duplicates are answered from their completion records. Off
     /// only in the negative control of the fault checkers (see
     /// [`StateMachine::without_dedup`]); never part of a snapshot.
@@ -59,6 +73,7 @@ impl StateMachine {
             sessions: SessionTable::default(),
             keys: IdempotencyKeys::default(),
             leases: Leases::default(),
+            no_space_alarm: false,
             dedup: true,
         }
     }
@@ -117,8 +132,12 @@ impl StateMachine {
             keys: self.kv.len(),
             sessions: self.sessions.len(),
             completion_records: self.sessions.records_held(),
+            completion_record_bytes: self.sessions.records_bytes(),
             idempotency_keys: self.keys.len(),
+            idempotency_bytes: self.keys.bytes(),
             leases: self.leases.len(),
+            store_bytes: self.kv.bytes(),
+            no_space_alarm: self.no_space_alarm,
         }
     }
 
@@ -177,25 +196,34 @@ impl StateMachine {
     fn apply_request(&mut self, request: &Request, index: LogIndex) -> Outcome {
         let command = &request.command;
         match &request.origin {
-            Origin::Plain => self.run(command, index),
+            Origin::Plain => match self.space_refusal(command) {
+                Some(refused) => refused,
+                None => self.run(command, index),
+            },
             Origin::Session(header) => {
                 if command.is_session_control() {
                     return control_not_allowed(command);
                 }
                 let digest = command_digest(command);
-                match self.sessions.admit(header, digest, self.clock) {
-                    Ok(()) => {}
-                    Err(Outcome::Replayed { .. }) if !self.dedup => {}
-                    Err(outcome) => return outcome,
-                }
-                let reply = self.execute(command, index);
-                let record = CompletionRecord {
-                    reply: reply.clone(),
-                    applied_index: index,
-                    digest,
+                let budget = RecordBudget {
+                    session_bytes_max: self.limits.session_record_bytes_max,
+                    total_bytes_max: self.limits.record_bytes_max,
                 };
-                self.sessions.complete(header, record);
-                Outcome::Applied(reply)
+                match self.sessions.admit(header, digest, self.clock, budget) {
+                    Ok(()) => {}
+                    Err(NotExecuted::Replay(_)) if !self.dedup => {}
+                    Err(NotExecuted::Replay(record)) => return self.replay(record, command),
+                    Err(NotExecuted::Refused(outcome)) => return outcome,
+                }
+                if let Some(refused) = self.space_refusal(command) {
+                    return refused;
+                }
+                let outcome = self.run(command, index);
+                if let Outcome::Applied(reply) = &outcome {
+                    let record = record_of(command, reply, index, digest);
+                    self.sessions.complete(header, record);
+                }
+                outcome
             }
             Origin::Key(key) => {
                 if !key.is_well_formed() {
@@ -208,22 +236,95 @@ impl StateMachine {
                 }
                 let digest = command_digest(command);
                 match self.keys.lookup(key, digest) {
-                    Some(Outcome::Replayed { .. }) if !self.dedup => {}
-                    Some(outcome) => return outcome,
+                    Some(NotExecuted::Replay(_)) if !self.dedup => {}
+                    Some(NotExecuted::Replay(record)) => return self.replay(record, command),
+                    Some(NotExecuted::Refused(outcome)) => return outcome,
                     None => {}
+                }
+                let limits = &self.limits;
+                if let Err(full) = self
+                    .keys
+                    .check_room(limits.idempotency_keys_max, limits.idempotency_bytes_max)
+                {
+                    return Outcome::Overloaded(full);
+                }
+                if let Some(refused) = self.space_refusal(command) {
+                    return refused;
                 }
                 let outcome = self.run(command, index);
                 if let Outcome::Applied(reply) = &outcome {
-                    let record = CompletionRecord {
-                        reply: reply.clone(),
-                        applied_index: index,
-                        digest,
-                    };
-                    let keys_max = self.limits.idempotency_keys_max;
-                    self.keys.record(key.clone(), record, self.clock, keys_max);
+                    let record = record_of(command, reply, index, digest);
+                    self.keys.record(key.clone(), record, self.clock);
                 }
                 outcome
             }
+        }
+    }
+
+    /// The answer to a request that ran before: its recorded reply, or for
+    /// a read (whose value is not kept) the read answered again now.
+    fn replay(&self, record: CompletionRecord, command: &Command) -> Outcome {
+        let reply = match (record.reply, command) {
+            (Some(reply), _) => reply,
+            (None, Command::Read(query)) => self.read(query),
+            (None, _) => panic!(
+                "a record without a reply matched the digest of {}, which is not a read",
+                command.name()
+            ),
+        };
+        Outcome::Replayed {
+            reply,
+            applied_index: record.applied_index,
+        }
+    }
+
+    /// The `NOSPACE` refusal of a command that would grow the store while
+    /// the alarm is raised, or take it past its quota (which raises the
+    /// alarm); `None` when the command may run.
+    fn space_refusal(&mut self, command: &Command) -> Option<Outcome> {
+        if !command.grows_store() {
+            return None;
+        }
+        let max = self.limits.store_bytes_max;
+        let refused = Some(Outcome::Overloaded(Overload::NoSpace { max }));
+        if self.no_space_alarm {
+            return refused;
+        }
+        if self.kv.bytes().saturating_add(self.growth_bytes(command)) > max {
+            self.no_space_alarm = true;
+            return refused;
+        }
+        None
+    }
+
+    /// The most bytes a command can add to the store (an upper bound,
+    /// computed before running it).
+    fn growth_bytes(&self, command: &Command) -> u64 {
+        let stored = |key: &[u8]| self.kv.get(key).map_or(0, |s| entry_weight_bytes(key, s));
+        match command {
+            Command::Put { key, value, lease } => {
+                let new = StoredValue {
+                    value: value.clone(),
+                    lease: lease.clone(),
+                };
+                entry_weight_bytes(key, &new).saturating_sub(stored(key))
+            }
+            Command::Append { key, value } => {
+                let fresh = if self.kv.contains(key) {
+                    0
+                } else {
+                    key.len() as u64 + crate::outcome::ENTRY_OVERHEAD_BYTES
+                };
+                value.len() as u64 + fresh
+            }
+            Command::Incr { key, .. } => {
+                // An i64 in decimal takes at most 20 bytes.
+                20 + key.len() as u64 + crate::outcome::ENTRY_OVERHEAD_BYTES
+            }
+            Command::Cas { key, new, .. } => {
+                new.len() as u64 + key.len() as u64 + crate::outcome::ENTRY_OVERHEAD_BYTES
+            }
+            _ => 0,
         }
     }
 
@@ -254,9 +355,13 @@ impl StateMachine {
                     return Outcome::Applied(Reply::Rejected(rejection));
                 }
                 let session = SessionId(index.0);
-                let sessions_max = limits.sessions_max.max(1);
-                self.sessions
-                    .open(session, *secret, *ttl_ms, *window, now, sessions_max);
+                let sessions_max = limits.sessions_max;
+                if let Err(full) =
+                    self.sessions
+                        .open(session, *secret, *ttl_ms, *window, now, sessions_max)
+                {
+                    return Outcome::Overloaded(full);
+                }
                 Outcome::Applied(Reply::SessionOpened {
                     session,
                     secret: *secret,
@@ -280,6 +385,10 @@ impl StateMachine {
                 Outcome::Applied(Reply::SessionClosed)
             }
             Command::Tick => Outcome::Applied(Reply::Ticked),
+            Command::AlarmDisarm => {
+                let was_raised = std::mem::replace(&mut self.no_space_alarm, false);
+                Outcome::Applied(Reply::AlarmDisarmed { was_raised })
+            }
             _ => Outcome::Applied(self.execute(command, index)),
         }
     }
@@ -334,16 +443,7 @@ impl StateMachine {
                 let length = current.saturating_add(value.len());
                 self.check_value(length)?;
                 self.check_room_for(key)?;
-                match self.kv.get_mut(key) {
-                    Some(stored) => stored.value.extend_from_slice(value),
-                    None => {
-                        let stored = StoredValue {
-                            value: value.clone(),
-                            lease: None,
-                        };
-                        self.kv.insert(key.clone(), stored);
-                    }
-                }
+                self.kv.append(key, value);
                 Ok(Reply::Append {
                     length: length as u64,
                 })
@@ -354,7 +454,7 @@ impl StateMachine {
                 let current = parse_counter(current).ok_or(Rejection::NotAnInteger)?;
                 let value = current.checked_add(*by).ok_or(Rejection::Overflow)?;
                 self.check_room_for(key)?;
-                self.set_value(key, value.to_string().into_bytes());
+                self.kv.set_value(key, value.to_string().into_bytes());
                 Ok(Reply::Incr { value })
             }
             Command::Cas { key, expected, new } => {
@@ -368,7 +468,7 @@ impl StateMachine {
                     });
                 }
                 self.check_room_for(key)?;
-                self.set_value(key, new.clone());
+                self.kv.set_value(key, new.clone());
                 Ok(Reply::Cas {
                     swapped: true,
                     current: Some(new.clone()),
@@ -424,7 +524,8 @@ impl StateMachine {
             Command::OpenSession { .. }
             | Command::KeepAlive { .. }
             | Command::CloseSession { .. }
-            | Command::Tick => unreachable!("session control is run, not executed"),
+            | Command::Tick
+            | Command::AlarmDisarm => unreachable!("control commands are run, not executed"),
         }
     }
 
@@ -443,7 +544,8 @@ impl StateMachine {
             Query::Scan { prefix, limit } => {
                 let max = self.limits.scan_limit_max;
                 let limit = if *limit == 0 { max } else { (*limit).min(max) };
-                let (entries, more) = self.kv.scan(prefix, limit as usize);
+                let bytes_max = self.limits.scan_bytes_max;
+                let (entries, more) = self.kv.scan(prefix, limit as usize, bytes_max);
                 Reply::Scan { entries, more }
             }
             Query::LeaseList => Reply::Leases {
@@ -453,33 +555,15 @@ impl StateMachine {
     }
 
     fn check_key(&self, key: &[u8]) -> Result<(), Rejection> {
-        let max = self.limits.key_bytes_max;
-        if key.is_empty() || key.len() > max {
-            return Err(Rejection::KeyLength {
-                bytes: key.len(),
-                max,
-            });
-        }
-        Ok(())
+        self.limits.check_key(key)
     }
 
     fn check_value(&self, bytes: usize) -> Result<(), Rejection> {
-        let max = self.limits.value_bytes_max;
-        if bytes > max {
-            return Err(Rejection::ValueTooLarge { bytes, max });
-        }
-        Ok(())
+        self.limits.check_value(bytes)
     }
 
     fn check_lease_name(&self, name: &str) -> Result<(), Rejection> {
-        let max = self.limits.lease_name_bytes_max;
-        if name.is_empty() || name.len() > max {
-            return Err(Rejection::LeaseNameLength {
-                bytes: name.len(),
-                max,
-            });
-        }
-        Ok(())
+        self.limits.check_lease_name(name)
     }
 
     fn check_room_for(&self, key: &[u8]) -> Result<(), Rejection> {
@@ -488,17 +572,6 @@ impl StateMachine {
             return Err(Rejection::TooManyKeys { max });
         }
         Ok(())
-    }
-
-    /// Sets a value, keeping the key's lease attachment.
-    fn set_value(&mut self, key: &[u8], value: Vec<u8>) {
-        match self.kv.get_mut(key) {
-            Some(stored) => stored.value = value,
-            None => {
-                self.kv
-                    .insert(key.to_vec(), StoredValue { value, lease: None });
-            }
-        }
     }
 
     fn remove_key(&mut self, key: &[u8]) -> Option<Vec<u8>> {
@@ -513,8 +586,7 @@ impl StateMachine {
     pub fn check_invariants(&self) -> Result<(), String> {
         let limits = &self.limits;
         let now = self.clock;
-        self.sessions
-            .check_invariants(now, limits.sessions_max.max(1))?;
+        self.sessions.check_invariants(now, limits.sessions_max)?;
         self.keys.check_invariants(
             now,
             limits.idempotency_key_ttl_ms,
@@ -552,16 +624,20 @@ impl StateMachine {
     }
 }
 
+/// The completion record of a request that ran: its reply, except for a
+/// read, whose value is not kept.
+fn record_of(command: &Command, reply: &Reply, index: LogIndex, digest: u64) -> CompletionRecord {
+    CompletionRecord {
+        reply: (!matches!(command, Command::Read(_))).then(|| reply.clone()),
+        applied_index: index,
+        digest,
+    }
+}
+
 fn control_not_allowed(command: &Command) -> Outcome {
-    Outcome::Malformed(Malformed::ControlNotAllowed {
-        command: command.name().to_string(),
-    })
+    Outcome::Malformed(crate::limits::control_not_allowed(command))
 }
 
 fn check_ttl(ttl_ms: u64, min_ms: u64, max_ms: u64) -> Option<Rejection> {
-    (!(min_ms..=max_ms).contains(&ttl_ms)).then_some(Rejection::TtlOutOfRange {
-        ttl_ms,
-        min_ms,
-        max_ms,
-    })
+    crate::limits::check_ttl(ttl_ms, min_ms, max_ms).err()
 }

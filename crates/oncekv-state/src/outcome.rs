@@ -38,6 +38,10 @@ pub enum Outcome {
     },
     /// The request's header or origin is not well formed.
     Malformed(Malformed),
+    /// A bounded table or budget is full of live entries: not executed, not
+    /// recorded, nothing evicted. Retry later (with the same sequence number
+    /// or key).
+    Overloaded(Overload),
 }
 
 impl Outcome {
@@ -60,6 +64,7 @@ impl Outcome {
             Outcome::RequestMismatch => "request_mismatch",
             Outcome::SequenceGap { .. } => "sequence_gap",
             Outcome::Malformed(_) => "malformed",
+            Outcome::Overloaded(_) => "overloaded",
         }
     }
 }
@@ -90,6 +95,80 @@ pub enum Malformed {
         /// The command's name.
         command: String,
     },
+}
+
+/// Which bound refused a request (never cached, never executed; retry
+/// later). Decided from replicated state, so every replica refuses alike.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum Overload {
+    /// The session table is full of live sessions.
+    #[error("too many live sessions ({max}); retry when one expires or closes")]
+    Sessions {
+        /// The limit.
+        max: u64,
+    },
+    /// The idempotency key table is full of unexpired keys.
+    #[error("too many idempotency keys kept ({max}); retry when one expires")]
+    IdempotencyKeys {
+        /// The limit.
+        max: u64,
+    },
+    /// Replies kept under idempotency keys fill their byte budget.
+    #[error("idempotency records fill their budget of {max} bytes; retry when one expires")]
+    IdempotencyBytes {
+        /// The budget.
+        max: u64,
+    },
+    /// This session's unacknowledged completion records fill its budget.
+    #[error(
+        "this session's completion records fill its budget of {max} bytes; \
+         acknowledge replies (complete lower sequence numbers) to free them"
+    )]
+    SessionRecordBytes {
+        /// The budget.
+        max: u64,
+    },
+    /// Completion records of all sessions fill their budget.
+    #[error("completion records of all sessions fill their budget of {max} bytes")]
+    RecordBytes {
+        /// The budget.
+        max: u64,
+    },
+    /// The store is over its byte quota: the `NOSPACE` alarm is raised.
+    #[error(
+        "no space: the store would pass its quota of {max} bytes (alarm NOSPACE); \
+         delete keys, then disarm the alarm"
+    )]
+    NoSpace {
+        /// The quota.
+        max: u64,
+    },
+}
+
+impl Overload {
+    /// A short lowercase name, for metrics and logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Overload::Sessions { .. } => "sessions",
+            Overload::IdempotencyKeys { .. } => "idempotency_keys",
+            Overload::IdempotencyBytes { .. } => "idempotency_bytes",
+            Overload::SessionRecordBytes { .. } => "session_record_bytes",
+            Overload::RecordBytes { .. } => "record_bytes",
+            Overload::NoSpace { .. } => "no_space",
+        }
+    }
+
+    /// The limit that was reached.
+    pub fn max(&self) -> u64 {
+        match *self {
+            Overload::Sessions { max }
+            | Overload::IdempotencyKeys { max }
+            | Overload::IdempotencyBytes { max }
+            | Overload::SessionRecordBytes { max }
+            | Overload::RecordBytes { max }
+            | Overload::NoSpace { max } => max,
+        }
+    }
 }
 
 /// The response of a command that ran.
@@ -182,9 +261,49 @@ pub enum Reply {
         /// The leases.
         leases: Vec<LeaseInfo>,
     },
+    /// The `NOSPACE` alarm was disarmed.
+    AlarmDisarmed {
+        /// Whether it was raised.
+        was_raised: bool,
+    },
     /// A deterministic application-level "no": nothing changed, and the
     /// answer is cached like any other reply.
     Rejected(Rejection),
+}
+
+/// What the byte budgets count for any held value beyond its variable-length
+/// contents (struct, allocation and index overhead): a fixed allowance, so
+/// the count is the same on every replica and platform.
+pub const ENTRY_OVERHEAD_BYTES: u64 = 64;
+
+impl Reply {
+    /// The bytes this reply holds, as the byte budgets count them: its
+    /// variable-length contents plus [`ENTRY_OVERHEAD_BYTES`].
+    pub fn weight_bytes(&self) -> u64 {
+        let len = |bytes: &Option<Vec<u8>>| bytes.as_ref().map_or(0, Vec::len) as u64;
+        let contents = match self {
+            Reply::Put { previous } | Reply::Delete { previous } => len(previous),
+            Reply::Get { value } => len(value),
+            Reply::Cas { current, .. } => len(current),
+            Reply::Scan { entries, .. } => entries
+                .iter()
+                .map(|(k, v)| (k.len() + v.len()) as u64 + 16)
+                .sum(),
+            Reply::LeaseGranted { name, .. }
+            | Reply::LeaseKeptAlive { name, .. }
+            | Reply::LeaseRevoked { name, .. } => name.len() as u64,
+            Reply::Leases { leases } => leases.iter().map(|l| l.name.len() as u64 + 32).sum(),
+            Reply::Rejected(rejection) => rejection.weight_bytes(),
+            Reply::SessionOpened { .. }
+            | Reply::SessionKeptAlive { .. }
+            | Reply::SessionClosed
+            | Reply::Ticked
+            | Reply::Append { .. }
+            | Reply::Incr { .. }
+            | Reply::AlarmDisarmed { .. } => 0,
+        };
+        contents.saturating_add(ENTRY_OVERHEAD_BYTES)
+    }
 }
 
 /// A lease as listed.
@@ -198,6 +317,17 @@ pub struct LeaseInfo {
     pub expires_at: ClusterTime,
     /// How many keys are attached.
     pub keys: u64,
+}
+
+impl Rejection {
+    fn weight_bytes(&self) -> u64 {
+        match self {
+            Rejection::LeaseExists { name } | Rejection::LeaseNotFound { name } => {
+                name.len() as u64
+            }
+            _ => 0,
+        }
+    }
 }
 
 /// A deterministic refusal of a command, decided from replicated state.

@@ -1,24 +1,61 @@
 //! [`SessionTable`]: live sessions, their [`CompletionRecord`]s and the
 //! dedup decision of DESIGN.md section 1, in its order: unknown or expired,
 //! wrong secret, malformed header, stale, mismatch, replay, gap, execute.
-//! Expiry and eviction are functions of replicated state only.
+//! Expiry is a function of replicated state only; a full table refuses a
+//! new session and never evicts a live one, and a session's records are
+//! bounded in count (its window) and in bytes (its budget and the table's).
 
 use crate::command::RequestHeader;
 use crate::ids::{ClusterTime, LogIndex, Secret, Seq, SessionId};
-use crate::outcome::{Malformed, Outcome, Reply};
+use crate::outcome::{Malformed, Outcome, Overload, Reply};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// The remembered response of an executed request.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CompletionRecord {
-    /// The original reply.
-    pub reply: Reply,
+    /// The original reply; `None` for a read, whose value is not kept: a
+    /// retried read is answered from the current state, which is as
+    /// linearizable and keeps large values out of the records.
+    pub reply: Option<Reply>,
     /// Where the request was applied.
     pub applied_index: LogIndex,
     /// Digest of the command, to tell a retry from a different request that
     /// reuses the dedup key.
     pub digest: u64,
+}
+
+impl CompletionRecord {
+    /// The bytes the record holds, as the byte budgets count them.
+    pub fn weight_bytes(&self) -> u64 {
+        self.reply
+            .as_ref()
+            .map_or(crate::outcome::ENTRY_OVERHEAD_BYTES, Reply::weight_bytes)
+    }
+}
+
+/// Why a request on a session is not executed now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NotExecuted {
+    /// It ran before: answer from this record.
+    Replay(CompletionRecord),
+    /// Refused, with this outcome (never cached).
+    Refused(Outcome),
+}
+
+impl From<Outcome> for NotExecuted {
+    fn from(outcome: Outcome) -> NotExecuted {
+        NotExecuted::Refused(outcome)
+    }
+}
+
+/// The byte budgets of completion records a request is admitted under.
+#[derive(Clone, Copy, Debug)]
+pub struct RecordBudget {
+    /// Most bytes one session's records may hold.
+    pub session_bytes_max: u64,
+    /// Most bytes all sessions' records may hold.
+    pub total_bytes_max: u64,
 }
 
 /// One client session.
@@ -39,10 +76,11 @@ pub struct Session {
     /// How many positions of `records` hold a record (derived).
     #[serde(skip)]
     held: usize,
-    /// The keys under which the table's indexes file this session (derived;
-    /// never later than the real values).
+    /// The bytes those records hold (derived).
     #[serde(skip)]
-    indexed_activity: ClusterTime,
+    held_bytes: u64,
+    /// The key under which the table's index files this session (derived;
+    /// never later than the real deadline).
     #[serde(skip)]
     indexed_expiry: ClusterTime,
 }
@@ -99,6 +137,11 @@ impl Session {
         self.held
     }
 
+    /// The bytes its completion records hold.
+    pub fn records_bytes(&self) -> u64 {
+        self.held_bytes
+    }
+
     /// The completion record of `seq`, if held.
     pub fn record(&self, seq: Seq) -> Option<&CompletionRecord> {
         let offset = seq.0.checked_sub(self.floor.0)?;
@@ -115,10 +158,9 @@ impl Session {
             let freed = usize::try_from(freed)
                 .unwrap_or(usize::MAX)
                 .min(self.records.len());
-            for record in self.records.drain(..freed) {
-                if record.is_some() {
-                    self.held -= 1;
-                }
+            for record in self.records.drain(..freed).flatten() {
+                self.held -= 1;
+                self.held_bytes -= record.weight_bytes();
             }
             self.floor = first_incomplete;
         }
@@ -142,9 +184,24 @@ impl Session {
         if offset >= self.records.len() {
             self.records.resize_with(offset + 1, || None);
         }
-        if self.records[offset].replace(record).is_none() {
-            self.held += 1;
+        self.held_bytes += record.weight_bytes();
+        match self.records[offset].replace(record) {
+            Some(old) => self.held_bytes -= old.weight_bytes(),
+            None => self.held += 1,
         }
+    }
+
+    /// The bytes of the records below `seq` (freed once `seq` is the
+    /// acknowledged watermark).
+    fn bytes_below(&self, seq: Seq) -> u64 {
+        let count = seq.0.saturating_sub(self.floor.0);
+        let count = usize::try_from(count).unwrap_or(usize::MAX);
+        self.records
+            .iter()
+            .take(count)
+            .flatten()
+            .map(CompletionRecord::weight_bytes)
+            .sum()
     }
 
     fn check(&self) -> Result<(), String> {
@@ -164,6 +221,15 @@ impl Session {
         if self.records.iter().flatten().count() != self.held {
             return Err(format!("session {id}: held count out of step"));
         }
+        let bytes: u64 = self
+            .records
+            .iter()
+            .flatten()
+            .map(CompletionRecord::weight_bytes)
+            .sum();
+        if bytes != self.held_bytes {
+            return Err(format!("session {id}: held bytes out of step"));
+        }
         if self.lowest_unexecuted < self.floor || self.record(self.lowest_unexecuted).is_some() {
             return Err(format!("session {id}: lowest_unexecuted misplaced"));
         }
@@ -177,25 +243,24 @@ impl Session {
             }
             seq = seq.next();
         }
-        if self.indexed_activity > self.last_active || self.indexed_expiry > self.expires_at() {
+        if self.indexed_expiry > self.expires_at() {
             return Err(format!("session {id}: indexed later than it is"));
         }
         Ok(())
     }
 }
 
-/// All live sessions, with lazy indexes by activity (for eviction) and by
-/// expiry deadline. Each session is filed once in each index under a key
-/// never later than its real one, so touching a session costs nothing; a
-/// sweep that meets an outdated entry re-files it. The indexes are derived
-/// and rebuilt on restore, and decisions never depend on how outdated they
-/// are.
+/// All live sessions, with a lazy index by expiry deadline. Each session is
+/// filed once in the index under a key never later than its real one, so
+/// touching a session costs nothing; a sweep that meets an outdated entry
+/// re-files it. The index is derived and rebuilt on restore, and decisions
+/// never depend on how outdated it is.
 #[derive(Clone, Debug, Default)]
 pub struct SessionTable {
     sessions: BTreeMap<SessionId, Session>,
-    by_activity: BTreeSet<(ClusterTime, SessionId)>,
     by_expiry: BTreeSet<(ClusterTime, SessionId)>,
     records_held: u64,
+    records_bytes: u64,
 }
 
 impl PartialEq for SessionTable {
@@ -212,6 +277,12 @@ impl SessionTable {
         let mut table = SessionTable::default();
         for mut session in sessions {
             session.held = session.records.iter().flatten().count();
+            session.held_bytes = session
+                .records
+                .iter()
+                .flatten()
+                .map(CompletionRecord::weight_bytes)
+                .sum();
             table.insert(session);
         }
         table
@@ -237,45 +308,35 @@ impl SessionTable {
         self.records_held
     }
 
+    /// How many bytes all sessions' completion records hold.
+    pub fn records_bytes(&self) -> u64 {
+        self.records_bytes
+    }
+
     /// The session with this id, if live.
     pub fn get(&self, id: SessionId) -> Option<&Session> {
         self.sessions.get(&id)
     }
 
     fn insert(&mut self, mut session: Session) {
-        session.indexed_activity = session.last_active;
         session.indexed_expiry = session.expires_at();
-        self.by_activity
-            .insert((session.indexed_activity, session.id));
         self.by_expiry.insert((session.indexed_expiry, session.id));
         self.records_held += session.held as u64;
+        self.records_bytes += session.held_bytes;
         self.sessions.insert(session.id, session);
     }
 
     fn remove(&mut self, id: SessionId) -> Option<Session> {
         let session = self.sessions.remove(&id)?;
-        self.by_activity.remove(&(session.indexed_activity, id));
         self.by_expiry.remove(&(session.indexed_expiry, id));
         self.records_held -= session.held as u64;
+        self.records_bytes -= session.held_bytes;
         Some(session)
     }
 
-    /// The least recently active session (ties by id).
-    fn least_recently_active(&mut self) -> Option<SessionId> {
-        while let Some(&(indexed, id)) = self.by_activity.first() {
-            let session = self.sessions.get_mut(&id)?;
-            if session.last_active == indexed {
-                return Some(id);
-            }
-            self.by_activity.remove(&(indexed, id));
-            session.indexed_activity = session.last_active;
-            self.by_activity.insert((session.last_active, id));
-        }
-        None
-    }
-
-    /// Opens session `id` at `now`. When `sessions_max` are live, the least
-    /// recently active (ties by id) is evicted first; it is returned.
+    /// Opens session `id` at `now`, unless `sessions_max` sessions are live:
+    /// then nothing changes and the refusal is returned. No live session is
+    /// ever evicted to make room.
     pub fn open(
         &mut self,
         id: SessionId,
@@ -284,13 +345,9 @@ impl SessionTable {
         window: u32,
         now: ClusterTime,
         sessions_max: u64,
-    ) -> Option<SessionId> {
-        let mut evicted = None;
-        if self.len() >= sessions_max
-            && let Some(victim) = self.least_recently_active()
-        {
-            self.remove(victim);
-            evicted = Some(victim);
+    ) -> Result<(), Overload> {
+        if self.len() >= sessions_max {
+            return Err(Overload::Sessions { max: sessions_max });
         }
         self.insert(Session {
             id,
@@ -302,10 +359,10 @@ impl SessionTable {
             lowest_unexecuted: Seq(1),
             records: VecDeque::new(),
             held: 0,
-            indexed_activity: now,
+            held_bytes: 0,
             indexed_expiry: now,
         });
-        evicted
+        Ok(())
     }
 
     /// Authenticates `(id, secret)` and marks the session active at `now`.
@@ -356,42 +413,52 @@ impl SessionTable {
     }
 
     /// Decides what to do with a request on a session. `Ok(())` means
-    /// "execute it now, then call [`SessionTable::complete`]"; `Err` carries
-    /// the outcome to return instead (a replay or a refusal).
+    /// "execute it now, then call [`SessionTable::complete`]"; `Err` says
+    /// what to answer instead (a replay or a refusal).
+    ///
+    /// After the window, the byte budgets: a request is refused
+    /// (`Overloaded`) while the records its session would still hold once
+    /// its acknowledgement is applied fill the session's budget, unless it
+    /// is the lowest request the client awaits (whose completion is what
+    /// lets the watermark move, so refusing it could never end), or while
+    /// all sessions' records fill the table's budget. Each budget is
+    /// passed by at most a record or two, never without bound.
     pub fn admit(
         &mut self,
         header: &RequestHeader,
         digest: u64,
         now: ClusterTime,
-    ) -> Result<(), Outcome> {
+        budget: RecordBudget,
+    ) -> Result<(), NotExecuted> {
         let seq = header.id.seq;
         let first_incomplete = header.first_incomplete;
         let session = self.authenticate(header.id.session, header.secret, now)?;
         if seq.0 == 0 {
-            return Err(Outcome::Malformed(Malformed::SeqZero));
+            return Err(Outcome::Malformed(Malformed::SeqZero).into());
         }
         if first_incomplete > seq {
             return Err(Outcome::Malformed(Malformed::FirstIncompleteAhead {
                 seq: seq.0,
                 first_incomplete: first_incomplete.0,
-            }));
+            })
+            .into());
         }
         if seq < session.floor {
             return Err(Outcome::Stale {
                 floor: session.floor,
-            });
+            }
+            .into());
         }
         if let Some(record) = session.record(seq) {
             if record.digest != digest {
-                return Err(Outcome::RequestMismatch);
+                return Err(Outcome::RequestMismatch.into());
             }
-            let replay = Outcome::Replayed {
-                reply: record.reply.clone(),
-                applied_index: record.applied_index,
-            };
-            let before = session.held;
+            let replay = NotExecuted::Replay(record.clone());
+            let (held, bytes) = (session.held, session.held_bytes);
             session.advance_floor(first_incomplete);
-            self.records_held -= (before - session.held) as u64;
+            let freed = ((held - session.held) as u64, bytes - session.held_bytes);
+            self.records_held -= freed.0;
+            self.records_bytes -= freed.1;
             return Err(replay);
         }
         let window = u64::from(session.window);
@@ -401,22 +468,45 @@ impl SessionTable {
         if beyond_unexecuted || beyond_acknowledged {
             return Err(Outcome::SequenceGap {
                 expected: session.lowest_unexecuted,
-            });
+            }
+            .into());
+        }
+        let watermark = session.floor.max(first_incomplete);
+        let freed = session.bytes_below(watermark);
+        let session_bytes = session.held_bytes - freed;
+        if seq != watermark && session_bytes >= budget.session_bytes_max {
+            return Err(Outcome::Overloaded(Overload::SessionRecordBytes {
+                max: budget.session_bytes_max,
+            })
+            .into());
+        }
+        if self.records_bytes - freed >= budget.total_bytes_max {
+            return Err(Outcome::Overloaded(Overload::RecordBytes {
+                max: budget.total_bytes_max,
+            })
+            .into());
         }
         Ok(())
     }
 
     /// Records the reply of a request that [`SessionTable::admit`] let
     /// through, and moves the watermark.
+    ///
+    /// # Panics
+    ///
+    /// If the session is not live: admission just found it, and nothing
+    /// between admission and completion removes a session.
     pub fn complete(&mut self, header: &RequestHeader, record: CompletionRecord) {
-        let Some(session) = self.sessions.get_mut(&header.id.session) else {
-            return;
-        };
-        let before = session.held;
+        let session = self
+            .sessions
+            .get_mut(&header.id.session)
+            .expect("a session admitted a request and is gone before its completion");
+        let (held, bytes) = (session.held, session.held_bytes);
         session.advance_floor(header.first_incomplete);
         session.insert_record(header.id.seq, record);
         session.advance_floor(session.floor);
-        self.records_held = self.records_held + session.held as u64 - before as u64;
+        self.records_held = self.records_held + session.held as u64 - held as u64;
+        self.records_bytes = self.records_bytes + session.held_bytes - bytes;
     }
 
     /// Checks the table's invariants.
@@ -427,22 +517,18 @@ impl SessionTable {
                 self.len()
             ));
         }
-        if self.by_activity.len() != self.sessions.len()
-            || self.by_expiry.len() != self.sessions.len()
-        {
-            return Err("session indexes out of step".into());
+        if self.by_expiry.len() != self.sessions.len() {
+            return Err("session index out of step".into());
         }
         let mut records = 0;
+        let mut bytes = 0;
         for (id, session) in &self.sessions {
             if *id != session.id {
                 return Err(format!("session {} filed under {}", session.id.0, id.0));
             }
             if !self
-                .by_activity
-                .contains(&(session.indexed_activity, session.id))
-                || !self
-                    .by_expiry
-                    .contains(&(session.indexed_expiry, session.id))
+                .by_expiry
+                .contains(&(session.indexed_expiry, session.id))
             {
                 return Err(format!("session {} missing from an index", id.0));
             }
@@ -454,9 +540,10 @@ impl SessionTable {
             }
             session.check()?;
             records += session.held as u64;
+            bytes += session.held_bytes;
         }
-        if records != self.records_held {
-            return Err("completion record count out of step".into());
+        if records != self.records_held || bytes != self.records_bytes {
+            return Err("completion record count or bytes out of step".into());
         }
         Ok(())
     }

@@ -6,7 +6,7 @@
 //! (u64 LE), then the body in postcard. Derived indexes are not stored; they
 //! are rebuilt on restore.
 
-use crate::digest::fnv64;
+use crate::digest::{Fnv64, fnv64};
 use crate::idempotency::{IdempotencyKeys, KeyRecord};
 use crate::ids::{ClusterTime, LogIndex};
 use crate::kv::KvStore;
@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 const MAGIC: &[u8; 8] = b"OKVSNAP\0";
 /// The snapshot format this build writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 const HEADER_BYTES: usize = 8 + 4 + 8;
 
 /// Why snapshot bytes could not be restored.
@@ -47,7 +47,22 @@ pub enum SnapshotError {
     Inconsistent(String),
 }
 
-#[derive(Serialize, Deserialize)]
+/// The body as written: borrowed from the machine, so taking a snapshot or
+/// a digest copies nothing but the encoding. Encodes exactly as [`Body`].
+#[derive(Serialize)]
+struct BodyRef<'a> {
+    limits: &'a Limits,
+    clock: ClusterTime,
+    last_applied: Option<LogIndex>,
+    kv: &'a KvStore,
+    sessions: Vec<&'a Session>,
+    keys: Vec<&'a KeyRecord>,
+    leases: Vec<&'a Lease>,
+    no_space_alarm: bool,
+}
+
+/// The body as read.
+#[derive(Deserialize)]
 struct Body {
     limits: Limits,
     clock: ClusterTime,
@@ -56,21 +71,26 @@ struct Body {
     sessions: Vec<Session>,
     keys: Vec<KeyRecord>,
     leases: Vec<Lease>,
+    no_space_alarm: bool,
 }
 
 impl StateMachine {
-    /// The state as snapshot bytes.
-    pub fn snapshot(&self) -> Vec<u8> {
-        let body = Body {
-            limits: self.limits.clone(),
+    fn body(&self) -> BodyRef<'_> {
+        BodyRef {
+            limits: &self.limits,
             clock: self.clock,
             last_applied: self.last_applied,
-            kv: self.kv.clone(),
-            sessions: self.sessions.iter().cloned().collect(),
-            keys: self.keys.iter().cloned().collect(),
-            leases: self.leases.iter().cloned().collect(),
-        };
-        let encoded = postcard::to_allocvec(&body).expect("the state always encodes");
+            kv: &self.kv,
+            sessions: self.sessions.iter().collect(),
+            keys: self.keys.iter().collect(),
+            leases: self.leases.iter().collect(),
+            no_space_alarm: self.no_space_alarm,
+        }
+    }
+
+    /// The state as snapshot bytes.
+    pub fn snapshot(&self) -> Vec<u8> {
+        let encoded = postcard::to_allocvec(&self.body()).expect("the state always encodes");
         let mut bytes = Vec::with_capacity(HEADER_BYTES + encoded.len());
         bytes.extend_from_slice(MAGIC);
         bytes.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
@@ -79,10 +99,13 @@ impl StateMachine {
         bytes
     }
 
-    /// A digest of the snapshot bytes: equal on replicas that applied the
-    /// same entries.
+    /// A digest of the state (FNV-1a 64 of the snapshot body, streamed
+    /// without building it): equal on replicas that applied the same
+    /// entries.
     pub fn state_digest(&self) -> u64 {
-        fnv64(&self.snapshot())
+        postcard::to_extend(&self.body(), Fnv64::default())
+            .expect("the state always encodes")
+            .finish()
     }
 
     /// Restores a state machine from snapshot bytes taken under `limits`.
@@ -105,7 +128,9 @@ impl StateMachine {
             return Err(SnapshotError::LimitsMismatch);
         }
         let mut leases = Leases::from_leases(body.leases);
-        for (key, stored) in body.kv.iter() {
+        let mut kv = body.kv;
+        kv.recount();
+        for (key, stored) in kv.iter() {
             if let Some(name) = &stored.lease {
                 if leases.get(name).is_none() {
                     return Err(SnapshotError::Inconsistent(format!(
@@ -119,10 +144,11 @@ impl StateMachine {
             limits: body.limits,
             clock: body.clock,
             last_applied: body.last_applied,
-            kv: body.kv,
+            kv,
             sessions: SessionTable::from_sessions(body.sessions),
             keys: IdempotencyKeys::from_records(body.keys),
             leases,
+            no_space_alarm: body.no_space_alarm,
             dedup: true,
         };
         machine

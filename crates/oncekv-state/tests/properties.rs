@@ -228,6 +228,47 @@ proptest! {
         }
     }
 
+    /// Floods of sessions and keys against small tables and byte budgets:
+    /// a request that was applied under a session is never applied again,
+    /// and one applied under a key is not applied again within the key's
+    /// time-to-live. Full tables refuse; they never evict anything live.
+    #[test]
+    fn no_flood_makes_an_accepted_request_run_twice(
+        steps in prop::collection::vec(step(), 1..120),
+        tight_bytes in any::<bool>(),
+    ) {
+        // Tight budgets refuse by bytes first; loose ones by count.
+        let bytes = |tight: u64| if tight_bytes { tight } else { 1 << 20 };
+        let limits = Limits {
+            session_record_bytes_max: bytes(200),
+            record_bytes_max: bytes(400),
+            idempotency_bytes_max: bytes(300),
+            store_bytes_max: 500,
+            ..limits()
+        };
+        let ttl_ms = limits.idempotency_key_ttl_ms;
+        let mut machine = StateMachine::new(limits);
+        let mut by_session: BTreeMap<RequestId, LogIndex> = BTreeMap::new();
+        let mut by_key: BTreeMap<Vec<u8>, (u64, LogIndex)> = BTreeMap::new();
+        for entry in entries(&steps) {
+            let outcome = machine.apply(&entry);
+            let Outcome::Applied(_) = outcome else { continue };
+            match &entry.request.origin {
+                Origin::Session(header) => {
+                    let first = by_session.insert(header.id, entry.index);
+                    prop_assert!(first.is_none(), "{} applied at {:?} and again at {:?}", header.id, first, entry.index);
+                }
+                Origin::Key(key) => {
+                    if let Some((at, index)) = by_key.insert(key.0.clone(), (entry.time.0, entry.index)) {
+                        prop_assert!(entry.time.0 > at + ttl_ms, "key {:?} applied at {:?} and again at {:?} within its ttl", key, index, entry.index);
+                    }
+                }
+                Origin::Plain => {}
+            }
+            prop_assert!(machine.check_invariants().is_ok());
+        }
+    }
+
     #[test]
     fn restore_rejects_any_corruption(
         steps in prop::collection::vec(step(), 1..40),

@@ -12,7 +12,13 @@
 //!   `incr K N`, `cas K EXPECTED NEW` (`-` for absent), `scan P [LIMIT]`,
 //!   `lease-grant L MS`, `lease-keepalive L`, `lease-revoke L`,
 //!   `lease-list`, `keepalive S`, `close S`, `tick`;
-//! - `stats`: prints the state's counts.
+//! - `stats`: prints the state's counts; `bytes`: what its byte budgets
+//!   count, and whether the `NOSPACE` alarm is raised;
+//! - `alarm-disarm` (an OP): lowers the `NOSPACE` alarm;
+//! - `limits NAME=N ...` (before any entry): starts over with these limits
+//!   changed (`sessions_max`, `idempotency_keys_max`,
+//!   `idempotency_bytes_max`, `session_record_bytes_max`,
+//!   `record_bytes_max`, `store_bytes_max`, `scan_bytes_max`).
 //! - `nodedup`: switch deduplication off (the checkers' negative control).
 
 use oncekv_state::{
@@ -88,6 +94,37 @@ impl Runner {
             "advance" => {
                 self.time += number(rest.first())?;
                 return Ok(None);
+            }
+            "limits" => {
+                if self.next_index != 1 {
+                    return Err("limits must come before the first entry".into());
+                }
+                let mut limits = self.machine.limits().clone();
+                for (name, value) in options(rest)? {
+                    let value = parse_u(value)?;
+                    match name {
+                        "sessions_max" => limits.sessions_max = value,
+                        "idempotency_keys_max" => limits.idempotency_keys_max = value,
+                        "idempotency_bytes_max" => limits.idempotency_bytes_max = value,
+                        "session_record_bytes_max" => limits.session_record_bytes_max = value,
+                        "record_bytes_max" => limits.record_bytes_max = value,
+                        "store_bytes_max" => limits.store_bytes_max = value,
+                        "scan_bytes_max" => limits.scan_bytes_max = value,
+                        other => return Err(format!("unknown limit {other}")),
+                    }
+                }
+                self.machine = StateMachine::new(limits);
+                return Ok(None);
+            }
+            "bytes" => {
+                let s = self.machine.stats();
+                return Ok(Some(format!(
+                    "records={} idempotency={} store={} alarm={}",
+                    s.completion_record_bytes,
+                    s.idempotency_bytes,
+                    s.store_bytes,
+                    if s.no_space_alarm { "NOSPACE" } else { "none" }
+                )));
             }
             "stats" => {
                 let s = self.machine.stats();
@@ -219,6 +256,7 @@ impl Runner {
                 }
             }
             "tick" => Command::Tick,
+            "alarm-disarm" => Command::AlarmDisarm,
             other => return Err(format!("unknown operation {other}")),
         })
     }
@@ -311,6 +349,7 @@ fn render_reply(reply: &Reply) -> String {
             out
         }
         Reply::Rejected(rejection) => format!("rejected: {rejection}"),
+        Reply::AlarmDisarmed { was_raised } => format!("alarm-disarmed was_raised={was_raised}"),
     }
 }
 
@@ -329,6 +368,7 @@ fn render(outcome: &Outcome) -> String {
         Outcome::RequestMismatch => "request-mismatch".into(),
         Outcome::SequenceGap { expected } => format!("sequence-gap expected={}", expected.0),
         Outcome::Malformed(why) => format!("malformed: {why}"),
+        Outcome::Overloaded(why) => format!("overloaded {}: {why}", why.name()),
     }
 }
 

@@ -25,6 +25,9 @@ pub const EXIT_REJECTED: u8 = 3;
 pub const EXIT_SESSION: u8 = 4;
 /// Exit code: outcome unknown.
 pub const EXIT_UNKNOWN: u8 = 5;
+/// Exit code: refused for now, not applied (a full table or budget, the
+/// NOSPACE alarm, load shedding): retry later.
+pub const EXIT_OVERLOADED: u8 = 6;
 
 /// Output format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -149,6 +152,24 @@ pub enum ClientCommand {
     /// Cluster membership.
     #[command(subcommand)]
     Member(MemberCommand),
+    /// Alarms: NOSPACE is raised when a write would take the store past its
+    /// byte quota (`serve --store-bytes-max`); writes that grow the store
+    /// are then refused (exit 6) until keys are deleted and it is disarmed.
+    #[command(subcommand)]
+    Alarm(AlarmCommand),
+}
+
+/// Alarm commands.
+#[derive(Debug, Subcommand)]
+pub enum AlarmCommand {
+    /// List raised alarms (as the leader sees them).
+    List,
+    /// Lower the NOSPACE alarm (raised again by the next write that would
+    /// pass the quota).
+    Disarm {
+        #[command(flatten)]
+        once: Once,
+    },
 }
 
 /// Lease commands.
@@ -284,6 +305,7 @@ impl Printer {
             ClientError::Invalid(_) => ("invalid", EXIT_ERROR),
             ClientError::Unreachable(_) => ("unreachable", EXIT_ERROR),
             ClientError::Config(_) => ("error", EXIT_ERROR),
+            ClientError::Overloaded(_) => ("overloaded", EXIT_OVERLOADED),
         };
         let mut fields = Map::new();
         fields.insert("outcome".into(), json!(outcome));
@@ -437,6 +459,15 @@ fn reply_fields(reply: &Reply, fields: &mut Map<String, Value>) -> (String, u8) 
         }
         Reply::SessionClosed => ("session closed".into(), EXIT_OK),
         Reply::Ticked => (String::new(), EXIT_OK),
+        Reply::AlarmDisarmed { was_raised } => {
+            fields.insert("was_raised".into(), json!(was_raised));
+            let human = if *was_raised {
+                "alarm NOSPACE disarmed"
+            } else {
+                "no alarm was raised"
+            };
+            (human.into(), EXIT_OK)
+        }
         Reply::Rejected(rejection) => {
             fields.insert("error".into(), json!(rejection.to_string()));
             (format!("rejected: {rejection}"), EXIT_REJECTED)
@@ -621,6 +652,11 @@ pub async fn run(connection: &Connection, command: ClientCommand) -> anyhow::Res
         ClientCommand::Session(command) => session(&client, &printer, command).await?,
         ClientCommand::Status => status(&client, &printer).await,
         ClientCommand::Member(command) => member(&client, &printer, command).await,
+        ClientCommand::Alarm(AlarmCommand::List) => alarms(&client, &printer).await,
+        ClientCommand::Alarm(AlarmCommand::Disarm { once }) => finish(
+            &printer,
+            mutate(&client, &once, Command::AlarmDisarm).await?,
+        ),
     })
 }
 
@@ -746,7 +782,9 @@ async fn status(client: &Client, printer: &Printer) -> ExitCode {
                 "snapshot_index": status.snapshot_index, "cluster_time_ms": status.cluster_time_ms,
                 "sessions": status.sessions, "completion_records": status.completion_records,
                 "idempotency_keys": status.idempotency_keys, "leases": status.leases, "keys": status.keys,
-                "members": members,
+                "completion_record_bytes": status.completion_record_bytes,
+                "idempotency_bytes": status.idempotency_bytes, "store_bytes": status.store_bytes,
+                "alarms": status.alarms, "members": members,
             });
             let leader = status
                 .leader_id
@@ -765,6 +803,9 @@ async fn status(client: &Client, printer: &Printer) -> ExitCode {
                 status.sessions,
                 status.keys,
             );
+            if !status.alarms.is_empty() {
+                human.push_str(&format!(", alarms {}", status.alarms.join(",")));
+            }
             for member in &status.members {
                 human.push_str(&format!(
                     "\n  member {} peer={} client={}{}",
@@ -778,6 +819,27 @@ async fn status(client: &Client, printer: &Printer) -> ExitCode {
                 return ExitCode::from(EXIT_ERROR);
             };
             printer.emit(fields, human);
+            ExitCode::from(EXIT_OK)
+        }
+        Err(error) => printer.error(&error),
+    }
+}
+
+async fn alarms(client: &Client, printer: &Printer) -> ExitCode {
+    let status = match client.status(None).await {
+        Ok(status) => status,
+        Err(error) => return printer.error(&error),
+    };
+    let leader = match (status.is_leader, status.leader_client_address.as_str()) {
+        (false, address) if !address.is_empty() => client.status(Some(address)).await,
+        _ => Ok(status),
+    };
+    match leader {
+        Ok(status) => {
+            let mut fields = Map::new();
+            fields.insert("outcome".into(), json!("ok"));
+            fields.insert("alarms".into(), json!(status.alarms));
+            printer.emit(fields, status.alarms.join("\n"));
             ExitCode::from(EXIT_OK)
         }
         Err(error) => printer.error(&error),

@@ -46,7 +46,9 @@ Exit codes of the client commands:
   2  usage error
   3  definite rejection (CAS did not match, lease exists, key absent, ...)
   4  session or sequence error (expired, stale, gap, unauthorized)
-  5  outcome unknown: the request may or may not have applied";
+  5  outcome unknown: the request may or may not have applied
+  6  overloaded: refused for now, not applied (a full table or budget, the
+     NOSPACE alarm, load shedding); retry later";
 
 /// oncekv: a replicated, durable key-value store that applies every
 /// mutating request exactly once.

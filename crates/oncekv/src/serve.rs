@@ -122,6 +122,48 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = Limits::default().session_ttl_ms_min)]
     ttl_ms_min: u64,
 
+    /// Most idempotency keys kept (a cluster setting). When the table is
+    /// full of unexpired keys, a request under a new key is refused as
+    /// overloaded; a kept key is never evicted.
+    #[arg(long, default_value_t = Limits::default().idempotency_keys_max)]
+    idempotency_keys_max: u64,
+
+    /// Most bytes of keys and replies kept under idempotency keys (a
+    /// cluster setting).
+    #[arg(long, default_value_t = Limits::default().idempotency_bytes_max)]
+    idempotency_bytes_max: u64,
+
+    /// How long an idempotency key is kept, in milliseconds of cluster time
+    /// (a cluster setting): a retry within it is never applied twice.
+    #[arg(long, default_value_t = Limits::default().idempotency_key_ttl_ms)]
+    idempotency_key_ttl_ms: u64,
+
+    /// Most bytes of unacknowledged completion records one session holds
+    /// before its new requests are refused as overloaded (a cluster setting).
+    #[arg(long, default_value_t = Limits::default().session_record_bytes_max)]
+    session_record_bytes_max: u64,
+
+    /// Most bytes of completion records all sessions hold together (a
+    /// cluster setting).
+    #[arg(long, default_value_t = Limits::default().record_bytes_max)]
+    record_bytes_max: u64,
+
+    /// The store's byte quota (a cluster setting): a write that would pass
+    /// it raises the NOSPACE alarm, and writes that grow the store are
+    /// refused until keys are deleted and `oncekv alarm disarm` runs.
+    #[arg(long, default_value_t = Limits::default().store_bytes_max)]
+    store_bytes_max: u64,
+
+    /// Most bytes of keys and values in one scan reply (a cluster setting);
+    /// a longer scan stops with `more`.
+    #[arg(long, default_value_t = Limits::default().scan_bytes_max)]
+    scan_bytes_max: u64,
+
+    /// Most session opens this node proposes per second (a burst of as
+    /// many is allowed); more are refused as overloaded before proposing.
+    #[arg(long, default_value_t = NodeOptions::default().session_opens_per_second)]
+    session_opens_per_second: u32,
+
     /// Source address of outgoing Raft connections [default: chosen by the OS].
     #[arg(long, env = "ONCEKV_PEER_SOURCE_IP")]
     peer_source_ip: Option<IpAddr>,
@@ -206,6 +248,13 @@ fn config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
         sessions_max: args.sessions_max,
         session_ttl_ms_min: args.ttl_ms_min,
         lease_ttl_ms_min: args.ttl_ms_min,
+        idempotency_keys_max: args.idempotency_keys_max,
+        idempotency_bytes_max: args.idempotency_bytes_max,
+        idempotency_key_ttl_ms: args.idempotency_key_ttl_ms,
+        session_record_bytes_max: args.session_record_bytes_max,
+        record_bytes_max: args.record_bytes_max,
+        store_bytes_max: args.store_bytes_max,
+        scan_bytes_max: args.scan_bytes_max,
         ..Limits::default()
     };
     Ok(ServerConfig {
@@ -224,6 +273,7 @@ fn config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
         node: NodeOptions {
             propose_timeout: args.request_timeout,
             tick_interval: args.tick_interval,
+            session_opens_per_second: args.session_opens_per_second,
         },
         client_message_bytes_max: args.max_message_bytes,
         metrics: args.listen_metrics,

@@ -17,7 +17,8 @@ use oncekv_proto::v1::kv_client::KvClient;
 use oncekv_proto::v1::kv_server::{Kv, KvServer};
 use oncekv_proto::v1::{
     self, AddMemberRequest, ExecuteRequest, ExecuteResponse, MembershipResponse, ReadRequest,
-    ReadResponse, RemoveMemberRequest, StatusRequest, StatusResponse,
+    ReadResponse, RemoveMemberRequest, StateDigestRequest, StateDigestResponse, StatusRequest,
+    StatusResponse,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -388,6 +389,18 @@ impl Kv for Forwarder {
             self.0.rewrite_hint(hint);
         }
         Ok(Response::new(response))
+    }
+
+    async fn state_digest(
+        &self,
+        request: Request<StateDigestRequest>,
+    ) -> Result<Response<StateDigestResponse>, Status> {
+        let mut upstream = self.0.upstream.clone();
+        let response = upstream
+            .state_digest(with_timeout(request.into_inner()))
+            .await
+            .map_err(upstream_status)?;
+        Ok(response)
     }
 
     async fn status(

@@ -83,6 +83,7 @@ pub fn error_outcome(error: &ClientError) -> Outcome {
         ClientError::Malformed(_) => failed(FailReason::Malformed),
         ClientError::Invalid(_) => failed(FailReason::Invalid),
         ClientError::Unreachable(_) => failed(FailReason::Unreachable),
+        ClientError::Overloaded(_) => failed(FailReason::Overloaded),
         ClientError::Config(_) => failed(FailReason::Other),
     }
 }
@@ -144,6 +145,7 @@ fn refusal_reason(outcome: &state::Outcome) -> FailReason {
         state::Outcome::RequestMismatch => FailReason::RequestMismatch,
         state::Outcome::SequenceGap { .. } => FailReason::SequenceGap,
         state::Outcome::Malformed(_) => FailReason::Malformed,
+        state::Outcome::Overloaded(_) => FailReason::Overloaded,
         state::Outcome::Applied(_) | state::Outcome::Replayed { .. } => FailReason::Other,
     }
 }

@@ -7,8 +7,9 @@ use oncekv_proto::convert::{self, outcome_to_wire, reply_to_wire};
 use oncekv_proto::v1::kv_server::Kv;
 use oncekv_proto::v1::{
     AddMemberRequest, ExecuteRequest, ExecuteResponse, Invalid, Member, Members,
-    MembershipResponse, NotLeader, ReadRequest, ReadResponse, RemoveMemberRequest, StatusRequest,
-    StatusResponse, Unavailable, execute_response, membership_response, read_response,
+    MembershipResponse, NotLeader, ReadRequest, ReadResponse, RemoveMemberRequest,
+    StateDigestRequest, StateDigestResponse, StatusRequest, StatusResponse, Unavailable,
+    execute_response, membership_response, read_response,
 };
 use tonic::{Request, Response, Status};
 
@@ -58,16 +59,38 @@ impl KvService {
 enum Failure {
     NotLeader(NotLeader),
     Unavailable(Unavailable),
+    Invalid(Invalid),
+}
+
+/// The metadata entry that marks a request shed before it was proposed
+/// (with gRPC status `RESOURCE_EXHAUSTED`): not applied, retry later. Its
+/// value names what was full.
+pub const OVERLOADED_METADATA: &str = "oncekv-overloaded";
+
+/// The status of a request shed before it was proposed.
+pub fn overloaded_status(what: &'static str) -> Status {
+    let mut status = Status::resource_exhausted(format!("overloaded ({what}): retry later"));
+    status.metadata_mut().insert(
+        OVERLOADED_METADATA,
+        tonic::metadata::MetadataValue::from_static(what),
+    );
+    status
 }
 
 impl KvService {
-    fn failure(&self, error: WriteError) -> Failure {
-        match error {
+    /// What a failed write or read answers, or the gRPC status of a shed
+    /// request.
+    fn failure(&self, error: WriteError) -> Result<Failure, Status> {
+        Ok(match error {
             WriteError::NotLeader { leader_id, leader } => {
                 Failure::NotLeader(self.not_leader(leader_id, leader))
             }
             WriteError::Unavailable(reason) => Failure::Unavailable(Unavailable { reason }),
-        }
+            WriteError::Invalid(why) => Failure::Invalid(Invalid {
+                reason: why.to_string(),
+            }),
+            WriteError::Overloaded(what) => return Err(overloaded_status(what)),
+        })
     }
 }
 
@@ -106,9 +129,10 @@ impl Kv for KvService {
                     0,
                 ),
             },
-            Err(error) => match self.failure(error) {
+            Err(error) => match self.failure(error)? {
                 Failure::NotLeader(hint) => (execute_response::Result::NotLeader(hint), 0),
                 Failure::Unavailable(why) => (execute_response::Result::Unavailable(why), 0),
+                Failure::Invalid(why) => (execute_response::Result::Invalid(why), 0),
             },
         };
         Ok(Response::new(ExecuteResponse {
@@ -138,9 +162,10 @@ impl Kv for KvService {
         };
         let result = match self.node.read(&query, request.serializable).await {
             Ok(reply) => read_response::Result::Reply(reply_to_wire(&reply)),
-            Err(error) => match self.failure(error) {
+            Err(error) => match self.failure(error)? {
                 Failure::NotLeader(hint) => read_response::Result::NotLeader(hint),
                 Failure::Unavailable(why) => read_response::Result::Unavailable(why),
+                Failure::Invalid(why) => read_response::Result::Invalid(why),
             },
         };
         Ok(Response::new(ReadResponse {
@@ -176,7 +201,25 @@ impl Kv for KvService {
             leases: status.state.leases,
             keys: status.state.keys,
             leader_client_address,
-            state_digest: self.node.state_digest(),
+            completion_record_bytes: status.state.completion_record_bytes,
+            idempotency_bytes: status.state.idempotency_bytes,
+            store_bytes: status.state.store_bytes,
+            alarms: if status.state.no_space_alarm {
+                vec!["NOSPACE".to_string()]
+            } else {
+                Vec::new()
+            },
+        }))
+    }
+
+    async fn state_digest(
+        &self,
+        _request: Request<StateDigestRequest>,
+    ) -> Result<Response<StateDigestResponse>, Status> {
+        let (applied_index, digest) = self.node.state_digest().await;
+        Ok(Response::new(StateDigestResponse {
+            applied_index: applied_index.map(|index| index.0),
+            digest,
         }))
     }
 
@@ -197,7 +240,7 @@ impl Kv for KvService {
             client_address: request.client_address,
         };
         let result = self.node.add_member(request.id, info).await;
-        Ok(Response::new(self.membership_result(result)))
+        Ok(Response::new(self.membership_result(result)?))
     }
 
     async fn remove_member(
@@ -205,23 +248,27 @@ impl Kv for KvService {
         request: Request<RemoveMemberRequest>,
     ) -> Result<Response<MembershipResponse>, Status> {
         let result = self.node.remove_member(request.into_inner().id).await;
-        Ok(Response::new(self.membership_result(result)))
+        Ok(Response::new(self.membership_result(result)?))
     }
 }
 
 impl KvService {
-    fn membership_result(&self, result: Result<(), WriteError>) -> MembershipResponse {
+    fn membership_result(
+        &self,
+        result: Result<(), WriteError>,
+    ) -> Result<MembershipResponse, Status> {
         let result = match result {
             Ok(()) => membership_response::Result::Members(Members {
                 members: self.members(),
             }),
-            Err(error) => match self.failure(error) {
+            Err(error) => match self.failure(error)? {
                 Failure::NotLeader(hint) => membership_response::Result::NotLeader(hint),
                 Failure::Unavailable(why) => membership_response::Result::Unavailable(why),
+                Failure::Invalid(why) => membership_response::Result::Invalid(why),
             },
         };
-        MembershipResponse {
+        Ok(MembershipResponse {
             result: Some(result),
-        }
+        })
     }
 }

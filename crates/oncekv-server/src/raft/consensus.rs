@@ -55,6 +55,14 @@ pub enum WriteError {
     /// failure); the caller may retry.
     #[error("unavailable: {0}")]
     Unavailable(String),
+    /// Refused before proposing: whatever the state, the state machine
+    /// would refuse it. Not applied.
+    #[error("invalid request: {0}")]
+    Invalid(#[from] oncekv_state::InvalidRequest),
+    /// Refused before proposing because the node is shedding this kind of
+    /// request (named); not applied, retry later.
+    #[error("overloaded: {0}")]
+    Overloaded(&'static str),
 }
 
 /// Why consensus could not start.

@@ -269,6 +269,17 @@ impl NodeProcess {
             .map_err(|e| e.to_string())
     }
 
+    /// The digest of this node's state and the index it was taken at.
+    pub async fn state_digest(&self) -> Result<(Option<u64>, u64), String> {
+        let mut client = self.connect().await.map_err(|e| e.to_string())?;
+        client
+            .state_digest(v1::StateDigestRequest {})
+            .await
+            .map(|r| r.into_inner())
+            .map(|r| (r.applied_index, r.digest))
+            .map_err(|e| e.to_string())
+    }
+
     /// Sends a request; returns the raw response.
     pub async fn execute(&self, request: &Request) -> Result<ExecuteResponse, String> {
         execute_on(&self.client, request).await

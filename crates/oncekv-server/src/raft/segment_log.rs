@@ -43,7 +43,10 @@
 //!   mismatch (CRC-32 locates it from the two checksums). Only the
 //!   unsealed last frame of the file whose body holds a sector of zeros
 //!   that is not one of its header's sectors (a sector the disk never got
-//!   before a power loss) is torn.
+//!   before a power loss) is torn. Such a torn frame is refused instead,
+//!   never wrongly cut, if its checksums happen to look like one flipped
+//!   bit: odds of about its length in bits in 2^32 (1 in 500 000 for
+//!   a 1 KiB frame, 1 in 512 for a 1 MiB frame).
 //! - A header whose checksum does not match is torn if nothing intact
 //!   follows it (zeros, or the rest of the frame being written), and damage
 //!   if an intact frame or seal does, or if flipping one of its bits back
@@ -61,7 +64,12 @@
 //! that far: nothing is ever silently skipped, and a node whose log cannot
 //! be trusted refuses to start rather than rejoin from a snapshot with
 //! acknowledged writes missing (`docs/operations.md` says how to rebuild
-//! it from its peers).
+//! it from its peers). A refused log is left as it is: a torn tail is cut
+//! only once the whole log is known to open. Then the last segment is
+//! synced (frames a crash left written but unsynced become durable before
+//! anything follows them) and sealed. Not detectable here: whole segments
+//! lost at the end of the log, or whole frames lost with their seal at the
+//! end of the last segment; nothing after them is left to tell.
 //!
 //! [`SegmentLog::open_inline`] writes on the caller's task instead of a
 //! thread (same files, same order, one sync per write), for deterministic
@@ -739,21 +747,28 @@ fn judge_bad_header(
     }
 }
 
-/// Reads and judges one segment file, cutting a torn tail off durably.
-fn read_segment(path: &Path, last: bool) -> io::Result<ScannedSegment> {
+/// Reads and judges one segment file; also returns its size. Cuts
+/// nothing: that waits until the whole log is known to open.
+fn read_segment(path: &Path, last: bool) -> io::Result<(ScannedSegment, usize)> {
     let bytes = std::fs::read(path)?;
     let scanned = scan_segment(&bytes, last).map_err(|fault| fault.in_file(path))?;
-    if let Some(torn) = scanned.torn {
-        tracing::warn!(
-            segment = %path.display(),
-            offset = scanned.intact_end,
-            dropped_bytes = bytes.len().saturating_sub(scanned.intact_end),
-            "torn write at the end of the log ({}): a write that never completed, so never acknowledged; cutting it off",
-            torn.describe()
-        );
-        cut(path, scanned.intact_end as u64)?;
-    }
-    Ok(scanned)
+    Ok((scanned, bytes.len()))
+}
+
+/// Cuts the last segment's torn tail off, if it has one, durably.
+fn cut_torn_tail(dir: &Path, tail: &Tail) -> io::Result<()> {
+    let Some(torn) = tail.torn else {
+        return Ok(());
+    };
+    let path = segment_path(dir, tail.number);
+    tracing::warn!(
+        segment = %path.display(),
+        offset = tail.intact_end,
+        dropped_bytes = tail.file_bytes.saturating_sub(tail.intact_end),
+        "torn write at the end of the log ({}): a write that never completed, so never acknowledged; cutting it off",
+        torn.describe()
+    );
+    cut(&path, tail.intact_end as u64)
 }
 
 /// Cuts the file at `length` bytes, durably.
@@ -909,6 +924,9 @@ struct Tail {
     /// See [`ScannedSegment`].
     intact_end: usize,
     trailing_seal: Option<usize>,
+    torn: Option<TornTail>,
+    /// The size of the file as found.
+    file_bytes: usize,
 }
 
 impl Segments {
@@ -1135,7 +1153,7 @@ impl SegmentLog {
         let mut tail = None;
         for (position, number) in numbers.iter().copied().enumerate() {
             let last = position + 1 == numbers.len();
-            let segment = read_segment(&segment_path(dir, number), last)?;
+            let (segment, file_bytes) = read_segment(&segment_path(dir, number), last)?;
             let mut max = None;
             for record in segment.records {
                 if let Record::Entry(entry) = &record {
@@ -1149,6 +1167,8 @@ impl SegmentLog {
                     max,
                     intact_end: segment.intact_end,
                     trailing_seal: segment.trailing_seal,
+                    torn: segment.torn,
+                    file_bytes,
                 });
             } else {
                 closed.push((number, max));
@@ -1158,6 +1178,10 @@ impl SegmentLog {
             && first > 0
         {
             check_nothing_missing_before(dir, first, &memory)?;
+        }
+        // The log opens: only now is anything cut.
+        if let Some(tail) = &tail {
+            cut_torn_tail(dir, tail)?;
         }
         let segments = match tail {
             Some(tail) if tail.intact_end > 0 => Segments::resume(dir, closed, tail)?,
@@ -1793,7 +1817,13 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         drop(rolled(dir.path(), 4));
         std::fs::remove_file(segment_path(dir.path(), 0)).expect("delete");
+        // A torn tail too: a refused log is left as it is, tail included.
+        let last = segment_path(dir.path(), 2);
+        let mut torn = std::fs::read(&last).expect("segment");
+        torn.extend_from_slice(&[0; 7]);
+        std::fs::write(&last, &torn).expect("tear");
         assert_eq!(missing(dir.path()), (0, 0));
+        assert_eq!(std::fs::read(&last).expect("segment"), torn);
     }
 
     #[test]

@@ -1,16 +1,25 @@
-//! Crash safety of the segment log: what was made durable is there after
-//! reopening, a torn tail is cut off (a torn batch as a whole, whatever
-//! order its bytes reached the disk in), and damage elsewhere stops the
-//! node.
+//! Crash safety of the segment log, through its API and its files: what
+//! was made durable is there after reopening; a torn tail (what a crash in
+//! the middle of a write leaves) is cut off and the log goes on; damage to
+//! what was synced (a flipped bit in any complete frame, a segment without
+//! its magic, a missing segment) refuses to open, with a typed error naming
+//! the file and the offset, and leaves the files as they are.
 
-use oncekv_server::raft::segment_log::SegmentLog;
+use oncekv_server::raft::segment_log::{DamageKind, LogDamage, SegmentLog};
 use oncekv_server::raft::type_config::TypeConfig;
 use openraft::alias::{EntryOf, OneshotOf, VoteOf};
 use openraft::async_runtime::Oneshot;
 use openraft::storage::{IOFlushed, RaftLogReader, RaftLogStorage};
 use openraft::testing::{blank_ent, log_id};
 use openraft::vote::RaftLeaderId;
-use std::path::Path;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+/// Bytes of the segment magic, and of a frame header (the seal is one).
+const MAGIC_BYTES: usize = 8;
+const HEADER_BYTES: usize = 12;
+/// The sector size the log assumes a disk writes whole.
+const SECTOR_BYTES: usize = 512;
 
 async fn append(log: &mut SegmentLog, entries: Vec<EntryOf<TypeConfig>>) {
     let (tx, rx) = <OneshotOf<TypeConfig> as Oneshot>::channel();
@@ -26,23 +35,89 @@ fn blanks(term: u64, range: std::ops::RangeInclusive<u64>) -> Vec<EntryOf<TypeCo
         .collect()
 }
 
-async fn indexes(log: &mut SegmentLog) -> Vec<(u64, u64)> {
+async fn indexes(log: &mut SegmentLog) -> Vec<u64> {
     log.try_get_log_entries(..)
         .await
         .expect("read")
         .iter()
-        .map(|entry| (entry.log_id.leader_id.term(), entry.log_id.index))
+        .map(|entry| entry.log_id.index)
         .collect()
 }
 
-fn segment(dir: &Path) -> std::path::PathBuf {
+async fn open_indexes(dir: &Path) -> Vec<u64> {
+    let mut log = SegmentLog::open(dir).expect("open");
+    indexes(&mut log).await
+}
+
+fn segments(dir: &Path) -> Vec<PathBuf> {
     let mut files: Vec<_> = std::fs::read_dir(dir)
         .expect("dir")
         .map(|e| e.expect("entry").path())
         .filter(|p| p.extension().is_some_and(|e| e == "log"))
         .collect();
     files.sort();
-    files.pop().expect("a segment")
+    files
+}
+
+fn segment(dir: &Path) -> PathBuf {
+    segments(dir).pop().expect("a segment")
+}
+
+/// The extents of a segment's frames with a body (seals left out), read
+/// the way the module doc lays them out: the magic, then frames of
+/// `[length u32][body crc u32][header crc u32][body]`.
+fn data_frames(bytes: &[u8]) -> Vec<Range<usize>> {
+    let mut at = MAGIC_BYTES;
+    let mut frames = Vec::new();
+    while at + HEADER_BYTES <= bytes.len() {
+        let length = u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes")) as usize;
+        let end = at + HEADER_BYTES + length;
+        assert!(end <= bytes.len(), "a complete log");
+        if length > 0 {
+            frames.push(at..end);
+        }
+        at = end;
+    }
+    frames
+}
+
+/// The typed damage an open was refused with.
+fn refusal(dir: &Path) -> (LogDamage, String) {
+    let error = SegmentLog::open(dir).expect_err("a damaged log must not open");
+    assert_eq!(error.kind(), std::io::ErrorKind::InvalidData, "{error}");
+    let damage = error
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<LogDamage>())
+        .unwrap_or_else(|| panic!("not a LogDamage: {error}"))
+        .clone();
+    (damage, error.to_string())
+}
+
+/// Asserts a refusal for damage in the frame at `offset` of `file`, named
+/// in the message, and that the file was left as it was.
+fn assert_refused_at(dir: &Path, file: &Path, damaged: &[u8], offset: usize) -> DamageKind {
+    std::fs::write(file, damaged).expect("damage");
+    let (damage, message) = refusal(dir);
+    let LogDamage::Frame {
+        file: named,
+        offset: at,
+        kind,
+    } = damage
+    else {
+        panic!("not a frame's damage: {message}");
+    };
+    assert_eq!((named.as_path(), at), (file, offset as u64), "{message}");
+    assert!(
+        message.contains(&file.display().to_string())
+            && message.contains(&format!("byte {offset}")),
+        "{message}"
+    );
+    assert_eq!(
+        std::fs::read(file).expect("segment"),
+        damaged,
+        "a refused log is left as it is"
+    );
+    kind
 }
 
 #[tokio::test]
@@ -62,11 +137,18 @@ async fn reopen_restores_entries_truncation_purge_and_vote() {
         log.save_vote(&vote).await.expect("vote");
     }
     let mut log = SegmentLog::open(dir.path()).expect("reopen");
+    let entries: Vec<(u64, u64)> = log
+        .try_get_log_entries(..)
+        .await
+        .expect("read")
+        .iter()
+        .map(|entry| (entry.log_id.leader_id.term(), entry.log_id.index))
+        .collect();
     let expected: Vec<(u64, u64)> = (4..=6)
         .map(|i| (1, i))
         .chain((7..=8).map(|i| (2, i)))
         .collect();
-    assert_eq!(indexes(&mut log).await, expected);
+    assert_eq!(entries, expected);
     let state = log.get_log_state().await.expect("state");
     assert_eq!(
         state.last_purged_log_id,
@@ -80,7 +162,7 @@ async fn reopen_restores_entries_truncation_purge_and_vote() {
 }
 
 /// Appends `1..=last` one entry per write (a frame each), closes the log,
-/// and returns the segment's bytes.
+/// and returns the segment's bytes: the frames, then the seal.
 async fn one_frame_per_entry(dir: &Path, last: u64) -> Vec<u8> {
     let mut log = SegmentLog::open(dir).expect("open");
     for index in 1..=last {
@@ -91,80 +173,208 @@ async fn one_frame_per_entry(dir: &Path, last: u64) -> Vec<u8> {
 }
 
 #[tokio::test]
-async fn a_torn_tail_is_cut_off_at_every_byte() {
+async fn a_torn_tail_is_cut_off_at_every_byte_and_the_log_goes_on() {
     let dir = tempfile::tempdir().expect("tempdir");
     let whole = one_frame_per_entry(dir.path(), 3).await;
     let path = segment(dir.path());
-    let other = tempfile::tempdir().expect("tempdir");
-    let before_last = one_frame_per_entry(other.path(), 2).await.len();
-    for cut in before_last..whole.len() {
+    let last = data_frames(&whole)[2].clone();
+    let seal = whole[last.end..].to_vec();
+    assert_eq!(seal.len(), HEADER_BYTES, "the log ends with its seal");
+    for cut in last.start..whole.len() {
         std::fs::write(&path, &whole[..cut]).expect("tear");
-        let mut log = SegmentLog::open(dir.path()).expect("open torn log");
+        let (kept, sealed_end) = if cut < last.end {
+            (vec![1, 2], last.start)
+        } else {
+            (vec![1, 2, 3], last.end)
+        };
+        assert_eq!(open_indexes(dir.path()).await, kept, "cut at byte {cut}");
+        let mut expected = whole[..sealed_end].to_vec();
+        expected.extend_from_slice(&seal);
         assert_eq!(
-            indexes(&mut log).await,
-            vec![(1, 1), (1, 2)],
-            "cut at byte {cut}"
-        );
-        assert_eq!(
-            std::fs::metadata(&path).expect("meta").len() as usize,
-            before_last
+            std::fs::read(&path).expect("segment"),
+            expected,
+            "cut at byte {cut}: the torn tail is cut and the log sealed"
         );
     }
-    // Garbage or zeroes after the last frame are cut too.
-    for tail in [[0xff; 13], [0; 13]] {
+    // The log goes on after a cut.
+    std::fs::write(&path, &whole[..last.start + 5]).expect("tear");
+    {
+        let mut log = SegmentLog::open(dir.path()).expect("open torn");
+        append(&mut log, blanks(2, 3..=4)).await;
+    }
+    assert_eq!(open_indexes(dir.path()).await, vec![1, 2, 3, 4]);
+}
+
+#[tokio::test]
+async fn garbage_or_zeroes_after_the_last_frame_are_cut() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let whole = one_frame_per_entry(dir.path(), 3).await;
+    let path = segment(dir.path());
+    for tail in [vec![0xff; 13], vec![0; 13], vec![0; 3 * SECTOR_BYTES]] {
         let mut garbage = whole.clone();
         garbage.extend_from_slice(&tail);
         std::fs::write(&path, &garbage).expect("garbage");
-        let mut log = SegmentLog::open(dir.path()).expect("open");
-        assert_eq!(indexes(&mut log).await, vec![(1, 1), (1, 2), (1, 3)]);
+        assert_eq!(open_indexes(dir.path()).await, vec![1, 2, 3]);
+        assert_eq!(std::fs::read(&path).expect("segment"), whole);
     }
 }
 
 /// After a power loss the disk may hold the end of the last write but not
-/// its middle (pages reach the disk in any order until the sync). The
-/// whole write was never acknowledged, so it is cut as a torn tail, not
-/// taken for damage followed by intact records.
+/// its middle (sectors reach the disk in any order until the sync; one
+/// that never did reads as zeros). That write was never synced, so there
+/// is no seal after it: it is cut as a torn tail, whole.
 #[tokio::test]
-async fn a_batch_whose_middle_never_reached_the_disk_is_cut_whole() {
+async fn a_last_write_whose_sectors_never_reached_the_disk_is_cut_whole() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let before = one_frame_per_entry(dir.path(), 2).await.len();
+    one_frame_per_entry(dir.path(), 2).await;
     {
         let mut log = SegmentLog::open(dir.path()).expect("open");
-        append(&mut log, blanks(1, 3..=40)).await;
+        append(&mut log, blanks(1, 3..=800)).await;
     }
     let path = segment(dir.path());
-    let whole = std::fs::read(&path).expect("segment");
-    let batch = whole.len() - before;
+    let sealed = std::fs::read(&path).expect("segment");
+    let unsealed = &sealed[..sealed.len() - HEADER_BYTES];
+    let last = data_frames(unsealed)[2].clone();
+    assert!(last.len() > 4 * SECTOR_BYTES, "the write spans sectors");
+    let middle = (last.start + last.len() / 2).next_multiple_of(SECTOR_BYTES);
+    let end_sector = (unsealed.len() - 1) / SECTOR_BYTES * SECTOR_BYTES;
     for hole in [
-        before..before + 8,
-        before + batch / 3..before + batch / 2,
-        whole.len() - 9..whole.len() - 1,
+        last.start..last.start + HEADER_BYTES,
+        middle..middle + SECTOR_BYTES,
+        end_sector..unsealed.len(),
+        middle..unsealed.len(),
     ] {
-        let mut torn = whole.clone();
+        let mut torn = unsealed.to_vec();
         torn[hole.clone()].fill(0);
         std::fs::write(&path, &torn).expect("tear");
-        let mut log = SegmentLog::open(dir.path()).expect("open torn log");
         assert_eq!(
-            indexes(&mut log).await,
-            vec![(1, 1), (1, 2)],
+            open_indexes(dir.path()).await,
+            vec![1, 2],
             "hole at {hole:?}"
         );
+        let mut expected = unsealed[..last.start].to_vec();
+        expected.extend_from_slice(&sealed[sealed.len() - HEADER_BYTES..]);
+        assert_eq!(std::fs::read(&path).expect("segment"), expected);
+    }
+}
+
+/// The attack that found the bug: one flipped bit in the last frame, which
+/// was synced and acknowledged, was taken for a torn write and the write
+/// silently lost. Sealed (as the log is left after any stop) or not (the
+/// seal lost with the page cache), it is refused, naming file and offset.
+#[tokio::test]
+async fn a_flipped_bit_in_the_last_complete_frame_is_refused_naming_file_and_offset() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sealed = one_frame_per_entry(dir.path(), 3).await;
+    let path = segment(dir.path());
+    let last = data_frames(&sealed)[2].clone();
+    for log in [&sealed[..], &sealed[..last.end]] {
+        for (byte, bit) in [(last.start + HEADER_BYTES, 0), (last.end - 1, 7)] {
+            let mut damaged = log.to_vec();
+            damaged[byte] ^= 1 << bit;
+            let kind = assert_refused_at(dir.path(), &path, &damaged, last.start);
+            assert_eq!(
+                kind,
+                DamageKind::FlippedBodyBit {
+                    byte: byte as u64,
+                    bit
+                }
+            );
+        }
+        // In its header.
+        let mut damaged = log.to_vec();
+        damaged[last.start + 1] ^= 0x08;
+        let kind = assert_refused_at(dir.path(), &path, &damaged, last.start);
         assert_eq!(
-            std::fs::metadata(&path).expect("meta").len() as usize,
-            before
+            kind,
+            DamageKind::FlippedHeaderBit {
+                byte: (last.start + 1) as u64,
+                bit: 3
+            }
         );
     }
 }
 
 #[tokio::test]
-async fn damage_before_intact_records_refuses_to_open() {
+async fn a_flipped_bit_in_a_middle_frame_is_refused() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut bytes = one_frame_per_entry(dir.path(), 5).await;
+    let whole = one_frame_per_entry(dir.path(), 5).await;
     let path = segment(dir.path());
-    bytes[10] ^= 0x55;
+    let middle = data_frames(&whole)[2].clone();
+    let mut damaged = whole.clone();
+    damaged[middle.end - 2] ^= 0x40;
+    let kind = assert_refused_at(dir.path(), &path, &damaged, middle.start);
+    assert!(
+        matches!(kind, DamageKind::FlippedBodyBit { .. }),
+        "{kind:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_destroyed_header_before_intact_frames_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let whole = one_frame_per_entry(dir.path(), 5).await;
+    let path = segment(dir.path());
+    let first = data_frames(&whole)[0].clone();
+    let mut damaged = whole.clone();
+    damaged[first.start + 2] ^= 0x55;
+    let kind = assert_refused_at(dir.path(), &path, &damaged, first.start);
+    assert_eq!(kind, DamageKind::HeaderChecksum);
+}
+
+#[tokio::test]
+async fn a_segment_without_the_magic_is_refused_naming_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut bytes = one_frame_per_entry(dir.path(), 3).await;
+    let path = segment(dir.path());
+    bytes[..MAGIC_BYTES].fill(0);
     std::fs::write(&path, &bytes).expect("damage");
-    let error = SegmentLog::open(dir.path()).expect_err("damaged log must not open");
-    assert!(error.to_string().contains("damaged"), "{error}");
+    let (damage, message) = refusal(dir.path());
+    assert_eq!(damage, LogDamage::NoMagic { file: path.clone() });
+    assert!(message.contains(&path.display().to_string()), "{message}");
+}
+
+#[tokio::test]
+async fn a_missing_segment_is_refused_naming_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    one_frame_per_entry(dir.path(), 3).await;
+    let first = segment(dir.path());
+    assert!(first.ends_with("0000000000.log"));
+
+    // A gap: segments 0 and 2, but not 1.
+    let third = dir.path().join("0000000002.log");
+    std::fs::copy(&first, &third).expect("copy");
+    let (damage, message) = refusal(dir.path());
+    assert!(
+        matches!(
+            damage,
+            LogDamage::MissingSegments {
+                first: 1,
+                last: 1,
+                ..
+            }
+        ),
+        "{message}"
+    );
+    assert!(message.contains("0000000001.log"), "{message}");
+
+    // The first one gone, and nothing was purged: not a restart from a
+    // snapshot, a refusal.
+    std::fs::remove_file(&third).expect("remove");
+    std::fs::rename(&first, dir.path().join("0000000001.log")).expect("rename");
+    let (damage, message) = refusal(dir.path());
+    assert!(
+        matches!(
+            damage,
+            LogDamage::MissingSegments {
+                first: 0,
+                last: 0,
+                ..
+            }
+        ),
+        "{message}"
+    );
+    assert!(message.contains("0000000000.log"), "{message}");
 }
 
 #[tokio::test]
@@ -176,6 +386,5 @@ async fn appends_survive_reopen_after_many_batches() {
             append(&mut log, blanks(1, start..=start + 9)).await;
         }
     }
-    let mut log = SegmentLog::open(dir.path()).expect("reopen");
-    assert_eq!(indexes(&mut log).await.len(), 200);
+    assert_eq!(open_indexes(dir.path()).await.len(), 200);
 }

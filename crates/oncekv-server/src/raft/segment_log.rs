@@ -1,23 +1,79 @@
-//! [`SegmentLog`]: the durable, crash-safe Raft log. A segment file starts
-//! with the magic `oncekvL2`; a writer thread drains every queued append and
-//! writes them as one frame, `[length u32][body crc32 u32][header crc32
-//! u32][postcard records]`, then issues one `fdatasync` (group commit)
-//! before any of their callbacks fire. One checksum covers the whole body,
-//! so whatever order the disk persisted its pages in, a frame is either
-//! whole or torn; the header's own checksum lets recovery look for intact
-//! frames after damage in one cheap pass. Segments without the magic, from
-//! before frames had a header checksum, are read as they were written and
-//! never appended to. Truncation and purge are records too, so replaying
-//! the segments in order rebuilds the log exactly. A torn tail (a crash or
-//! power loss in the middle of a write) is detected by length and checksum
-//! and cut off on open; damage anywhere else is an error, never silently
-//! skipped. The vote lives in its own file, replaced atomically by the
-//! writer thread after the appends queued before it, and durable before
-//! `save_vote` returns. Entries are also kept in memory, so reads never
-//! touch the disk. [`SegmentLog::open_inline`] writes on the caller's task
-//! instead of a thread (same files, same order, one sync per write), for
-//! deterministic simulation, where every step must happen inside the
-//! simulated runtime.
+//! [`SegmentLog`]: the durable, crash-safe Raft log.
+//!
+//! # On disk
+//!
+//! A directory of numbered segment files (`0000000000.log`, then
+//! `0000000001.log`, ...) and a `vote` file. A segment starts with the
+//! magic `oncekvL2`, then holds frames, `[body length u32][body crc32
+//! u32][header crc32 u32][postcard records]` (little-endian; the header
+//! checksum covers the 8 bytes before it). A writer thread drains every
+//! queued append, writes them as one frame and issues one `fdatasync`
+//! before any of their callbacks fire (group commit; a batch over 16 MiB
+//! becomes several frames, each synced before the next is written).
+//! Truncation and purge are records too, so replaying the segments in order
+//! rebuilds the log exactly. A segment is closed once it passes 64 MiB;
+//! the oldest are deleted once every entry in them is purged. The vote
+//! lives in its own file, replaced atomically by the writer thread after
+//! the appends queued before it, and durable before `save_vote` returns.
+//! Entries are also kept in memory, so reads never touch the disk.
+//!
+//! After a batch is synced, and before its callbacks fire, the writer puts
+//! a **seal** after it: a frame with an empty body (12 bytes) that says
+//! "everything before me was synced". The seal is written but not synced
+//! (it reaches the disk with the next sync, or the kernel's writeback, and
+//! survives a process crash in the page cache), and the next batch's first
+//! frame is written over it: that frame says the same by being there. So
+//! the high-water mark costs one small write per batch and no `fdatasync`.
+//!
+//! # Torn tail or damage
+//!
+//! A crash can only leave incomplete the one write in flight, at the very
+//! end of the last segment. Opening the log tells that **torn tail** (cut
+//! off, with a warning) from **damage** to what was synced (refused with a
+//! [`LogDamage`], carried as an [`io::Error`] of kind `InvalidData`, naming
+//! the file and the byte offset of the damaged frame):
+//!
+//! - The file ends inside a frame (fewer bytes than its header, or its
+//!   header's length, says) or inside the magic of a segment being created:
+//!   torn.
+//! - A complete frame (its header checks and its whole body is there) whose
+//!   body checksum does not match is damage if anything follows it in the
+//!   file (a seal, another frame, even a torn one: it was synced before any
+//!   of them was written), and damage if a single flipped bit explains the
+//!   mismatch (CRC-32 locates it from the two checksums). Only the
+//!   unsealed last frame of the file whose body holds a sector of zeros
+//!   that is not one of its header's sectors (a sector the disk never got
+//!   before a power loss) is torn. Such a torn frame is refused instead,
+//!   never wrongly cut, if its checksums happen to look like one flipped
+//!   bit: odds of about its length in bits in 2^32 (1 in 500 000 for
+//!   a 1 KiB frame, 1 in 512 for a 1 MiB frame).
+//! - A header whose checksum does not match is torn if nothing intact
+//!   follows it (zeros, or the rest of the frame being written), and damage
+//!   if an intact frame or seal does, or if flipping one of its bits back
+//!   yields a header whose complete frame is intact.
+//! - Anything wrong in a segment that is not the last is damage.
+//!
+//! The search for intact frames after a bad header is one pass, linear in
+//! the bytes searched: a header's checksum is computed only where its length
+//! fits in the file, a body's only behind an intact header, and the body
+//! bytes checksummed are capped at the length searched (past the cap the
+//! damage is refused rather than the bytes rescanned).
+//!
+//! A segment that does not start with the magic is refused, as is a gap in
+//! the segment numbers, or a first segment missing while nothing was purged
+//! that far: nothing is ever silently skipped, and a node whose log cannot
+//! be trusted refuses to start rather than rejoin from a snapshot with
+//! acknowledged writes missing (`docs/operations.md` says how to rebuild
+//! it from its peers). A refused log is left as it is: a torn tail is cut
+//! only once the whole log is known to open. Then the last segment is
+//! synced (frames a crash left written but unsynced become durable before
+//! anything follows them) and sealed. Not detectable here: whole segments
+//! lost at the end of the log, or whole frames lost with their seal at the
+//! end of the last segment; nothing after them is left to tell.
+//!
+//! [`SegmentLog::open_inline`] writes on the caller's task instead of a
+//! thread (same files, same order, one sync per write), for deterministic
+//! simulation, where every step must happen inside the simulated runtime.
 
 use super::type_config::TypeConfig;
 use openraft::OptionalSend;
@@ -25,30 +81,167 @@ use openraft::alias::{EntryOf, LogIdOf, VoteOf};
 use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::fmt::Debug;
+use std::fmt::{self, Debug, Display};
 use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Write as _};
+use std::io::{self, Seek, SeekFrom, Write as _};
 use std::ops::RangeBounds;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock, mpsc};
 
-/// Segments are rolled once they exceed this size.
+/// Segments are closed once they exceed this size.
 const SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
-/// The first bytes of every segment written in the current format.
+/// The first bytes of every segment.
 const SEGMENT_MAGIC: &[u8; 8] = b"oncekvL2";
 /// Frame header: body length, body checksum, checksum of those 8 bytes.
 const HEADER_BYTES: usize = 12;
-/// Frame header of segments without the magic: length and body checksum.
-const LEGACY_HEADER_BYTES: usize = 8;
 /// A batch is cut into frames of about this size, each synced before the
 /// next is written, so no frame outgrows its `u32` length and a torn write
 /// can only ever damage the last frame.
 const FRAME_BYTES_TARGET: usize = 16 * 1024 * 1024;
+/// The smallest unit a disk writes: after a power loss, a sector of a
+/// write in flight holds either what was written or, never written, zeros.
+const SECTOR_BYTES: usize = 512;
+/// CRC-32 (IEEE, reflected), the polynomial `crc32fast` computes with.
+const CRC32_POLYNOMIAL: u32 = 0xEDB8_8320;
 const VOTE_FILE: &str = "vote";
 
 type Entry = EntryOf<TypeConfig>;
 type LogId = LogIdOf<TypeConfig>;
 type Vote = VoteOf<TypeConfig>;
+
+/// Why the log refuses to open: its files are not what this module wrote,
+/// or not all of them are there. Never a torn tail, which is cut instead.
+/// Carried as an [`io::Error`] of kind [`io::ErrorKind::InvalidData`]
+/// (`error.get_ref()` downcasts to it).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LogDamage {
+    /// A frame of a segment is damaged.
+    #[error(
+        "log segment {} is damaged: the frame at byte {offset} {kind}. That is not what a crash leaves (a torn write), so nothing was cut and the log does not open: rebuild this node from its peers (docs/operations.md)",
+        file.display()
+    )]
+    Frame {
+        /// The segment file.
+        file: PathBuf,
+        /// Where the damaged frame starts in it.
+        offset: u64,
+        /// What is wrong with it.
+        kind: DamageKind,
+    },
+    /// A segment does not start with the segment magic.
+    #[error(
+        "log segment {} does not start with the log segment magic \"oncekvL2\": it is damaged or not a log segment, and the log does not open: rebuild this node from its peers (docs/operations.md)",
+        file.display()
+    )]
+    NoMagic {
+        /// The segment file.
+        file: PathBuf,
+    },
+    /// Segments are missing between or before the ones present.
+    #[error(
+        "log segments {} to {} are missing from {} ({why}): acknowledged entries may be gone, so the log does not open: rebuild this node from its peers (docs/operations.md)",
+        segment_name(*first),
+        segment_name(*last),
+        dir.display()
+    )]
+    MissingSegments {
+        /// The log directory.
+        dir: PathBuf,
+        /// The first missing segment number.
+        first: u64,
+        /// The last missing segment number.
+        last: u64,
+        /// How that is known.
+        why: String,
+    },
+    /// The vote file is damaged.
+    #[error(
+        "vote file {} is damaged ({why}), so the log does not open: rebuild this node from its peers (docs/operations.md)",
+        file.display()
+    )]
+    Vote {
+        /// The vote file.
+        file: PathBuf,
+        /// What is wrong.
+        why: String,
+    },
+}
+
+impl From<LogDamage> for io::Error {
+    fn from(damage: LogDamage) -> io::Error {
+        io::Error::new(io::ErrorKind::InvalidData, damage)
+    }
+}
+
+/// What is wrong with a damaged frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DamageKind {
+    /// Its length and header checksum are intact and its whole body is
+    /// there, but the body checksum does not match.
+    BodyChecksum,
+    /// As [`DamageKind::BodyChecksum`], and one flipped bit explains the
+    /// mismatch: bit `bit` (0 the least significant) of the byte at file
+    /// offset `byte`.
+    FlippedBodyBit {
+        /// File offset of the byte.
+        byte: u64,
+        /// The bit in it.
+        bit: u8,
+    },
+    /// Its header checksum does not match, and intact log data follows.
+    HeaderChecksum,
+    /// Its header checksum does not match, but flipping bit `bit` of the
+    /// byte at file offset `byte` back makes it match and the frame it then
+    /// describes is intact.
+    FlippedHeaderBit {
+        /// File offset of the byte.
+        byte: u64,
+        /// The bit in it.
+        bit: u8,
+    },
+    /// Its header checksum does not match, and the bytes after it hold too
+    /// many frame-like headers to prove that none is intact within a
+    /// linear search.
+    HeaderChecksumUnresolved,
+    /// Both checksums match, but its records do not decode.
+    UndecodableRecords,
+    /// The segment ends inside it, and it is not the last segment.
+    Truncated,
+}
+
+impl Display for DamageKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DamageKind::BodyChecksum => write!(
+                f,
+                "is complete (its length and header checksum are intact, the whole body is there) but its body checksum does not match"
+            ),
+            DamageKind::FlippedBodyBit { byte, bit } => write!(
+                f,
+                "is complete (its length and header checksum are intact, the whole body is there) but its body checksum does not match: bit {bit} of byte {byte} is flipped"
+            ),
+            DamageKind::HeaderChecksum => write!(
+                f,
+                "has a header whose checksum does not match, and intact log data follows it"
+            ),
+            DamageKind::FlippedHeaderBit { byte, bit } => write!(
+                f,
+                "has a header whose checksum does not match: bit {bit} of byte {byte} is flipped (flipped back, the frame is intact)"
+            ),
+            DamageKind::HeaderChecksumUnresolved => write!(
+                f,
+                "has a header whose checksum does not match, followed by too many frame-like bytes to prove it is a torn write"
+            ),
+            DamageKind::UndecodableRecords => {
+                write!(f, "has matching checksums but records that do not decode")
+            }
+            DamageKind::Truncated => write!(
+                f,
+                "is cut short by the end of the file, and this is not the last segment"
+            ),
+        }
+    }
+}
 
 #[derive(Serialize, Deserialize)]
 enum Record {
@@ -74,14 +267,20 @@ impl Memory {
                 self.entries.split_off(&index);
                 self.entries.insert(index, entry);
             }
-            Record::TruncateAfter(last) => match last {
-                Some(last) => {
-                    self.entries.split_off(&(last.index + 1));
+            // Indexes come from disk: `checked_add`, where the last possible
+            // index has nothing after it.
+            Record::TruncateAfter(last) => match last.map(|last| last.index.checked_add(1)) {
+                Some(Some(after)) => {
+                    self.entries.split_off(&after);
                 }
+                Some(None) => {}
                 None => self.entries.clear(),
             },
             Record::Purged(log_id) => {
-                self.entries = self.entries.split_off(&(log_id.index + 1));
+                self.entries = match log_id.index.checked_add(1) {
+                    Some(after) => self.entries.split_off(&after),
+                    None => BTreeMap::new(),
+                };
                 self.purged = Some(log_id);
             }
         }
@@ -128,10 +327,6 @@ impl Debug for SegmentLog {
     }
 }
 
-fn corrupt(message: String) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, message)
-}
-
 fn encode(record: &Record, out: &mut Vec<u8>) -> io::Result<()> {
     let taken = std::mem::take(out);
     *out = postcard::to_extend(record, taken)
@@ -139,7 +334,7 @@ fn encode(record: &Record, out: &mut Vec<u8>) -> io::Result<()> {
     Ok(())
 }
 
-/// Frames `records` (encoded, concatenated) behind its length and checksum.
+/// Frames `records` (encoded, concatenated) behind their header.
 fn frame<'a>(records: impl Iterator<Item = &'a [u8]> + Clone) -> io::Result<Vec<u8>> {
     let length: usize = records.clone().map(<[u8]>::len).sum();
     let length = u32::try_from(length)
@@ -147,50 +342,73 @@ fn frame<'a>(records: impl Iterator<Item = &'a [u8]> + Clone) -> io::Result<Vec<
     let mut crc = crc32fast::Hasher::new();
     records.clone().for_each(|bytes| crc.update(bytes));
     let mut out = Vec::with_capacity(HEADER_BYTES + length as usize);
-    out.extend_from_slice(&length.to_le_bytes());
-    out.extend_from_slice(&crc.finalize().to_le_bytes());
-    let header_crc = crc32fast::hash(&out);
-    out.extend_from_slice(&header_crc.to_le_bytes());
+    out.extend_from_slice(&frame_header(length, crc.finalize()));
     records.for_each(|bytes| out.extend_from_slice(bytes));
     Ok(out)
 }
 
+/// The header of a frame whose body has `length` bytes and checksum `crc`.
+fn frame_header(length: u32, crc: u32) -> [u8; HEADER_BYTES] {
+    let mut header = [0; HEADER_BYTES];
+    header[..4].copy_from_slice(&length.to_le_bytes());
+    header[4..8].copy_from_slice(&crc.to_le_bytes());
+    let header_crc = crc32fast::hash(&header[..8]);
+    header[8..].copy_from_slice(&header_crc.to_le_bytes());
+    header
+}
+
+/// The seal: a frame with an empty body, put after the last synced frame.
+fn seal() -> [u8; HEADER_BYTES] {
+    frame_header(0, crc32fast::hash(&[]))
+}
+
+/// The name of segment `number`'s file.
+fn segment_name(number: u64) -> String {
+    format!("{number:010}.log")
+}
+
 fn segment_path(dir: &Path, number: u64) -> PathBuf {
-    dir.join(format!("{number:010}.log"))
+    dir.join(segment_name(number))
 }
 
 fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
-/// How a segment's frames are laid out.
+/// A frame header whose checksum matches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Format {
-    /// Behind [`SEGMENT_MAGIC`], headers with their own checksum.
-    Current,
-    /// No magic, no header checksum (segments of earlier versions).
-    Legacy,
+struct Header {
+    /// Length of the body.
+    length: u32,
+    /// Checksum of the body.
+    body_crc: u32,
 }
 
-fn le_u32(bytes: &[u8]) -> u32 {
-    u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]])
+/// The header `raw`, if its checksum matches.
+fn parse_header(raw: &[u8; HEADER_BYTES]) -> Option<Header> {
+    let [l0, l1, l2, l3, c0, c1, c2, c3, h0, h1, h2, h3] = *raw;
+    let header_crc = u32::from_le_bytes([h0, h1, h2, h3]);
+    (crc32fast::hash(&raw[..8]) == header_crc).then_some(Header {
+        length: u32::from_le_bytes([l0, l1, l2, l3]),
+        body_crc: u32::from_le_bytes([c0, c1, c2, c3]),
+    })
 }
 
-/// Parses the frame at the start of `bytes`: its records and its size.
-fn parse_frame(bytes: &[u8], format: Format) -> Option<(Vec<Record>, usize)> {
-    let header_bytes = match format {
-        Format::Current => HEADER_BYTES,
-        Format::Legacy => LEGACY_HEADER_BYTES,
-    };
-    let header = bytes.get(..header_bytes)?;
-    if format == Format::Current && crc32fast::hash(&header[..8]) != le_u32(&header[8..]) {
-        return None;
-    }
-    let length = le_u32(header) as usize;
-    let body = bytes.get(header_bytes..header_bytes.checked_add(length)?)?;
-    if body.is_empty() || crc32fast::hash(body) != le_u32(&header[4..]) {
-        return None;
-    }
+/// The 12 bytes at `at`, if the file holds that many there.
+fn header_bytes_at(bytes: &[u8], at: usize) -> Option<&[u8; HEADER_BYTES]> {
+    bytes.get(at..)?.first_chunk::<HEADER_BYTES>()
+}
+
+/// Where the body of a frame starting at `at` with a body of `length`
+/// bytes lies; `None` if that overflows (lengths come from disk).
+fn body_range(at: usize, length: u32) -> Option<std::ops::Range<usize>> {
+    let start = at.checked_add(HEADER_BYTES)?;
+    let end = start.checked_add(usize::try_from(length).ok()?)?;
+    Some(start..end)
+}
+
+/// Decodes a body's records; `None` if they do not decode.
+fn decode_records(body: &[u8]) -> Option<Vec<Record>> {
     let mut records = Vec::new();
     let mut rest = body;
     while !rest.is_empty() {
@@ -198,74 +416,359 @@ fn parse_frame(bytes: &[u8], format: Format) -> Option<(Vec<Record>, usize)> {
         records.push(record);
         rest = after;
     }
-    Some((records, header_bytes + length))
+    Some(records)
 }
 
-/// Whether an intact frame starts anywhere in `bytes`. Linear for the
-/// current format: a body is checksummed only behind an intact header.
-fn any_frame_in(bytes: &[u8], format: Format) -> bool {
-    (0..bytes.len()).any(|at| parse_frame(&bytes[at..], format).is_some())
+/// If exactly one flipped bit turns a body of `length` bytes whose checksum
+/// was `written` into one whose checksum is `found`, where that bit is: its
+/// byte in the body, and the bit in that byte (0 the least significant).
+///
+/// CRC-32 is linear: for two messages of the same length, the checksums
+/// differ by the checksum (without initial value or final xor) of the
+/// messages' difference. For a single bit that is `n` register steps from
+/// the end of the message, that checksum is the register `1` stepped `n`
+/// times, so walking `n` over the body's bits finds the bit, if any. Linear
+/// in the length, and run only on a frame that failed its checksum.
+fn single_flipped_bit(length: usize, written: u32, found: u32) -> Option<(usize, u8)> {
+    let syndrome = written ^ found;
+    let bits = length.checked_mul(8)?;
+    let mut register = 1u32;
+    for steps in 1..=bits {
+        register = if register & 1 == 1 {
+            (register >> 1) ^ CRC32_POLYNOMIAL
+        } else {
+            register >> 1
+        };
+        if register == syndrome {
+            // `steps` = 8 * (bytes from this one to the end) - bit.
+            let bytes_to_end = steps.div_ceil(8);
+            let bit = u8::try_from(bytes_to_end * 8 - steps).ok()?;
+            return Some((length.checked_sub(bytes_to_end)?, bit));
+        }
+    }
+    None
 }
 
-/// A segment as read on start.
-struct ReadSegment {
-    records: Vec<Record>,
-    /// Bytes of the file that hold intact frames (with the magic).
-    bytes: u64,
-    format: Format,
-}
-
-/// Reads every record of one segment. A bad frame at the end of the last
-/// segment is a torn write: the file is cut there. Anywhere else it is an
-/// error. A last segment that is empty or holds only part of the magic (a
-/// crash as it was created) is cut to nothing.
-fn read_segment(path: &Path, last: bool) -> io::Result<ReadSegment> {
-    let mut bytes = Vec::new();
-    File::open(path)?.read_to_end(&mut bytes)?;
-    let (format, mut offset) = if bytes.starts_with(SEGMENT_MAGIC) {
-        (Format::Current, SEGMENT_MAGIC.len())
-    } else if last && bytes.len() < SEGMENT_MAGIC.len() && SEGMENT_MAGIC.starts_with(&bytes) {
-        cut(path, 0)?;
-        return Ok(ReadSegment {
-            records: Vec::new(),
-            bytes: 0,
-            format: Format::Current,
-        });
-    } else {
-        (Format::Legacy, 0)
+/// Whether the body of the frame `at..end` holds a sector (by file offset)
+/// of nothing but zeros, other than the sectors its header is in (the
+/// header is intact, so those reached the disk): a sector that never did.
+fn has_zero_sector(bytes: &[u8], at: usize, end: usize) -> bool {
+    let Some(mut sector) = at
+        .checked_add(HEADER_BYTES)
+        .and_then(|header_end| header_end.checked_next_multiple_of(SECTOR_BYTES))
+    else {
+        return false;
     };
-    let mut records = Vec::new();
-    while offset < bytes.len() {
-        match parse_frame(&bytes[offset..], format) {
-            Some((frame, size)) => {
-                records.extend(frame);
-                offset += size;
+    while sector < end {
+        let stop = sector.saturating_add(SECTOR_BYTES).min(end);
+        if bytes
+            .get(sector..stop)
+            .is_some_and(|sector| sector.iter().all(|byte| *byte == 0))
+        {
+            return true;
+        }
+        sector = stop;
+    }
+    false
+}
+
+/// What follows a header whose checksum does not match.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Following {
+    /// No intact frame or seal starts anywhere after it.
+    Nothing,
+    /// An intact frame or seal starts at this offset.
+    Intact(usize),
+    /// More frame-like headers than the search may check bodies for.
+    TooManyCandidates,
+}
+
+/// What a search for intact frames cost, for the tests that hold it to
+/// linear.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct SearchCost {
+    /// Offsets at which a header checksum was computed.
+    headers_checked: u64,
+    /// Body bytes checksummed.
+    body_bytes_checked: u64,
+}
+
+/// Looks for an intact frame or seal starting anywhere in `bytes[from..]`.
+/// One pass: a header's checksum is computed only where its length fits
+/// in the file, a body's only behind an intact header, and the body bytes
+/// checksummed are capped at the number of bytes searched; past the cap the
+/// answer is [`Following::TooManyCandidates`] (and the damage is refused)
+/// instead of a rescan. So the work is linear in the bytes searched, even
+/// for bytes crafted to hold a frame-like header at every offset.
+fn search_intact_after(bytes: &[u8], from: usize) -> (Following, SearchCost) {
+    let seal = seal();
+    let cap = u64::try_from(bytes.len().saturating_sub(from)).unwrap_or(u64::MAX);
+    let mut cost = SearchCost::default();
+    for at in from..bytes.len() {
+        // Fewer than a header's bytes left: nothing starts here or later.
+        let Some(raw) = header_bytes_at(bytes, at) else {
+            break;
+        };
+        let length = u32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]);
+        if length == 0 {
+            if *raw == seal {
+                return (Following::Intact(at), cost);
             }
-            // A torn write can only damage the very end of the log: if any
-            // intact frame follows the damage, it is not a torn write.
-            None if last && !any_frame_in(&bytes[offset + 1..], format) => {
-                tracing::warn!(
-                    segment = %path.display(),
-                    offset,
-                    dropped_bytes = bytes.len() - offset,
-                    "torn write at the end of the log: cutting it off"
-                );
-                cut(path, offset as u64)?;
-                break;
+            continue;
+        }
+        let Some(body) = body_range(at, length).filter(|body| body.end <= bytes.len()) else {
+            continue;
+        };
+        cost.headers_checked += 1;
+        let Some(header) = parse_header(raw) else {
+            continue;
+        };
+        let body_bytes = u64::try_from(body.len()).unwrap_or(u64::MAX);
+        match cost.body_bytes_checked.checked_add(body_bytes) {
+            Some(total) if total <= cap => cost.body_bytes_checked = total,
+            _ => return (Following::TooManyCandidates, cost),
+        }
+        if bytes
+            .get(body)
+            .is_some_and(|body| crc32fast::hash(body) == header.body_crc)
+        {
+            return (Following::Intact(at), cost);
+        }
+    }
+    (Following::Nothing, cost)
+}
+
+/// If flipping one bit of the header `raw` of the frame at `at` gives a
+/// header that checks and describes a complete frame whose body checks
+/// (and is not a seal's, which holds nothing): where that bit is in the
+/// header, and which bit of the byte.
+fn flipped_header_bit(bytes: &[u8], at: usize, raw: &[u8; HEADER_BYTES]) -> Option<(usize, u8)> {
+    for byte in 0..HEADER_BYTES {
+        for bit in 0..8u8 {
+            let mut repaired = *raw;
+            repaired[byte] ^= 1 << bit;
+            let Some(header) = parse_header(&repaired) else {
+                continue;
+            };
+            if header.length == 0 {
+                continue;
             }
-            None => {
-                return Err(corrupt(format!(
-                    "log segment {} is damaged at byte {offset} (not a torn tail): refusing to start",
-                    path.display()
-                )));
+            let intact = body_range(at, header.length)
+                .and_then(|body| bytes.get(body))
+                .is_some_and(|body| crc32fast::hash(body) == header.body_crc);
+            if intact {
+                return Some((byte, bit));
             }
         }
     }
-    Ok(ReadSegment {
-        records,
-        bytes: offset as u64,
-        format,
-    })
+    None
+}
+
+/// Why the end of the last segment is taken for a torn write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TornTail {
+    /// It ends inside the magic: a crash while the segment was created.
+    InsideMagic,
+    /// It ends inside a frame: fewer bytes than a header, or than the
+    /// header says.
+    ShortFrame,
+    /// A header whose checksum does not match, with nothing intact after it.
+    BadHeader,
+    /// The last frame, never sealed, has a body with a sector of zeros, and
+    /// no single flipped bit explains its checksum.
+    UnwrittenSector,
+}
+
+impl TornTail {
+    fn describe(self) -> &'static str {
+        match self {
+            TornTail::InsideMagic => "the file ends inside the segment magic",
+            TornTail::ShortFrame => "the file ends inside a frame",
+            TornTail::BadHeader => {
+                "a frame header that does not check, with nothing intact after it"
+            }
+            TornTail::UnwrittenSector => {
+                "the last frame, never sealed, has a sector that never reached the disk"
+            }
+        }
+    }
+}
+
+/// A segment's bytes, judged.
+struct ScannedSegment {
+    records: Vec<Record>,
+    /// Where the intact part (magic, frames, seals) ends: the file is cut
+    /// there if the rest is a torn tail. 0 if not even the magic is whole.
+    intact_end: usize,
+    /// Where the seal that ends the intact part starts, if it ends with one.
+    trailing_seal: Option<usize>,
+    /// The torn tail after `intact_end`, if there is one.
+    torn: Option<TornTail>,
+}
+
+/// Why a segment's bytes are refused (the file is named by the caller).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SegmentFault {
+    NoMagic,
+    Frame { offset: usize, kind: DamageKind },
+}
+
+impl SegmentFault {
+    fn in_file(self, file: &Path) -> LogDamage {
+        match self {
+            SegmentFault::NoMagic => LogDamage::NoMagic {
+                file: file.to_path_buf(),
+            },
+            SegmentFault::Frame { offset, kind } => LogDamage::Frame {
+                file: file.to_path_buf(),
+                offset: u64::try_from(offset).unwrap_or(u64::MAX),
+                kind,
+            },
+        }
+    }
+}
+
+/// One frame, judged.
+enum Judged {
+    /// Intact (a seal has no records), ending at `end`.
+    Intact { records: Vec<Record>, end: usize },
+    /// The torn tail starts here.
+    Torn(TornTail),
+}
+
+/// Replays a segment's bytes; `last` if it is the last segment, the only
+/// one that may end in a torn tail. See the module doc for the rules.
+fn scan_segment(bytes: &[u8], last: bool) -> Result<ScannedSegment, SegmentFault> {
+    let mut scanned = ScannedSegment {
+        records: Vec::new(),
+        intact_end: 0,
+        trailing_seal: None,
+        torn: None,
+    };
+    if !bytes.starts_with(SEGMENT_MAGIC) {
+        if last && bytes.len() < SEGMENT_MAGIC.len() && SEGMENT_MAGIC.starts_with(bytes) {
+            if !bytes.is_empty() {
+                scanned.torn = Some(TornTail::InsideMagic);
+            }
+            return Ok(scanned);
+        }
+        return Err(SegmentFault::NoMagic);
+    }
+    let mut at = SEGMENT_MAGIC.len();
+    scanned.intact_end = at;
+    while at < bytes.len() {
+        match judge_frame(bytes, at, last)? {
+            Judged::Intact { records, end } => {
+                if records.is_empty() {
+                    scanned.trailing_seal = Some(at);
+                } else {
+                    scanned.trailing_seal = None;
+                    scanned.records.extend(records);
+                }
+                at = end;
+                scanned.intact_end = end;
+            }
+            Judged::Torn(why) => {
+                scanned.torn = Some(why);
+                break;
+            }
+        }
+    }
+    Ok(scanned)
+}
+
+/// Judges the frame starting at `at` (inside `bytes`).
+fn judge_frame(bytes: &[u8], at: usize, last: bool) -> Result<Judged, SegmentFault> {
+    let damage = |kind| SegmentFault::Frame { offset: at, kind };
+    let short = if last {
+        Ok(Judged::Torn(TornTail::ShortFrame))
+    } else {
+        Err(damage(DamageKind::Truncated))
+    };
+    let Some(raw) = header_bytes_at(bytes, at) else {
+        return short;
+    };
+    let Some(header) = parse_header(raw) else {
+        return judge_bad_header(bytes, at, raw, last);
+    };
+    let Some(body_at) = body_range(at, header.length).filter(|body| body.end <= bytes.len()) else {
+        return short;
+    };
+    let end = body_at.end;
+    let body_start = body_at.start;
+    let Some(body) = bytes.get(body_at) else {
+        return short;
+    };
+    let found = crc32fast::hash(body);
+    if found == header.body_crc {
+        return match decode_records(body) {
+            Some(records) => Ok(Judged::Intact { records, end }),
+            None => Err(damage(DamageKind::UndecodableRecords)),
+        };
+    }
+    if let Some((byte, bit)) = single_flipped_bit(body.len(), header.body_crc, found) {
+        let byte = body_start.saturating_add(byte);
+        return Err(damage(DamageKind::FlippedBodyBit {
+            byte: u64::try_from(byte).unwrap_or(u64::MAX),
+            bit,
+        }));
+    }
+    // Anything after a frame (a seal, a frame, even a torn one) was written
+    // after it was synced: only the very last bytes of the file can be a
+    // write that never completed.
+    if last && end == bytes.len() && has_zero_sector(bytes, at, end) {
+        return Ok(Judged::Torn(TornTail::UnwrittenSector));
+    }
+    Err(damage(DamageKind::BodyChecksum))
+}
+
+/// Judges a frame at `at` whose header `raw` does not check.
+fn judge_bad_header(
+    bytes: &[u8],
+    at: usize,
+    raw: &[u8; HEADER_BYTES],
+    last: bool,
+) -> Result<Judged, SegmentFault> {
+    let damage = |kind| Err(SegmentFault::Frame { offset: at, kind });
+    if !last {
+        return damage(DamageKind::HeaderChecksum);
+    }
+    if let Some((byte, bit)) = flipped_header_bit(bytes, at, raw) {
+        let byte = at.saturating_add(byte);
+        return damage(DamageKind::FlippedHeaderBit {
+            byte: u64::try_from(byte).unwrap_or(u64::MAX),
+            bit,
+        });
+    }
+    match search_intact_after(bytes, at.saturating_add(1)).0 {
+        Following::Nothing => Ok(Judged::Torn(TornTail::BadHeader)),
+        Following::Intact(_) => damage(DamageKind::HeaderChecksum),
+        Following::TooManyCandidates => damage(DamageKind::HeaderChecksumUnresolved),
+    }
+}
+
+/// Reads and judges one segment file; also returns its size. Cuts
+/// nothing: that waits until the whole log is known to open.
+fn read_segment(path: &Path, last: bool) -> io::Result<(ScannedSegment, usize)> {
+    let bytes = std::fs::read(path)?;
+    let scanned = scan_segment(&bytes, last).map_err(|fault| fault.in_file(path))?;
+    Ok((scanned, bytes.len()))
+}
+
+/// Cuts the last segment's torn tail off, if it has one, durably.
+fn cut_torn_tail(dir: &Path, tail: &Tail) -> io::Result<()> {
+    let Some(torn) = tail.torn else {
+        return Ok(());
+    };
+    let path = segment_path(dir, tail.number);
+    tracing::warn!(
+        segment = %path.display(),
+        offset = tail.intact_end,
+        dropped_bytes = tail.file_bytes.saturating_sub(tail.intact_end),
+        "torn write at the end of the log ({}): a write that never completed, so never acknowledged; cutting it off",
+        torn.describe()
+    );
+    cut(&path, tail.intact_end as u64)
 }
 
 /// Cuts the file at `length` bytes, durably.
@@ -279,7 +782,7 @@ fn cut(path: &Path, length: u64) -> io::Result<()> {
 fn create_segment(dir: &Path, number: u64) -> io::Result<File> {
     let mut file = OpenOptions::new()
         .create_new(true)
-        .append(true)
+        .write(true)
         .open(segment_path(dir, number))?;
     file.write_all(SEGMENT_MAGIC)?;
     file.sync_data()?;
@@ -287,19 +790,95 @@ fn create_segment(dir: &Path, number: u64) -> io::Result<File> {
     Ok(file)
 }
 
+/// The numbers of the segment files in `dir`, in order.
+fn segment_numbers(dir: &Path) -> io::Result<Vec<u64>> {
+    let mut numbers = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let name = entry?.file_name();
+        let Some(name) = name.to_str() else {
+            continue;
+        };
+        let number = name.strip_suffix(".log").and_then(|n| n.parse().ok());
+        // Only names this module writes: `1.log` is not segment 1.
+        if let Some(number) = number.filter(|number| segment_name(*number) == name) {
+            numbers.push(number);
+        }
+    }
+    numbers.sort_unstable();
+    Ok(numbers)
+}
+
+/// Refuses a gap in the segment numbers: segments are only ever deleted
+/// from the front.
+fn check_no_gaps(dir: &Path, numbers: &[u64]) -> Result<(), LogDamage> {
+    for pair in numbers.windows(2) {
+        let &[before, after] = pair else {
+            continue;
+        };
+        if after > before.saturating_add(1) {
+            return Err(LogDamage::MissingSegments {
+                dir: dir.to_path_buf(),
+                first: before + 1,
+                last: after - 1,
+                why: format!(
+                    "between {} and {}: segments are only ever deleted from the front",
+                    segment_name(before),
+                    segment_name(after)
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Refuses missing segments before `first`, the first one present, unless
+/// a purge deleted them: then a purge is on record, and the entries left
+/// start right after the last purged one.
+fn check_nothing_missing_before(dir: &Path, first: u64, memory: &Memory) -> Result<(), LogDamage> {
+    let missing = |why: String| LogDamage::MissingSegments {
+        dir: dir.to_path_buf(),
+        first: 0,
+        last: first.saturating_sub(1),
+        why,
+    };
+    let Some(purged) = memory.purged else {
+        return Err(missing(format!(
+            "the first segment present is {}, but nothing was ever purged, so no segment was ever deleted",
+            segment_name(first)
+        )));
+    };
+    let expected = purged.index.checked_add(1);
+    match memory.entries.keys().next() {
+        Some(&first_entry) if expected.is_some_and(|expected| first_entry > expected) => {
+            Err(missing(format!(
+                "the first segment present is {}, and log entries {} to {} (after the last purged one, {}) are in no segment left",
+                segment_name(first),
+                purged.index + 1,
+                first_entry - 1,
+                purged.index
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
 fn read_vote(dir: &Path) -> io::Result<Option<Vote>> {
-    match std::fs::read(dir.join(VOTE_FILE)) {
+    let file = dir.join(VOTE_FILE);
+    let damaged = |why: String| LogDamage::Vote {
+        file: file.clone(),
+        why,
+    };
+    match std::fs::read(&file) {
         Ok(bytes) => {
-            if bytes.len() < 4 {
-                return Err(corrupt("vote file truncated".into()));
-            }
-            let (crc, body) = bytes.split_at(4);
-            if crc32fast::hash(body).to_le_bytes() != crc {
-                return Err(corrupt("vote file checksum mismatch".into()));
+            let Some((crc, body)) = bytes.split_first_chunk::<4>() else {
+                return Err(damaged("shorter than its checksum".into()).into());
+            };
+            if crc32fast::hash(body) != u32::from_le_bytes(*crc) {
+                return Err(damaged("checksum mismatch".into()).into());
             }
             postcard::from_bytes(body)
                 .map(Some)
-                .map_err(|e| corrupt(format!("vote file does not decode: {e}")))
+                .map_err(|e| damaged(format!("does not decode: {e}")).into())
         }
         Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(error) => Err(error),
@@ -326,12 +905,96 @@ struct Segments {
     current: File,
     current_number: u64,
     current_max: Option<u64>,
+    /// Where the next frame goes: the end of the last frame. A seal after
+    /// it is written over.
     current_bytes: u64,
+    /// Whether a seal follows the last frame.
+    sealed: bool,
     /// Frame size a batch is cut at ([`FRAME_BYTES_TARGET`]).
     frame_target: usize,
+    /// Size a segment is closed at ([`SEGMENT_BYTES`]).
+    segment_bytes: u64,
+}
+
+/// The last segment as replayed, which the writer goes on with.
+struct Tail {
+    number: u64,
+    /// The highest entry index written to it.
+    max: Option<u64>,
+    /// See [`ScannedSegment`].
+    intact_end: usize,
+    trailing_seal: Option<usize>,
+    torn: Option<TornTail>,
+    /// The size of the file as found.
+    file_bytes: usize,
 }
 
 impl Segments {
+    /// Goes on with the replayed last segment, which holds at least the
+    /// magic: syncs it, then seals it.
+    fn resume(dir: &Path, closed: Vec<(u64, Option<u64>)>, tail: Tail) -> io::Result<Segments> {
+        let current = OpenOptions::new()
+            .write(true)
+            .open(segment_path(dir, tail.number))?;
+        // Frames intact in the page cache but never synced (the process
+        // stopped between a write and its sync) become durable before
+        // anything is written after them.
+        current.sync_data()?;
+        let (end, sealed) = match tail.trailing_seal {
+            Some(seal_at) => (seal_at, true),
+            None => (tail.intact_end, false),
+        };
+        let mut segments = Segments {
+            dir: dir.to_path_buf(),
+            closed,
+            current,
+            current_number: tail.number,
+            current_max: tail.max,
+            current_bytes: end as u64,
+            sealed,
+            frame_target: FRAME_BYTES_TARGET,
+            segment_bytes: SEGMENT_BYTES,
+        };
+        segments.seal()?;
+        Ok(segments)
+    }
+
+    /// Starts segment `number` afresh.
+    fn create(dir: &Path, closed: Vec<(u64, Option<u64>)>, number: u64) -> io::Result<Segments> {
+        Ok(Segments {
+            dir: dir.to_path_buf(),
+            closed,
+            current: create_segment(dir, number)?,
+            current_number: number,
+            current_max: None,
+            current_bytes: SEGMENT_MAGIC.len() as u64,
+            sealed: false,
+            frame_target: FRAME_BYTES_TARGET,
+            segment_bytes: SEGMENT_BYTES,
+        })
+    }
+
+    /// Writes a frame after the last one (over the seal, if any).
+    fn write_frame(&mut self, framed: &[u8]) -> io::Result<()> {
+        self.current.seek(SeekFrom::Start(self.current_bytes))?;
+        self.sealed = false;
+        self.current.write_all(framed)?;
+        self.current_bytes += framed.len() as u64;
+        Ok(())
+    }
+
+    /// Puts a seal after the last frame, written but not synced: everything
+    /// before it is synced. Not in a segment without a frame, nor twice.
+    fn seal(&mut self) -> io::Result<()> {
+        if self.sealed || self.current_bytes <= SEGMENT_MAGIC.len() as u64 {
+            return Ok(());
+        }
+        self.current.seek(SeekFrom::Start(self.current_bytes))?;
+        self.current.write_all(&seal())?;
+        self.sealed = true;
+        Ok(())
+    }
+
     fn write_batch(&mut self, batch: &[Pending]) -> io::Result<()> {
         let mut purge_through = None;
         let mut start = 0;
@@ -353,8 +1016,7 @@ impl Segments {
                 continue;
             }
             let framed = frame(writes.iter().map(|write| write.bytes.as_slice()))?;
-            self.current.write_all(&framed)?;
-            self.current_bytes += framed.len() as u64;
+            self.write_frame(&framed)?;
             self.current.sync_data()?;
         }
         // Votes go through the same queue as appends, so a vote never
@@ -362,13 +1024,15 @@ impl Segments {
         if let Some(vote) = batch.iter().rev().find_map(|write| write.vote) {
             write_vote(&self.dir, &vote)?;
         }
-        if self.current_bytes >= SEGMENT_BYTES {
+        if self.current_bytes >= self.segment_bytes {
             self.roll()?;
         }
         if let Some(through) = purge_through {
             self.delete_purged(through)?;
         }
-        Ok(())
+        // Before any callback fires: an acknowledged write is followed by
+        // a seal (or a frame) whenever the process stops.
+        self.seal()
     }
 
     fn roll(&mut self) -> io::Result<()> {
@@ -379,6 +1043,7 @@ impl Segments {
         self.current_number = number;
         self.current_max = None;
         self.current_bytes = SEGMENT_MAGIC.len() as u64;
+        self.sealed = false;
         Ok(())
     }
 
@@ -478,22 +1143,17 @@ impl SegmentLog {
 
     fn replay(dir: &Path) -> io::Result<(Memory, Segments)> {
         std::fs::create_dir_all(dir)?;
-        let mut numbers: Vec<u64> = std::fs::read_dir(dir)?
-            .filter_map(|entry| {
-                let name = entry.ok()?.file_name();
-                name.to_str()?.strip_suffix(".log")?.parse().ok()
-            })
-            .collect();
-        numbers.sort_unstable();
+        let numbers = segment_numbers(dir)?;
+        check_no_gaps(dir, &numbers)?;
         let mut memory = Memory {
             vote: read_vote(dir)?,
             ..Memory::default()
         };
         let mut closed = Vec::new();
         let mut tail = None;
-        for (position, number) in numbers.iter().enumerate() {
+        for (position, number) in numbers.iter().copied().enumerate() {
             let last = position + 1 == numbers.len();
-            let segment = read_segment(&segment_path(dir, *number), last)?;
+            let (segment, file_bytes) = read_segment(&segment_path(dir, number), last)?;
             let mut max = None;
             for record in segment.records {
                 if let Record::Entry(entry) = &record {
@@ -502,40 +1162,35 @@ impl SegmentLog {
                 memory.replay(record);
             }
             if last {
-                tail = Some((*number, max, segment.bytes, segment.format));
+                tail = Some(Tail {
+                    number,
+                    max,
+                    intact_end: segment.intact_end,
+                    trailing_seal: segment.trailing_seal,
+                    torn: segment.torn,
+                    file_bytes,
+                });
             } else {
-                closed.push((*number, max));
+                closed.push((number, max));
             }
         }
-        let magic = SEGMENT_MAGIC.len() as u64;
-        let (current, current_number, current_max, current_bytes) = match tail {
-            // The last segment goes on.
-            Some((number, max, bytes, Format::Current)) if bytes > 0 => {
-                let file = OpenOptions::new()
-                    .append(true)
-                    .open(segment_path(dir, number))?;
-                (file, number, max, bytes)
+        if let Some(&first) = numbers.first()
+            && first > 0
+        {
+            check_nothing_missing_before(dir, first, &memory)?;
+        }
+        // The log opens: only now is anything cut.
+        if let Some(tail) = &tail {
+            cut_torn_tail(dir, tail)?;
+        }
+        let segments = match tail {
+            Some(tail) if tail.intact_end > 0 => Segments::resume(dir, closed, tail)?,
+            // Empty, or cut inside its magic: it starts again.
+            Some(tail) => {
+                std::fs::remove_file(segment_path(dir, tail.number))?;
+                Segments::create(dir, closed, tail.number)?
             }
-            // Nothing intact in it: it starts again.
-            Some((number, _, 0, _)) => {
-                std::fs::remove_file(segment_path(dir, number))?;
-                (create_segment(dir, number)?, number, None, magic)
-            }
-            // An earlier version's segment is never appended to.
-            Some((number, max, _, _)) => {
-                closed.push((number, max));
-                (create_segment(dir, number + 1)?, number + 1, None, magic)
-            }
-            None => (create_segment(dir, 0)?, 0, None, magic),
-        };
-        let segments = Segments {
-            dir: dir.to_path_buf(),
-            closed,
-            current,
-            current_number,
-            current_max,
-            current_bytes,
-            frame_target: FRAME_BYTES_TARGET,
+            None => Segments::create(dir, closed, 0)?,
         };
         Ok((memory, segments))
     }
@@ -686,28 +1341,81 @@ impl RaftLogStorage<TypeConfig> for SegmentLog {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use openraft::testing::blank_ent;
+    use openraft::testing::{blank_ent, log_id};
 
-    fn pending(index: u64) -> (Pending, tokio::sync::oneshot::Receiver<io::Result<()>>) {
+    fn encoded(record: &Record) -> Vec<u8> {
         let mut bytes = Vec::new();
-        encode(
-            &Record::Entry(blank_ent::<TypeConfig>(1, 1, index)),
-            &mut bytes,
-        )
-        .expect("encode");
+        encode(record, &mut bytes).expect("encode");
+        bytes
+    }
+
+    fn pending_write(
+        bytes: Vec<u8>,
+        max_index: Option<u64>,
+        purge_through: Option<u64>,
+    ) -> (Pending, tokio::sync::oneshot::Receiver<io::Result<()>>) {
         let (reply, done) = tokio::sync::oneshot::channel();
         let pending = Pending {
             bytes,
-            max_index: Some(index),
-            purge_through: None,
+            max_index,
+            purge_through,
             vote: None,
             done: Done::Reply(reply),
         };
         (pending, done)
     }
 
+    fn pending(index: u64) -> (Pending, tokio::sync::oneshot::Receiver<io::Result<()>>) {
+        let record = Record::Entry(blank_ent::<TypeConfig>(1, 1, index));
+        pending_write(encoded(&record), Some(index), None)
+    }
+
+    /// Writes `indexes` as one batch (one frame) and checks it is durable.
+    fn write(segments: &mut Segments, indexes: std::ops::RangeInclusive<u64>) {
+        let (batch, mut replies): (Vec<_>, Vec<_>) = indexes.map(pending).unzip();
+        assert!(write_and_complete(segments, batch));
+        for reply in &mut replies {
+            reply.try_recv().expect("completed").expect("durable");
+        }
+    }
+
+    fn entry_indexes(memory: &Memory) -> Vec<u64> {
+        memory.entries.keys().copied().collect()
+    }
+
+    /// The records of each data frame, in order, and where each frame
+    /// (seals included) starts and ends, for a segment written by this
+    /// module.
+    fn frames(bytes: &[u8]) -> Vec<(std::ops::Range<usize>, usize)> {
+        assert!(bytes.starts_with(SEGMENT_MAGIC));
+        let mut at = SEGMENT_MAGIC.len();
+        let mut out = Vec::new();
+        while at < bytes.len() {
+            let header = parse_header(header_bytes_at(bytes, at).expect("a header"))
+                .expect("an intact header");
+            let body = body_range(at, header.length).expect("a body");
+            let records = decode_records(&bytes[body.clone()]).expect("records");
+            out.push((at..body.end, records.len()));
+            at = body.end;
+        }
+        out
+    }
+
+    /// Pseudo-random bytes (xorshift), the same for the same seed.
+    fn noise(seed: u64, length: usize) -> Vec<u8> {
+        let mut state = seed | 1;
+        (0..length)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state as u8
+            })
+            .collect()
+    }
+
     #[test]
-    fn a_batch_larger_than_a_frame_is_written_as_several_frames() {
+    fn a_batch_larger_than_a_frame_is_written_as_several_frames_then_sealed() {
         let dir = tempfile::tempdir().expect("tempdir");
         let (_, mut segments) = SegmentLog::replay(dir.path()).expect("open");
         let (batch, mut replies): (Vec<_>, Vec<_>) = (1..=5).map(pending).unzip();
@@ -717,100 +1425,313 @@ mod tests {
             reply.try_recv().expect("completed").expect("durable");
         }
         let bytes = std::fs::read(segment_path(dir.path(), 0)).expect("segment");
-        let mut frames = Vec::new();
-        assert!(bytes.starts_with(SEGMENT_MAGIC));
-        let mut offset = SEGMENT_MAGIC.len();
-        while offset < bytes.len() {
-            let (records, size) =
-                parse_frame(&bytes[offset..], Format::Current).expect("an intact frame");
-            frames.push(records.len());
-            offset += size;
-        }
-        assert_eq!(frames, vec![2, 2, 1]);
+        let records: Vec<usize> = frames(&bytes).iter().map(|(_, n)| *n).collect();
+        assert_eq!(records, vec![2, 2, 1, 0], "three frames, then the seal");
+        assert!(bytes.ends_with(&seal()));
         let (memory, _) = SegmentLog::replay(dir.path()).expect("reopen");
-        assert_eq!(
-            memory.entries.keys().copied().collect::<Vec<_>>(),
-            vec![1, 2, 3, 4, 5]
-        );
+        assert_eq!(entry_indexes(&memory), vec![1, 2, 3, 4, 5]);
     }
 
     #[test]
-    fn zeroes_are_not_a_frame() {
-        assert!(parse_frame(&[0; 64], Format::Current).is_none());
-        assert!(parse_frame(&[0; 64], Format::Legacy).is_none());
-    }
-
-    /// A segment as earlier versions wrote it: no magic, one record per
-    /// `[length][crc32]` frame.
-    fn legacy_segment(indexes: std::ops::RangeInclusive<u64>) -> Vec<u8> {
-        let mut out = Vec::new();
-        for index in indexes {
-            let mut body = Vec::new();
-            encode(
-                &Record::Entry(blank_ent::<TypeConfig>(1, 1, index)),
-                &mut body,
-            )
-            .expect("encode");
-            out.extend_from_slice(&(body.len() as u32).to_le_bytes());
-            out.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
-            out.extend_from_slice(&body);
-        }
-        out
-    }
-
-    #[test]
-    fn an_earlier_versions_segment_is_read_and_the_log_goes_on_in_a_new_one() {
+    fn the_next_frame_is_written_over_the_seal() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut legacy = legacy_segment(1..=3);
-        legacy.extend_from_slice(&[0xee; 5]); // a torn tail
-        std::fs::write(segment_path(dir.path(), 0), &legacy).expect("write");
-        let (memory, mut segments) = SegmentLog::replay(dir.path()).expect("open");
-        assert_eq!(
-            memory.entries.keys().copied().collect::<Vec<_>>(),
-            vec![1, 2, 3]
-        );
-        assert_eq!(segments.current_number, 1, "appends go to a new segment");
-        let (write, _reply) = pending(4);
-        assert!(write_and_complete(&mut segments, vec![write]));
-        assert_eq!(
-            std::fs::read(segment_path(dir.path(), 0))
-                .expect("legacy")
-                .len(),
-            legacy.len() - 5,
-            "the legacy segment was only cut"
-        );
+        let (_, mut segments) = SegmentLog::replay(dir.path()).expect("open");
+        write(&mut segments, 1..=1);
+        write(&mut segments, 2..=3);
+        let bytes = std::fs::read(segment_path(dir.path(), 0)).expect("segment");
+        let records: Vec<usize> = frames(&bytes).iter().map(|(_, n)| *n).collect();
+        assert_eq!(records, vec![1, 2, 0]);
+    }
+
+    #[test]
+    fn opening_seals_an_unsealed_log() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (_, mut segments) = SegmentLog::replay(dir.path()).expect("open");
+        write(&mut segments, 1..=2);
+        drop(segments);
+        let path = segment_path(dir.path(), 0);
+        let sealed = std::fs::read(&path).expect("segment");
+        std::fs::write(&path, &sealed[..sealed.len() - HEADER_BYTES]).expect("unseal");
         let (memory, _) = SegmentLog::replay(dir.path()).expect("reopen");
-        assert_eq!(
-            memory.entries.keys().copied().collect::<Vec<_>>(),
-            vec![1, 2, 3, 4]
-        );
+        assert_eq!(entry_indexes(&memory), vec![1, 2]);
+        assert_eq!(std::fs::read(&path).expect("segment"), sealed);
+    }
+
+    #[test]
+    fn zeroes_are_neither_a_header_nor_a_seal() {
+        assert!(parse_header(&[0; HEADER_BYTES]).is_none());
+        assert_ne!(seal(), [0; HEADER_BYTES]);
+        let seal_header = parse_header(&seal()).expect("a seal is a frame");
+        assert_eq!(seal_header.length, 0);
+    }
+
+    #[test]
+    fn single_flipped_bit_finds_every_bit_and_only_single_bits() {
+        let body = noise(7, 97);
+        let written = crc32fast::hash(&body);
+        for byte in 0..body.len() {
+            for bit in 0..8u8 {
+                let mut flipped = body.clone();
+                flipped[byte] ^= 1 << bit;
+                let found = crc32fast::hash(&flipped);
+                assert_eq!(
+                    single_flipped_bit(body.len(), written, found),
+                    Some((byte, bit))
+                );
+            }
+        }
+        // Two flipped bits are never taken for one (CRC-32 has a Hamming
+        // distance of at least 4 at this length).
+        let mut twice = body.clone();
+        twice[3] ^= 0x10;
+        twice[60] ^= 0x02;
+        let found = crc32fast::hash(&twice);
+        assert_eq!(single_flipped_bit(body.len(), written, found), None);
+    }
+
+    /// A segment's bytes after `write`s of one frame per group, unsealed
+    /// if `unsealed`, with the frames' extents (the seal excluded).
+    fn written_log(
+        groups: &[std::ops::RangeInclusive<u64>],
+        unsealed: bool,
+    ) -> (Vec<u8>, Vec<(std::ops::Range<usize>, usize)>) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (_, mut segments) = SegmentLog::replay(dir.path()).expect("open");
+        for group in groups {
+            write(&mut segments, group.clone());
+        }
+        let mut bytes = std::fs::read(segment_path(dir.path(), 0)).expect("segment");
+        assert!(bytes.ends_with(&seal()));
+        if unsealed {
+            bytes.truncate(bytes.len() - HEADER_BYTES);
+        }
+        let data_frames = frames(&bytes)
+            .into_iter()
+            .filter(|(_, records)| *records > 0)
+            .collect();
+        (bytes, data_frames)
+    }
+
+    /// Batches of seeded sizes, so frames of many lengths.
+    fn seeded_groups(seed: u64, count: usize) -> Vec<std::ops::RangeInclusive<u64>> {
+        let sizes = noise(seed, count);
+        let mut next = 1;
+        sizes
+            .iter()
+            .map(|size| {
+                let group = next..=next + u64::from(size % 7);
+                next = *group.end() + 1;
+                group
+            })
+            .collect()
+    }
+
+    /// Truncating a log at any byte never fails to open and never loses a
+    /// frame that is still complete; flipping any single bit of a complete
+    /// frame (header or body) is always refused as damage, sealed or not.
+    #[test]
+    fn every_truncation_is_cut_and_every_flipped_bit_is_refused() {
+        for seed in 1..=3 {
+            for unsealed in [false, true] {
+                let groups = seeded_groups(seed, 5);
+                let (bytes, data_frames) = written_log(&groups, unsealed);
+                for cut in 0..=bytes.len() {
+                    let scanned = scan_segment(&bytes[..cut], true).unwrap_or_else(|fault| {
+                        panic!("seed {seed}, cut at {cut}: refused with {fault:?}")
+                    });
+                    let complete: usize = data_frames
+                        .iter()
+                        .filter(|(extent, _)| extent.end <= cut)
+                        .map(|(_, records)| records)
+                        .sum();
+                    assert_eq!(scanned.records.len(), complete, "seed {seed}, cut {cut}");
+                }
+                for (extent, _) in &data_frames {
+                    for byte in extent.clone() {
+                        for bit in 0..8 {
+                            let mut damaged = bytes.clone();
+                            damaged[byte] ^= 1 << bit;
+                            match scan_segment(&damaged, true) {
+                                Err(SegmentFault::Frame { offset, .. }) => {
+                                    assert_eq!(offset, extent.start, "byte {byte} bit {bit}")
+                                }
+                                other => panic!(
+                                    "seed {seed}, unsealed {unsealed}, byte {byte} bit {bit}: {:?}",
+                                    other.map(|s| (s.records.len(), s.torn))
+                                ),
+                            }
+                        }
+                    }
+                }
+                for byte in 0..SEGMENT_MAGIC.len() {
+                    let mut damaged = bytes.clone();
+                    damaged[byte] ^= 0x04;
+                    assert!(matches!(
+                        scan_segment(&damaged, true),
+                        Err(SegmentFault::NoMagic)
+                    ));
+                }
+            }
+        }
+    }
+
+    /// The same through real files, for a few cuts: the file is cut, then
+    /// sealed, and appends go on after it.
+    #[test]
+    fn a_torn_log_is_cut_sealed_and_goes_on() {
+        let (bytes, data_frames) = written_log(&seeded_groups(9, 3), true);
+        let last = data_frames.last().expect("frames").0.clone();
+        for cut in [last.start + 1, last.start + HEADER_BYTES + 1, last.end - 1] {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let path = segment_path(dir.path(), 0);
+            std::fs::write(&path, &bytes[..cut]).expect("tear");
+            let (memory, mut segments) = SegmentLog::replay(dir.path()).expect("open torn");
+            let kept = entry_indexes(&memory);
+            let mut expected = bytes[..last.start].to_vec();
+            expected.extend_from_slice(&seal());
+            assert_eq!(std::fs::read(&path).expect("segment"), expected);
+            let next = kept.last().copied().unwrap_or(0) + 1;
+            write(&mut segments, next..=next + 1);
+            drop(segments);
+            let (memory, _) = SegmentLog::replay(dir.path()).expect("reopen");
+            let mut all = kept.clone();
+            all.extend([next, next + 1]);
+            assert_eq!(entry_indexes(&memory), all);
+        }
+    }
+
+    /// A power loss while the last frame was written can leave it whole in
+    /// length but with sectors that never reached the disk (zeros): torn.
+    #[test]
+    fn an_unsealed_last_frame_with_unwritten_sectors_is_torn() {
+        let (bytes, data_frames) = written_log(&[1..=1, 2..=400], true);
+        let last = data_frames.last().expect("frames").0.clone();
+        assert!(last.len() > 3 * SECTOR_BYTES, "the batch spans sectors");
+        let first_whole_sector = (last.start + HEADER_BYTES).next_multiple_of(SECTOR_BYTES);
+        let last_sector = (bytes.len() - 1) / SECTOR_BYTES * SECTOR_BYTES;
+        for hole in [
+            first_whole_sector..first_whole_sector + SECTOR_BYTES,
+            last_sector..bytes.len(),
+        ] {
+            let mut torn = bytes.clone();
+            torn[hole.clone()].fill(0);
+            let scanned = scan_segment(&torn, true).expect("torn, not damaged");
+            assert_eq!(scanned.torn, Some(TornTail::UnwrittenSector), "{hole:?}");
+            assert_eq!(scanned.intact_end, last.start);
+            // Sealed, it was synced: the same zeros are damage.
+            torn.extend_from_slice(&seal());
+            assert!(matches!(
+                scan_segment(&torn, true),
+                Err(SegmentFault::Frame { offset, kind: DamageKind::BodyChecksum }) if offset == last.start
+            ));
+        }
+        // Zeros in the sector of the header are not a hole: that sector
+        // reached the disk with the header.
+        let mut torn = bytes.clone();
+        torn[last.start + HEADER_BYTES..last.start + HEADER_BYTES + 4].fill(0);
+        assert!(scan_segment(&torn, true).is_err());
+    }
+
+    #[test]
+    fn a_damaged_closed_segment_is_refused_even_at_its_end() {
+        let (bytes, data_frames) = written_log(&[1..=2, 3..=4], false);
+        let last = data_frames.last().expect("frames").0.clone();
+        assert!(matches!(
+            scan_segment(&bytes[..last.end - 1], false),
+            Err(SegmentFault::Frame { kind: DamageKind::Truncated, offset }) if offset == last.start
+        ));
+        let mut zeroed = bytes.clone();
+        zeroed[last.start..last.start + HEADER_BYTES].fill(0);
+        assert!(matches!(
+            scan_segment(&zeroed, false),
+            Err(SegmentFault::Frame {
+                kind: DamageKind::HeaderChecksum,
+                ..
+            })
+        ));
+        assert!(matches!(
+            scan_segment(&bytes[..3], false),
+            Err(SegmentFault::NoMagic)
+        ));
     }
 
     /// Recovery looks for intact frames behind damage at every offset; with
     /// the header checksum that is one pass, not a checksum of every
     /// plausible body (minutes for a big torn write of random user data).
     #[test]
-    fn a_big_torn_frame_of_random_bytes_is_cut() {
+    fn a_32_mib_torn_frame_of_random_bytes_is_cut_in_one_pass() {
         let dir = tempfile::tempdir().expect("tempdir");
         let (_, mut segments) = SegmentLog::replay(dir.path()).expect("open");
-        let (write, _reply) = pending(1);
-        assert!(write_and_complete(&mut segments, vec![write]));
+        write(&mut segments, 1..=1);
         drop(segments);
         let path = segment_path(dir.path(), 0);
         let intact = std::fs::read(&path).expect("segment");
         let mut torn = intact.clone();
-        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
-        torn.extend((0..4 * 1024 * 1024).map(|_| {
-            // xorshift: bytes that look like user data, not like zeroes.
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state as u8
-        }));
+        torn.extend(noise(0x9e37_79b9_7f4a_7c15, 32 * 1024 * 1024));
+        let (following, cost) = search_intact_after(&torn, intact.len() + 1);
+        assert_eq!(following, Following::Nothing);
+        assert!(cost.body_bytes_checked <= 32 * 1024 * 1024, "{cost:?}");
         std::fs::write(&path, &torn).expect("tear");
         let (memory, _) = SegmentLog::replay(dir.path()).expect("open torn");
-        assert_eq!(memory.entries.keys().copied().collect::<Vec<_>>(), vec![1]);
+        assert_eq!(entry_indexes(&memory), vec![1]);
         assert_eq!(std::fs::read(&path).expect("segment"), intact);
+    }
+
+    /// Bytes crafted to hold an intact-looking header every 12 bytes, each
+    /// claiming a body up to the end of 32 MiB: checking every body would
+    /// hash about 32 MiB * 2.8 million. The search checks at most as many
+    /// body bytes as it searches, then refuses.
+    #[test]
+    fn a_32_mib_segment_of_frame_like_headers_is_judged_in_linear_work() {
+        let size = 32 * 1024 * 1024;
+        let mut bytes = SEGMENT_MAGIC.to_vec();
+        bytes.extend_from_slice(&[0xAB; HEADER_BYTES]); // a damaged header
+        while bytes.len() + HEADER_BYTES <= size {
+            let body = size - bytes.len() - HEADER_BYTES;
+            let body = u32::try_from(body).expect("small");
+            bytes.extend_from_slice(&frame_header(body, 0xDEAD_BEEF));
+        }
+        bytes.resize(size, 0x5A);
+        let from = SEGMENT_MAGIC.len() + 1;
+        let (following, cost) = search_intact_after(&bytes, from);
+        assert_eq!(following, Following::TooManyCandidates);
+        assert!(cost.body_bytes_checked <= (size - from) as u64, "{cost:?}");
+        assert!(cost.headers_checked <= (size - from) as u64, "{cost:?}");
+        assert!(matches!(
+            scan_segment(&bytes, true),
+            Err(SegmentFault::Frame {
+                offset: 8,
+                kind: DamageKind::HeaderChecksumUnresolved
+            })
+        ));
+    }
+
+    /// 32 MiB of intact frames with damage near the start: refused at once
+    /// (the bit is located; a destroyed header is followed by the next
+    /// intact frame).
+    #[test]
+    fn damage_at_the_start_of_a_32_mib_segment_is_refused() {
+        let (mut bytes, data_frames) = written_log(&[1..=1], false);
+        bytes.truncate(bytes.len() - HEADER_BYTES);
+        let first = data_frames[0].0.clone();
+        let body = noise(3, 1024 * 1024);
+        while bytes.len() < 32 * 1024 * 1024 {
+            bytes.extend_from_slice(&frame(std::iter::once(body.as_slice())).expect("frame"));
+        }
+        let mut flipped = bytes.clone();
+        flipped[first.end - 1] ^= 0x01;
+        assert!(matches!(
+            scan_segment(&flipped, true),
+            Err(SegmentFault::Frame { offset, kind: DamageKind::FlippedBodyBit { bit: 0, .. } }) if offset == first.start
+        ));
+        let mut destroyed = bytes.clone();
+        destroyed[first.start..first.start + HEADER_BYTES].fill(0xFF);
+        assert!(matches!(
+            scan_segment(&destroyed, true),
+            Err(SegmentFault::Frame { offset, kind: DamageKind::HeaderChecksum }) if offset == first.start
+        ));
+        let (following, _) = search_intact_after(&destroyed, first.start + 1);
+        assert_eq!(following, Following::Intact(first.end));
     }
 
     #[test]
@@ -819,9 +1740,100 @@ mod tests {
         std::fs::write(segment_path(dir.path(), 0), &SEGMENT_MAGIC[..3]).expect("write");
         let (memory, mut segments) = SegmentLog::replay(dir.path()).expect("open");
         assert!(memory.entries.is_empty());
-        let (write, _reply) = pending(1);
-        assert!(write_and_complete(&mut segments, vec![write]));
+        write(&mut segments, 1..=1);
         let (memory, _) = SegmentLog::replay(dir.path()).expect("reopen");
-        assert_eq!(memory.entries.keys().copied().collect::<Vec<_>>(), vec![1]);
+        assert_eq!(entry_indexes(&memory), vec![1]);
+    }
+
+    #[test]
+    fn a_segment_without_the_magic_is_refused_naming_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = segment_path(dir.path(), 0);
+        std::fs::write(&path, b"oncekvL1 and more").expect("write");
+        let error = SegmentLog::replay(dir.path()).err().expect("refused");
+        assert_eq!(error.kind(), io::ErrorKind::InvalidData);
+        let damage = error
+            .get_ref()
+            .and_then(|inner| inner.downcast_ref::<LogDamage>())
+            .expect("a LogDamage");
+        assert_eq!(damage, &LogDamage::NoMagic { file: path.clone() });
+        assert!(error.to_string().contains(&path.display().to_string()));
+    }
+
+    /// Writes `count` one-entry batches into segments closed after two
+    /// entries each; returns the segments.
+    fn rolled(dir: &Path, count: u64) -> Segments {
+        let (_, mut segments) = SegmentLog::replay(dir).expect("open");
+        // The magic, then frames of 17 bytes: closed after the second.
+        segments.segment_bytes = 30;
+        for index in 1..=count {
+            write(&mut segments, index..=index);
+        }
+        segments
+    }
+
+    fn purge(segments: &mut Segments, through: u64) {
+        let record = Record::Purged(log_id::<TypeConfig>(1, 1, through));
+        let (write, mut reply) = pending_write(encoded(&record), None, Some(through));
+        assert!(write_and_complete(segments, vec![write]));
+        reply.try_recv().expect("completed").expect("durable");
+    }
+
+    fn missing(dir: &Path) -> (u64, u64) {
+        let error = SegmentLog::replay(dir).err().expect("refused");
+        assert_eq!(error.kind(), io::ErrorKind::InvalidData);
+        match error.get_ref().and_then(|e| e.downcast_ref::<LogDamage>()) {
+            Some(LogDamage::MissingSegments { first, last, .. }) => (*first, *last),
+            other => panic!("{other:?}: {error}"),
+        }
+    }
+
+    #[test]
+    fn segments_deleted_by_a_purge_are_not_missing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut segments = rolled(dir.path(), 6);
+        purge(&mut segments, 3);
+        drop(segments);
+        assert!(
+            !segment_path(dir.path(), 0).exists(),
+            "purged segments are deleted"
+        );
+        let (memory, _) = SegmentLog::replay(dir.path()).expect("reopen");
+        assert_eq!(entry_indexes(&memory), vec![4, 5, 6]);
+    }
+
+    #[test]
+    fn a_gap_in_the_segments_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        drop(rolled(dir.path(), 4));
+        std::fs::remove_file(segment_path(dir.path(), 1)).expect("delete");
+        let error = SegmentLog::replay(dir.path()).err().expect("refused");
+        assert!(error.to_string().contains("0000000001.log"), "{error}");
+        assert_eq!(missing(dir.path()), (1, 1));
+    }
+
+    #[test]
+    fn a_missing_first_segment_is_refused_when_nothing_was_purged() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        drop(rolled(dir.path(), 4));
+        std::fs::remove_file(segment_path(dir.path(), 0)).expect("delete");
+        // A torn tail too: a refused log is left as it is, tail included.
+        let last = segment_path(dir.path(), 2);
+        let mut torn = std::fs::read(&last).expect("segment");
+        torn.extend_from_slice(&[0; 7]);
+        std::fs::write(&last, &torn).expect("tear");
+        assert_eq!(missing(dir.path()), (0, 0));
+        assert_eq!(std::fs::read(&last).expect("segment"), torn);
+    }
+
+    #[test]
+    fn a_missing_first_segment_is_refused_when_it_held_unpurged_entries() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut segments = rolled(dir.path(), 6);
+        purge(&mut segments, 2);
+        drop(segments);
+        let first = segment_numbers(dir.path()).expect("segments")[0];
+        std::fs::remove_file(segment_path(dir.path(), first)).expect("delete");
+        assert_eq!(missing(dir.path()), (0, first));
     }
 }

@@ -1,9 +1,51 @@
-//! Real TCP for the injected listeners of [`crate::server::serve`]:
-//! accepted connections with Nagle's algorithm off (Raft and client
-//! messages are small and latency-bound).
+//! The connections and requests the gRPC servers of [`crate::server::serve`]
+//! take in, and their bounds:
+//!
+//! - [`tcp_incoming`]: real TCP for the injected listeners, Nagle's
+//!   algorithm off (Raft and client messages are small and latency-bound).
+//! - [`limit_connections`]: at most so many open connections per listener,
+//!   whatever the transport; an excess connection is accepted and closed at
+//!   once (a log line, `oncekv_connections_refused_total{listener}`).
+//! - [`limit_requests`]: the tower layers of one server: a cap on requests
+//!   in flight over all its connections, an excess request shed at once
+//!   with [`overloaded`] (never queued; `oncekv_requests_shed_total`), and
+//!   [`malformed_is_invalid_argument`] on every answer.
+//!
+//! A request refused as [`overloaded`] never reached a handler: the status
+//! is RESOURCE_EXHAUSTED with the ASCII metadata entry
+//! [`OVERLOADED_METADATA`]` = <what was full>`, which clients read as
+//! "definitely not applied, retry later" without matching any text.
 
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_stream::{Stream, StreamExt};
+use tonic::Status;
+use tonic::body::Body;
+use tonic::codegen::http;
+use tonic::metadata::MetadataValue;
+use tonic::service::Routes;
+use tonic::transport::server::Connected;
+use tower::ServiceBuilder;
+use tower::layer::Layer;
+use tower::limit::GlobalConcurrencyLimitLayer;
+
+/// The metadata key marking a request refused because the server was full:
+/// its value names what was full ([`IN_FLIGHT`], or `snapshot`). Such a
+/// request was not handled at all.
+pub const OVERLOADED_METADATA: &str = "oncekv-overloaded";
+
+/// What was full when a request is shed for the in-flight cap.
+pub const IN_FLIGHT: &str = "in-flight";
+
+/// Refused connections are logged at most this often (a flood of them
+/// would otherwise flood the log); the counter counts every one.
+const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The connections accepted on `listener`.
 pub fn tcp_incoming(listener: TcpListener) -> impl Stream<Item = std::io::Result<TcpStream>> {
@@ -12,4 +54,230 @@ pub fn tcp_incoming(listener: TcpListener) -> impl Stream<Item = std::io::Result
         stream.set_nodelay(true)?;
         Ok(stream)
     })
+}
+
+/// A connection counted against its listener's cap; the count drops when
+/// the server drops the connection.
+#[derive(Debug)]
+pub struct Counted<IO> {
+    io: IO,
+    listener: &'static str,
+    _slot: OwnedSemaphorePermit,
+}
+
+impl<IO> Drop for Counted<IO> {
+    fn drop(&mut self) {
+        metrics::gauge!("oncekv_connections_open", "listener" => self.listener).decrement(1.0);
+    }
+}
+
+impl<IO: AsyncRead + Unpin> AsyncRead for Counted<IO> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl<IO: AsyncWrite + Unpin> AsyncWrite for Counted<IO> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+}
+
+impl<IO: Connected> Connected for Counted<IO> {
+    type ConnectInfo = IO::ConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.io.connect_info()
+    }
+}
+
+/// Refusals of one listener, for the rate-limited log line.
+struct Refusals {
+    listener: &'static str,
+    max: usize,
+    count: AtomicU64,
+    logged_at: std::sync::Mutex<Option<tokio::time::Instant>>,
+}
+
+impl Refusals {
+    fn refused(&self) {
+        metrics::counter!("oncekv_connections_refused_total", "listener" => self.listener)
+            .increment(1);
+        let count = self.count.fetch_add(1, Ordering::Relaxed).saturating_add(1);
+        let now = tokio::time::Instant::now();
+        let mut logged_at = self
+            .logged_at
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if logged_at.is_none_or(|at| now.duration_since(at) >= REFUSAL_LOG_INTERVAL) {
+            *logged_at = Some(now);
+            tracing::warn!(
+                listener = self.listener,
+                limit = self.max,
+                refused_so_far = count,
+                "connection refused: the listener already has its maximum of open connections"
+            );
+        }
+    }
+}
+
+/// At most `max` connections of `incoming` open at once: a connection
+/// accepted beyond that is closed at once (dropped before any byte is
+/// read), logged and counted, and the listener keeps serving the ones it
+/// has. `listener` names it in logs and metrics (`client`, `peer`).
+pub fn limit_connections<IO, E>(
+    incoming: impl Stream<Item = Result<IO, E>>,
+    max: usize,
+    listener: &'static str,
+) -> impl Stream<Item = Result<Counted<IO>, E>> {
+    let slots = Arc::new(Semaphore::new(max));
+    let refusals = Refusals {
+        listener,
+        max,
+        count: AtomicU64::new(0),
+        logged_at: std::sync::Mutex::new(None),
+    };
+    incoming.filter_map(move |accepted| match accepted {
+        Err(error) => Some(Err(error)),
+        Ok(io) => match Arc::clone(&slots).try_acquire_owned() {
+            Ok(slot) => {
+                metrics::gauge!("oncekv_connections_open", "listener" => listener).increment(1.0);
+                Some(Ok(Counted {
+                    io,
+                    listener,
+                    _slot: slot,
+                }))
+            }
+            Err(_) => {
+                drop(io);
+                refusals.refused();
+                None
+            }
+        },
+    })
+}
+
+/// The answer to a request shed because `what` was full: RESOURCE_EXHAUSTED
+/// with [`OVERLOADED_METADATA`]` = what`. The request was not handled.
+pub fn overloaded(what: &'static str, message: impl Into<String>) -> Status {
+    let mut status = Status::resource_exhausted(message);
+    status
+        .metadata_mut()
+        .insert(OVERLOADED_METADATA, MetadataValue::from_static(what));
+    status
+}
+
+/// Whether tonic refused a request message before any handler ran: a body
+/// that does not decode as the method's protobuf message, a frame with a
+/// bad compression flag, a frame cut short, or no message at all. tonic
+/// answers all of these INTERNAL, with no source error attached, while a
+/// broken connection's status carries its h2 or hyper error as the source
+/// and our handlers attach the cause of any INTERNAL they answer.
+pub fn is_malformed_message(status: &Status) -> bool {
+    status.code() == tonic::Code::Internal && std::error::Error::source(status).is_none()
+}
+
+/// Answers a malformed request message (see [`is_malformed_message`]) with
+/// INVALID_ARGUMENT and tonic's description, instead of INTERNAL: the
+/// message was refused, the server did not fail. Any other answer passes
+/// unchanged.
+pub fn malformed_is_invalid_argument(response: http::Response<Body>) -> http::Response<Body> {
+    match response.extensions().get::<Status>() {
+        Some(status) if is_malformed_message(status) => {
+            Status::invalid_argument(format!("malformed request message: {}", status.message()))
+                .into_http()
+        }
+        _ => response,
+    }
+}
+
+/// The tower layers of one gRPC server (`listener`: `client` or `peer`):
+/// at most `in_flight_max` requests being handled at once over all its
+/// connections; a request beyond that is refused at once with
+/// [`overloaded`]`(`[`IN_FLIGHT`]`)`, never queued. Answers go through
+/// [`malformed_is_invalid_argument`].
+pub fn limit_requests(
+    in_flight_max: usize,
+    listener: &'static str,
+) -> impl Layer<
+    Routes,
+    Service = impl tower::Service<
+        http::Request<Body>,
+        Response = http::Response<Body>,
+        Error = tower::BoxError,
+        Future = impl Send + 'static,
+    > + Clone
+              + Send
+              + 'static,
+> + Clone {
+    ServiceBuilder::new()
+        .map_result(
+            move |result: Result<http::Response<Body>, tower::BoxError>| match result {
+                Err(error) if error.is::<tower::load_shed::error::Overloaded>() => {
+                    metrics::counter!(
+                        "oncekv_requests_shed_total",
+                        "listener" => listener,
+                        "limit" => IN_FLIGHT
+                    )
+                    .increment(1);
+                    tracing::debug!(listener, limit = in_flight_max, "request shed");
+                    Ok(overloaded(
+                        IN_FLIGHT,
+                        format!(
+                            "server overloaded: {in_flight_max} requests already in flight; not handled, retry later"
+                        ),
+                    )
+                    .into_http())
+                }
+                other => other,
+            },
+        )
+        .load_shed()
+        .layer(GlobalConcurrencyLimitLayer::new(in_flight_max))
+        .map_response(malformed_is_invalid_argument)
+        .into_inner()
+}
+
+/// Describes the metrics of this module to the exporter.
+pub fn describe_metrics() {
+    metrics::describe_gauge!(
+        "oncekv_connections_open",
+        "Open gRPC connections, by listener"
+    );
+    metrics::describe_counter!(
+        "oncekv_connections_refused_total",
+        "Connections closed at once because the listener had its maximum open, by listener"
+    );
+    metrics::describe_counter!(
+        "oncekv_requests_shed_total",
+        "Requests refused unhandled (RESOURCE_EXHAUSTED, oncekv-overloaded) because a limit was full, by listener and limit"
+    );
 }

@@ -21,7 +21,7 @@ use crate::raft::peer_service::SnapshotSpool;
 use crate::raft::segment_log::SegmentLog;
 use crate::raft::state_machine_store::StateMachineStore;
 use crate::raft::type_config::{NodeId, NodeInfo};
-use crate::transport::{limit_connections, limit_requests};
+use crate::transport::{answer_refused, limit_connections, limit_requests};
 use oncekv_proto::v1::kv_server::KvServer;
 use oncekv_proto::v1::raft_peer_server::RaftPeerServer;
 use oncekv_state::Limits;
@@ -381,6 +381,24 @@ where
         let _ = stopped.wait_for(|stop| *stop).await;
     };
     let limits = &config.server_limits;
+    let (peer_incoming, peer_refused) =
+        limit_connections(peer_incoming, limits.peer.connections_max, "peer");
+    let (client_incoming, client_refused) =
+        limit_connections(client_incoming, limits.client.connections_max, "client");
+    let refusals = [
+        tokio::spawn(answer_refused(
+            peer_refused,
+            limits.peer.connections_max,
+            "peer",
+            signal(stopped.clone()),
+        )),
+        tokio::spawn(answer_refused(
+            client_refused,
+            limits.client.connections_max,
+            "client",
+            signal(stopped.clone()),
+        )),
+    ];
     let peer = grpc_server(&limits.peer)
         .layer(limit_requests(limits.peer.in_flight_max, "peer"))
         .add_service(
@@ -388,10 +406,7 @@ where
                 .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
                 .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX),
         )
-        .serve_with_incoming_shutdown(
-            limit_connections(peer_incoming, limits.peer.connections_max, "peer"),
-            signal(stopped.clone()),
-        );
+        .serve_with_incoming_shutdown(peer_incoming, signal(stopped.clone()));
     let client = grpc_server(&limits.client)
         .layer(limit_requests(limits.client.in_flight_max, "client"))
         .add_service(
@@ -401,10 +416,7 @@ where
                     config.client_message_bytes_max.max(PEER_MESSAGE_BYTES_MAX),
                 ),
         )
-        .serve_with_incoming_shutdown(
-            limit_connections(client_incoming, limits.client.connections_max, "client"),
-            signal(stopped),
-        );
+        .serve_with_incoming_shutdown(client_incoming, signal(stopped));
     tracing::info!(id = config.id, client = %config.advertise.client_address, peer = %config.advertise.peer_address, "node serving");
     let peer = tokio::spawn(peer);
     let client = tokio::spawn(client);
@@ -419,6 +431,11 @@ where
     let _ = stop.send(true);
     let peer_result = peer.await;
     let client_result = client.await;
+    for refusal in refusals {
+        if let Ok(Err(error)) = refusal.await {
+            tracing::warn!(%error, "answering refused connections failed");
+        }
+    }
     consensus.shutdown().await;
     if let Some(cause) = fatal {
         // openraft carries the storage error as text; an OS error keeps

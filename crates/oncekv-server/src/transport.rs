@@ -4,8 +4,11 @@
 //! - [`tcp_incoming`]: real TCP for the injected listeners, Nagle's
 //!   algorithm off (Raft and client messages are small and latency-bound).
 //! - [`limit_connections`]: at most so many open connections per listener,
-//!   whatever the transport; an excess connection is accepted and closed at
-//!   once (a log line, `oncekv_connections_refused_total{listener}`).
+//!   whatever the transport. An excess connection is refused (a log line,
+//!   `oncekv_connections_refused_total{listener}`): [`answer_refused`]
+//!   answers its requests with [`overloaded`]`(`[`CONNECTIONS`]`)` for a
+//!   moment and closes it, at most [`REFUSALS_ANSWERED_MAX`] at once;
+//!   beyond those it is closed at once, unanswered.
 //! - [`limit_requests`]: the tower layers of one server: a cap on requests
 //!   in flight over all its connections, an excess request shed at once
 //!   with [`overloaded`] (never queued; `oncekv_requests_shed_total`), and
@@ -43,6 +46,18 @@ pub const OVERLOADED_METADATA: &str = "oncekv-overloaded";
 /// What was full when a request is shed for the in-flight cap.
 pub const IN_FLIGHT: &str = "in-flight";
 
+/// What was full when a request comes on a connection refused for the
+/// connection cap.
+pub const CONNECTIONS: &str = "connections";
+
+/// Refused connections answered at once, at most; more are closed
+/// unanswered.
+pub const REFUSALS_ANSWERED_MAX: usize = 16;
+
+/// How long a refused connection is kept to answer its requests (then it
+/// is closed, and after as long again, dropped).
+const REFUSAL_ANSWERED_FOR: Duration = Duration::from_millis(500);
+
 /// Refused connections are logged at most this often (a flood of them
 /// would otherwise flood the log); the counter counts every one.
 const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(1);
@@ -56,18 +71,22 @@ pub fn tcp_incoming(listener: TcpListener) -> impl Stream<Item = std::io::Result
     })
 }
 
-/// A connection counted against its listener's cap; the count drops when
-/// the server drops the connection.
+/// A connection holding a slot (of its listener's cap, or of the refused
+/// connections being answered), given back when the server drops it.
 #[derive(Debug)]
 pub struct Counted<IO> {
     io: IO,
-    listener: &'static str,
+    /// The listener whose `oncekv_connections_open` counts this one, if
+    /// it was admitted.
+    open_on: Option<&'static str>,
     _slot: OwnedSemaphorePermit,
 }
 
 impl<IO> Drop for Counted<IO> {
     fn drop(&mut self) {
-        metrics::gauge!("oncekv_connections_open", "listener" => self.listener).decrement(1.0);
+        if let Some(listener) = self.open_on {
+            metrics::gauge!("oncekv_connections_open", "listener" => listener).decrement(1.0);
+        }
     }
 }
 
@@ -149,40 +168,102 @@ impl Refusals {
     }
 }
 
-/// At most `max` connections of `incoming` open at once: a connection
-/// accepted beyond that is closed at once (dropped before any byte is
-/// read), logged and counted, and the listener keeps serving the ones it
-/// has. `listener` names it in logs and metrics (`client`, `peer`).
+/// At most `max` connections of `incoming` open at once. The first stream
+/// is the connections admitted; a connection accepted beyond `max` is
+/// logged, counted, and sent to the second stream (for [`answer_refused`])
+/// if fewer than [`REFUSALS_ANSWERED_MAX`] are there, or else closed at
+/// once (dropped before any byte is read). The listener keeps serving the
+/// ones it has. `listener` names it in logs and metrics (`client`,
+/// `peer`).
+#[allow(clippy::type_complexity)]
 pub fn limit_connections<IO, E>(
     incoming: impl Stream<Item = Result<IO, E>>,
     max: usize,
     listener: &'static str,
-) -> impl Stream<Item = Result<Counted<IO>, E>> {
+) -> (
+    impl Stream<Item = Result<Counted<IO>, E>>,
+    impl Stream<Item = Result<Counted<IO>, std::convert::Infallible>>,
+) {
     let slots = Arc::new(Semaphore::new(max));
+    let answering = Arc::new(Semaphore::new(REFUSALS_ANSWERED_MAX));
+    let (refuse, refused) = tokio::sync::mpsc::channel(REFUSALS_ANSWERED_MAX);
     let refusals = Refusals {
         listener,
         max,
         count: AtomicU64::new(0),
         logged_at: std::sync::Mutex::new(None),
     };
-    incoming.filter_map(move |accepted| match accepted {
+    let admitted = incoming.filter_map(move |accepted| match accepted {
         Err(error) => Some(Err(error)),
         Ok(io) => match Arc::clone(&slots).try_acquire_owned() {
             Ok(slot) => {
                 metrics::gauge!("oncekv_connections_open", "listener" => listener).increment(1.0);
                 Some(Ok(Counted {
                     io,
-                    listener,
+                    open_on: Some(listener),
                     _slot: slot,
                 }))
             }
             Err(_) => {
-                drop(io);
                 refusals.refused();
+                if let Ok(slot) = Arc::clone(&answering).try_acquire_owned() {
+                    // Room is reserved by the slot; a full channel only
+                    // closes this one unanswered.
+                    let _ = refuse.try_send(Ok(Counted {
+                        io,
+                        open_on: None,
+                        _slot: slot,
+                    }));
+                }
                 None
             }
         },
-    })
+    });
+    (
+        admitted,
+        tokio_stream::wrappers::ReceiverStream::new(refused),
+    )
+}
+
+/// Serves the connections refused by [`limit_connections`] until
+/// `shutdown`: every request on them is answered with
+/// [`overloaded`]`(`[`CONNECTIONS`]`)` (not handled, retry later), and
+/// each is closed after a moment, so a client learns that its request did
+/// not apply instead of finding its connection cut.
+pub async fn answer_refused<IO>(
+    refused: impl Stream<Item = Result<Counted<IO>, std::convert::Infallible>>,
+    max: usize,
+    listener: &'static str,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), tonic::transport::Error>
+where
+    IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
+{
+    let refuse_all = tower::layer::layer_fn(move |_routes: Routes| {
+        tower::service_fn(move |_request: http::Request<Body>| async move {
+            metrics::counter!(
+                "oncekv_requests_shed_total",
+                "listener" => listener,
+                "limit" => CONNECTIONS
+            )
+            .increment(1);
+            let status = overloaded(
+                CONNECTIONS,
+                format!(
+                    "server overloaded: {max} {listener} connections already open; not handled, retry later"
+                ),
+            );
+            Ok::<_, std::convert::Infallible>(status.into_http::<Body>())
+        })
+    });
+    tonic::transport::Server::builder()
+        .max_concurrent_streams(8)
+        .max_connection_age(REFUSAL_ANSWERED_FOR)
+        .max_connection_age_grace(REFUSAL_ANSWERED_FOR)
+        .layer(refuse_all)
+        .add_routes(Routes::default())
+        .serve_with_incoming_shutdown(refused, shutdown)
+        .await
 }
 
 /// The answer to a request shed because `what` was full: RESOURCE_EXHAUSTED

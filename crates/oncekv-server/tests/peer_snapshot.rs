@@ -245,3 +245,14 @@ async fn a_complete_snapshot_is_installed_and_its_spool_file_removed() {
     spool_empties(&node.spool()).await;
     node.stop().await;
 }
+
+/// `crates/oncekv/tests/server_limits.rs` talks to a node process without
+/// openraft or postcard and sends these bytes as a vote and a snapshot
+/// description: this keeps them what they stand for.
+#[test]
+fn the_hand_encoded_vote_and_meta_of_the_process_tests_decode() {
+    let vote: VoteOf<TypeConfig> = postcard::from_bytes(&[1, 2, 0]).expect("vote");
+    assert_eq!(vote, VoteOf::<TypeConfig>::new(1, 2));
+    let meta: SnapshotMetaOf<TypeConfig> = postcard::from_bytes(&[0; 5]).expect("meta");
+    assert_eq!(meta, SnapshotMetaOf::<TypeConfig>::default());
+}

@@ -27,7 +27,7 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::{Request, Response, Status, Streaming};
 
 /// What was full when a snapshot is refused because another is being
@@ -185,7 +185,11 @@ impl From<SnapshotRefused> for Status {
 struct Received {
     vote: VoteOf<TypeConfig>,
     meta: SnapshotMetaOf<TypeConfig>,
+    /// Dropped (removed) before the slot below is given back.
     file: SpoolFile,
+    /// The spool's one slot, held until the install is over: one snapshot
+    /// in memory at most.
+    slot: OwnedSemaphorePermit,
 }
 
 /// The length of a chunk, for the running total.
@@ -194,7 +198,8 @@ fn length(data: &[u8]) -> u64 {
 }
 
 /// Receives a snapshot stream into a spool file, checking it against the
-/// size it announced and the spool's cap.
+/// spool's cap (before anything else), the spool's one slot, and the size
+/// it announced.
 async fn receive(
     spool: &SnapshotSpool,
     chunks: &mut Streaming<SnapshotChunk>,
@@ -213,6 +218,17 @@ async fn receive(
         tracing::warn!(announced = total, limit = spool.bytes_max, "{refused}");
         return Err(refused);
     }
+    let receiving = Arc::clone(&spool.receiving)
+        .try_acquire_owned()
+        .map_err(|_| {
+            metrics::counter!(
+                "oncekv_requests_shed_total",
+                "listener" => "peer",
+                "limit" => SNAPSHOT_BUSY
+            )
+            .increment(1);
+            SnapshotRefused::Busy
+        })?;
     let undecodable = |what| move |source| SnapshotRefused::Undecodable { what, source };
     let vote: VoteOf<TypeConfig> = decode(&first.vote).map_err(undecodable("vote"))?;
     let meta: SnapshotMetaOf<TypeConfig> = decode(&first.meta).map_err(undecodable("meta"))?;
@@ -236,7 +252,12 @@ async fn receive(
     if received != total {
         return Err(SnapshotRefused::Short { received, total });
     }
-    Ok(Received { vote, meta, file })
+    Ok(Received {
+        vote,
+        meta,
+        file,
+        slot: receiving,
+    })
 }
 
 /// Serves Raft messages from peers.
@@ -315,31 +336,23 @@ impl RaftPeer for PeerService {
         request: Request<Streaming<SnapshotChunk>>,
     ) -> Result<Response<RaftPayload>, Status> {
         let spool = self.spool.as_ref().ok_or(SnapshotRefused::NoSpool)?;
-        // Held until the install is over: one snapshot in memory at most.
-        let _receiving = Arc::clone(&spool.receiving)
-            .try_acquire_owned()
-            .map_err(|_| {
-                metrics::counter!(
-                    "oncekv_requests_shed_total",
-                    "listener" => "peer",
-                    "limit" => SNAPSHOT_BUSY
-                )
-                .increment(1);
-                SnapshotRefused::Busy
-            })?;
         let mut chunks = request.into_inner();
-        let Received {
-            vote,
-            meta,
-            mut file,
-        } = receive(spool, &mut chunks).await?;
-        let data = file.read_all().await.map_err(SnapshotRefused::Spool)?;
+        let mut received = receive(spool, &mut chunks).await?;
+        let data = received
+            .file
+            .read_all()
+            .await
+            .map_err(SnapshotRefused::Spool)?;
         let snapshot = SnapshotOf::<TypeConfig, Vec<u8>> {
-            meta,
+            meta: received.meta,
             snapshot: data,
         };
-        let result = self.raft.install_full_snapshot(vote, snapshot).await;
-        drop(file);
+        let result = self
+            .raft
+            .install_full_snapshot(received.vote, snapshot)
+            .await;
+        drop(received.file);
+        drop(received.slot);
         reply(&result)
     }
 }

@@ -452,3 +452,34 @@ where
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_limits_work_and_a_bound_that_admits_nothing_is_refused() {
+        assert_eq!(ServerLimits::default().check(), Ok(()));
+        let mut limits = ServerLimits::DEFAULT;
+        limits.client.in_flight_max = 0;
+        assert!(matches!(
+            limits.check(),
+            Err(LimitsError::Count {
+                listener: "client",
+                ..
+            })
+        ));
+        let mut limits = ServerLimits::DEFAULT;
+        limits.peer.connections_max = usize::MAX;
+        assert!(limits.check().is_err(), "more than a semaphore counts");
+        let mut limits = ServerLimits::DEFAULT;
+        limits.peer.call_timeout = Duration::ZERO;
+        assert_eq!(
+            limits.check(),
+            Err(LimitsError::ZeroDuration {
+                listener: "peer",
+                what: "call timeout"
+            })
+        );
+    }
+}

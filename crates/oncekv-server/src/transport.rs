@@ -362,3 +362,91 @@ pub fn describe_metrics() {
         "Requests refused unhandled (RESOURCE_EXHAUSTED, oncekv-overloaded) because a limit was full, by listener and limit"
     );
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(status: Status) -> Status {
+        let response = malformed_is_invalid_argument(status.into_http());
+        Status::from_header_map(response.headers()).expect("a status in the headers")
+    }
+
+    #[test]
+    fn a_message_tonic_could_not_read_is_invalid_argument() {
+        let refused = answer(Status::internal("failed to decode Protobuf message"));
+        assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+        assert!(
+            refused.message().contains("failed to decode"),
+            "{refused:?}"
+        );
+        // An INTERNAL with its cause is a failure of ours, not the message.
+        let mut ours = Status::internal("encoding reply");
+        ours.set_source(Arc::new(std::io::Error::other("disk")));
+        assert!(!is_malformed_message(&ours));
+        assert_eq!(answer(ours).code(), tonic::Code::Internal);
+        for other in [
+            Status::invalid_argument("x"),
+            Status::unavailable("x"),
+            overloaded(IN_FLIGHT, "full"),
+        ] {
+            let code = other.code();
+            assert_eq!(answer(other).code(), code);
+        }
+        // An answer without a status passes as it is.
+        let ok = http::Response::new(Body::default());
+        assert!(
+            malformed_is_invalid_argument(ok)
+                .extensions()
+                .get::<Status>()
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn the_overloaded_refusal_names_what_was_full() {
+        let status = overloaded(CONNECTIONS, "full");
+        assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+        let value = status
+            .metadata()
+            .get(OVERLOADED_METADATA)
+            .expect("metadata");
+        assert_eq!(value.to_str().ok(), Some(CONNECTIONS));
+    }
+
+    #[tokio::test]
+    async fn connections_beyond_the_cap_are_refused_until_one_closes() {
+        let (send, receive) = tokio::sync::mpsc::unbounded_channel();
+        let incoming =
+            tokio_stream::wrappers::UnboundedReceiverStream::new(receive).map(Ok::<_, String>);
+        let (admitted, refused) = limit_connections(incoming, 2, "test");
+        tokio::pin!(admitted);
+        tokio::pin!(refused);
+        let mut peers = Vec::new();
+        let mut connect = || {
+            let (ours, theirs) = tokio::io::duplex(64);
+            peers.push(theirs);
+            send.send(ours).expect("listener open");
+        };
+        connect();
+        connect();
+        let first = admitted.next().await.expect("admitted").expect("ok");
+        let _second = admitted.next().await.expect("admitted").expect("ok");
+        // The third is refused: it goes to be answered, not admitted.
+        connect();
+        connect();
+        // One poll takes every connection waiting (the listener's queue is
+        // ready) and admits none.
+        let polled = std::future::poll_fn(|cx| Poll::Ready(admitted.as_mut().poll_next(cx))).await;
+        assert!(
+            polled.is_pending(),
+            "a connection over the cap was admitted"
+        );
+        assert!(refused.next().await.is_some());
+        assert!(refused.next().await.is_some());
+        // Closing one makes room.
+        drop(first);
+        connect();
+        assert!(admitted.next().await.is_some(), "room after a close");
+    }
+}

@@ -356,6 +356,7 @@ where
     let spool = SnapshotSpool::open(
         &spool_dir,
         config.server_limits.snapshot_bytes_max,
+        config.limits.clone(),
         config.inline_disk_io,
     )
     .map_err(storage(spool_dir))?;

@@ -39,7 +39,8 @@ use tower::layer::Layer;
 use tower::limit::GlobalConcurrencyLimitLayer;
 
 /// The metadata key marking a request refused because the server was full:
-/// its value names what was full ([`IN_FLIGHT`], or `snapshot`). Such a
+/// its value names what was full ([`IN_FLIGHT`], [`CONNECTIONS`], or
+/// `snapshot` for a peer snapshot while another is received). Such a
 /// request was not handled at all.
 pub const OVERLOADED_METADATA: &str = "oncekv-overloaded";
 

@@ -1,8 +1,10 @@
 //! Incoming snapshots on a real node: a stream that ends short of the size
 //! it announced (a sender that stopped half-way) or runs past it is
 //! refused, never installed; a size over the node's cap is refused at once;
-//! the chunks are spooled to `snapshot-incoming/` and the spool file is
-//! gone after a refusal, a sender that went away, and an install.
+//! bytes that do not restore to the index they claim are refused before
+//! consensus sees them; the chunks are spooled to `snapshot-incoming/` and
+//! the spool file is gone after a refusal, a sender that went away, and an
+//! install.
 
 use oncekv_proto::v1::raft_peer_client::RaftPeerClient;
 use oncekv_proto::v1::{RaftPayload, SnapshotChunk};
@@ -216,6 +218,21 @@ async fn chunks_are_spooled_to_disk_and_removed_when_the_sender_goes_away() {
     node.stop().await;
 }
 
+/// A whole snapshot of `data` claiming to end at `index`, from leader 2 of
+/// term 1, cut in pieces of 3 bytes so it takes several chunks.
+fn snapshot_stream(data: &[u8], index: u64) -> Vec<SnapshotChunk> {
+    let meta = SnapshotMetaOf::<TypeConfig> {
+        last_log_id: Some(openraft::testing::log_id::<TypeConfig>(1, 2, index)),
+        ..SnapshotMetaOf::<TypeConfig>::default()
+    };
+    let vote = VoteOf::<TypeConfig>::new_committed(1, 2);
+    let mut chunks: Vec<SnapshotChunk> = data.chunks(3).map(next_chunk).collect();
+    chunks[0].vote = postcard::to_allocvec(&vote).expect("vote");
+    chunks[0].meta = postcard::to_allocvec(&meta).expect("meta");
+    chunks[0].total_bytes = data.len() as u64;
+    chunks
+}
+
 #[tokio::test]
 async fn a_complete_snapshot_is_installed_and_its_spool_file_removed() {
     // A node waiting to join: any leader's snapshot is newer than its state.
@@ -223,17 +240,31 @@ async fn a_complete_snapshot_is_installed_and_its_spool_file_removed() {
     let mut machine = StateMachine::new(Limits::default());
     machine.apply_empty(LogIndex(5));
     let data = machine.snapshot();
-    let meta = SnapshotMetaOf::<TypeConfig> {
-        last_log_id: Some(openraft::testing::log_id::<TypeConfig>(1, 2, 5)),
-        ..SnapshotMetaOf::<TypeConfig>::default()
-    };
+
+    // Bytes that do not restore, or restore to another index than claimed,
+    // are refused before consensus sees them (its failed install would
+    // stop the node).
+    for (chunks, expected) in [
+        (
+            snapshot_stream(b"not a snapshot at all", 5),
+            "does not restore",
+        ),
+        (
+            snapshot_stream(&data, 6),
+            "restores to index Some(5), not the Some(6) it claims",
+        ),
+    ] {
+        let status = node.install(chunks).await.expect_err("refused");
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status}");
+        assert!(status.message().contains(expected), "{status}");
+        assert!(!node.task.is_finished(), "the node stopped");
+    }
+
     let vote = VoteOf::<TypeConfig>::new_committed(1, 2);
-    // Cut in pieces of 3 bytes, so it takes several chunks.
-    let mut chunks: Vec<SnapshotChunk> = data.chunks(3).map(next_chunk).collect();
-    chunks[0].vote = postcard::to_allocvec(&vote).expect("vote");
-    chunks[0].meta = postcard::to_allocvec(&meta).expect("meta");
-    chunks[0].total_bytes = data.len() as u64;
-    let reply = node.install(chunks).await.expect("installed");
+    let reply = node
+        .install(snapshot_stream(&data, 5))
+        .await
+        .expect("installed");
     let result: Result<SnapshotResponse<TypeConfig>, openraft::error::Fatal<TypeConfig>> =
         postcard::from_bytes(&reply.data).expect("reply decodes");
     let response = result.expect("no fatal error");

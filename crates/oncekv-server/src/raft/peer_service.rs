@@ -11,7 +11,11 @@
 //! takes a full snapshot as one buffer (`install_full_snapshot` with our
 //! `SnapshotData = Vec<u8>`), so a complete spool file is read back whole
 //! for the install: installing needs memory for one snapshot, which the cap
-//! bounds, receiving needs none. The spool file is removed whatever happens:
+//! bounds, receiving needs none. Before it is handed to consensus, the
+//! snapshot must restore (under this node's limits, to the index it
+//! claims): consensus treats a failed install as a storage failure and
+//! stops the node, so bytes that do not restore are refused here
+//! (INVALID_ARGUMENT, logged) instead. The spool file is removed whatever happens:
 //! on a refusal, when the sender goes away (the handler is dropped), and
 //! after the install. Leftovers of a crash are removed when the spool
 //! opens.
@@ -21,6 +25,7 @@ use super::type_config::{Raft, TypeConfig};
 use crate::transport::{is_malformed_message, overloaded};
 use oncekv_proto::v1::raft_peer_server::RaftPeer;
 use oncekv_proto::v1::{RaftPayload, SnapshotChunk};
+use oncekv_state::{Limits, LogIndex, StateMachine};
 use openraft::alias::{SnapshotMetaOf, SnapshotOf, VoteOf};
 use serde::Serialize;
 use std::io::{self, Write};
@@ -34,11 +39,13 @@ use tonic::{Request, Response, Status, Streaming};
 /// received.
 const SNAPSHOT_BUSY: &str = "snapshot";
 
-/// Where incoming snapshots are spooled, and how large one may be.
+/// Where incoming snapshots are spooled, how large one may be, and the
+/// limits it must restore under.
 #[derive(Debug)]
 pub struct SnapshotSpool {
     dir: PathBuf,
     bytes_max: u64,
+    limits: Limits,
     /// Whether files are written on the calling task rather than on a
     /// blocking thread (deterministic simulation).
     inline_io: bool,
@@ -49,9 +56,15 @@ pub struct SnapshotSpool {
 
 impl SnapshotSpool {
     /// A spool in `dir` (created if missing, emptied of what a crash left)
-    /// for snapshots of at most `bytes_max` bytes. With `inline_io`, files
-    /// are written on the calling task (deterministic simulation).
-    pub fn open(dir: &Path, bytes_max: u64, inline_io: bool) -> io::Result<SnapshotSpool> {
+    /// for snapshots of at most `bytes_max` bytes that restore under
+    /// `limits` (this node's). With `inline_io`, files are written and
+    /// snapshots checked on the calling task (deterministic simulation).
+    pub fn open(
+        dir: &Path,
+        bytes_max: u64,
+        limits: Limits,
+        inline_io: bool,
+    ) -> io::Result<SnapshotSpool> {
         std::fs::create_dir_all(dir)?;
         for entry in std::fs::read_dir(dir)? {
             let path = entry?.path();
@@ -62,10 +75,50 @@ impl SnapshotSpool {
         Ok(SnapshotSpool {
             dir: dir.to_path_buf(),
             bytes_max,
+            limits,
             inline_io,
             receiving: Arc::new(Semaphore::new(1)),
             next_file: AtomicU64::new(0),
         })
+    }
+
+    /// Checks that `data` restores under this node's limits to the index
+    /// `meta` claims, off the async task unless `inline_io`; gives the data
+    /// back.
+    async fn check(
+        &self,
+        meta: &SnapshotMetaOf<TypeConfig>,
+        data: Vec<u8>,
+    ) -> Result<Vec<u8>, SnapshotRefused> {
+        let limits = self.limits.clone();
+        let claimed = meta.last_log_id.as_ref().map(|id| LogIndex(id.index));
+        let check = move || {
+            let verdict = match StateMachine::restore(&limits, &data) {
+                Err(error) => Err(format!("does not restore: {error}")),
+                Ok(machine) if machine.last_applied() != claimed => Err(format!(
+                    "restores to index {:?}, not the {:?} it claims",
+                    machine.last_applied().map(|index| index.0),
+                    claimed.map(|index| index.0)
+                )),
+                Ok(_) => Ok(()),
+            };
+            (verdict, data)
+        };
+        let (verdict, data) = if self.inline_io {
+            check()
+        } else {
+            tokio::task::spawn_blocking(check)
+                .await
+                .map_err(|error| SnapshotRefused::Spool(io::Error::other(error)))?
+        };
+        match verdict {
+            Ok(()) => Ok(data),
+            Err(reason) => {
+                let refused = SnapshotRefused::Invalid(reason);
+                tracing::warn!("{refused}");
+                Err(refused)
+            }
+        }
     }
 
     fn create(&self) -> io::Result<SpoolFile> {
@@ -151,6 +204,8 @@ enum SnapshotRefused {
     Overrun { total: u64 },
     #[error("snapshot stream ended after {received} of {total} bytes")]
     Short { received: u64, total: u64 },
+    #[error("a received snapshot is refused: it {0}")]
+    Invalid(String),
     #[error("spooling the snapshot: {0}")]
     Spool(#[source] io::Error),
     #[error("receiving the snapshot: {0}")]
@@ -167,7 +222,8 @@ impl From<SnapshotRefused> for Status {
             SnapshotRefused::Empty
             | SnapshotRefused::Undecodable { .. }
             | SnapshotRefused::Overrun { .. }
-            | SnapshotRefused::Short { .. } => Status::invalid_argument(message),
+            | SnapshotRefused::Short { .. }
+            | SnapshotRefused::Invalid(_) => Status::invalid_argument(message),
             SnapshotRefused::Spool(error) => {
                 let mut status = Status::internal(message);
                 status.set_source(Arc::new(error));
@@ -343,6 +399,7 @@ impl RaftPeer for PeerService {
             .read_all()
             .await
             .map_err(SnapshotRefused::Spool)?;
+        let data = spool.check(&received.meta, data).await?;
         let snapshot = SnapshotOf::<TypeConfig, Vec<u8>> {
             meta: received.meta,
             snapshot: data,

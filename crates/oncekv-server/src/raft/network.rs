@@ -1,11 +1,11 @@
 //! The peer network, client side: openraft's RPCs to other nodes over the
 //! `RaftPeer` gRPC service. Raft messages travel as postcard bytes inside
 //! protobuf envelopes; snapshots are streamed in chunks cut as they are
-//! sent (the receiver spools them to disk, see `peer_service`). Every call has a
-//! deadline, HTTP/2 keep-alives detect dead connections, and a timed-out
-//! connection is dropped and redialled on the next call. How a channel
-//! reaches a peer is a [`PeerConnector`]: TCP unless one is injected (a
-//! simulated network).
+//! sent (the receiver spools them to disk, see `peer_service`). Every call
+//! has a deadline, HTTP/2 keep-alives detect dead connections, and a
+//! timed-out connection is dropped and redialled on the next call. How a
+//! channel reaches a peer is a [`PeerConnector`]: TCP unless one is
+//! injected (a simulated network).
 
 use super::type_config::{NodeId, NodeInfo, TypeConfig};
 use oncekv_proto::v1::raft_peer_client::RaftPeerClient;

@@ -120,11 +120,30 @@ fn never_sent(status: &tonic::Status) -> bool {
     }
 }
 
+/// The metadata key a server sets on a request it shed unhandled because
+/// a limit was full; its value names the limit.
+const OVERLOADED_METADATA: &str = "oncekv-overloaded";
+
+/// What was full, if the server shed the request unhandled: status
+/// RESOURCE_EXHAUSTED carrying the `oncekv-overloaded` metadata entry
+/// (never the message text). Such a request definitely did not apply.
+fn shed_by_server(status: &tonic::Status) -> Option<String> {
+    if status.code() != tonic::Code::ResourceExhausted {
+        return None;
+    }
+    let value = status.metadata().get(OVERLOADED_METADATA)?;
+    Some(value.to_str().unwrap_or("a limit").to_string())
+}
+
 /// What a transport-level failure says about an attempt: not sent (could
-/// not connect), refused (message too large or invalid), or maybe sent.
+/// not connect, or the server shed it unhandled), refused (message too
+/// large or invalid), or maybe sent.
 fn failed<T>(status: tonic::Status) -> Attempt<T> {
     if never_sent(&status) {
         return Attempt::NotSent(status.message().to_string());
+    }
+    if let Some(full) = shed_by_server(&status) {
+        return Attempt::NotSent(format!("server overloaded ({full} full), not handled"));
     }
     match refused_by_transport(&status) {
         Some(error) => Attempt::Refused(error),
@@ -138,6 +157,10 @@ fn redirect<T>(hint: v1::NotLeader) -> Attempt<T> {
 }
 
 fn refused_by_transport(status: &tonic::Status) -> Option<ClientError> {
+    if shed_by_server(status).is_some() {
+        // Not a refusal of the message: it is retried later.
+        return None;
+    }
     match status.code() {
         tonic::Code::ResourceExhausted | tonic::Code::OutOfRange | tonic::Code::InvalidArgument => {
             Some(ClientError::Invalid(status.message().to_string()))
@@ -577,5 +600,41 @@ mod tests {
         ] {
             assert!(!never_sent(&after_sending), "{after_sending:?}");
         }
+    }
+
+    fn overloaded(what: &'static str) -> tonic::Status {
+        let mut status = tonic::Status::resource_exhausted("server overloaded");
+        status.metadata_mut().insert(
+            OVERLOADED_METADATA,
+            tonic::metadata::MetadataValue::from_static(what),
+        );
+        status
+    }
+
+    #[test]
+    fn a_request_shed_by_an_overloaded_server_counts_as_never_sent() {
+        let shed = overloaded("in-flight");
+        assert_eq!(shed_by_server(&shed).as_deref(), Some("in-flight"));
+        assert!(refused_by_transport(&shed).is_none(), "not a refusal");
+        match failed::<()>(shed) {
+            Attempt::NotSent(reason) => assert!(reason.contains("in-flight"), "{reason}"),
+            _ => panic!("a shed request must count as never sent"),
+        }
+        // The metadata decides, not the text: without it RESOURCE_EXHAUSTED
+        // is a refusal of the message (too large), with it under another
+        // code it proves nothing.
+        let too_large = tonic::Status::resource_exhausted("server overloaded");
+        assert!(shed_by_server(&too_large).is_none());
+        assert!(matches!(
+            failed::<()>(too_large),
+            Attempt::Refused(ClientError::Invalid(_))
+        ));
+        let mut other = tonic::Status::unavailable("server overloaded");
+        other.metadata_mut().insert(
+            OVERLOADED_METADATA,
+            tonic::metadata::MetadataValue::from_static("in-flight"),
+        );
+        assert!(shed_by_server(&other).is_none());
+        assert!(matches!(failed::<()>(other), Attempt::MaybeSent(_)));
     }
 }

@@ -2,15 +2,26 @@
 //! durable log, state-machine store, consensus, client and peer services,
 //! metrics) and runs it until the shutdown signal. Listeners are injected,
 //! so tests and simulations choose the transport.
+//!
+//! Both gRPC servers run under [`ListenerLimits`] ([`ServerLimits`]): open
+//! connections per listener, concurrent HTTP/2 streams per connection,
+//! requests in flight (an excess one shed at once, RESOURCE_EXHAUSTED with
+//! `oncekv-overloaded: in-flight`), a per-call timeout and HTTP/2
+//! keep-alives; incoming peer snapshots are capped in size and spooled to
+//! `<data dir>/snapshot-incoming/`. A request message that does not decode
+//! is INVALID_ARGUMENT. The mechanisms are in [`crate::transport`] and
+//! [`crate::raft::peer_service`].
 
 use crate::grpc::KvService;
 use crate::identity::{self, IdentityError};
 use crate::node::{Node, NodeOptions};
 use crate::raft::consensus::{Consensus, ConsensusOptions, StartError};
 use crate::raft::network::{PEER_MESSAGE_BYTES_MAX, PeerConnector, PeerNetwork};
+use crate::raft::peer_service::SnapshotSpool;
 use crate::raft::segment_log::SegmentLog;
 use crate::raft::state_machine_store::StateMachineStore;
 use crate::raft::type_config::{NodeId, NodeInfo};
+use crate::transport::{answer_refused, limit_connections, limit_requests};
 use oncekv_proto::v1::kv_server::KvServer;
 use oncekv_proto::v1::raft_peer_server::RaftPeerServer;
 use oncekv_state::Limits;
@@ -45,6 +56,9 @@ pub struct ServerConfig {
     pub node: NodeOptions,
     /// Largest client message accepted, in bytes.
     pub client_message_bytes_max: usize,
+    /// Bounds of the client and peer servers and of incoming snapshots
+    /// (default: [`ServerLimits::DEFAULT`]).
+    pub server_limits: ServerLimits,
     /// Where to serve Prometheus metrics, if anywhere.
     pub metrics: Option<SocketAddr>,
     /// The source address of outgoing peer connections (`None`: chosen by
@@ -64,6 +78,150 @@ pub struct ServerConfig {
 
 /// Largest client message a node accepts by default, in bytes.
 pub const CLIENT_MESSAGE_BYTES_DEFAULT: usize = 4 * 1024 * 1024;
+
+/// What one gRPC server (the client port or the peer port) takes on at
+/// once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListenerLimits {
+    /// Most connections open on the listener; one more is accepted and
+    /// closed at once (logged, `oncekv_connections_refused_total`).
+    pub connections_max: usize,
+    /// Most concurrent HTTP/2 streams (calls) on one connection, announced
+    /// to the other side (`SETTINGS_MAX_CONCURRENT_STREAMS`).
+    pub streams_per_connection_max: u32,
+    /// Most requests being handled at once over all connections; one more
+    /// is refused at once, unhandled (RESOURCE_EXHAUSTED with
+    /// `oncekv-overloaded: in-flight`), never queued.
+    pub in_flight_max: usize,
+    /// Longest a call may run; then it is cancelled (CANCELLED, "Timeout
+    /// expired"; a mutation cancelled so may still apply).
+    pub call_timeout: Duration,
+    /// How often an HTTP/2 ping checks each connection.
+    pub keepalive_interval: Duration,
+    /// How long a ping may go unanswered before the connection is closed.
+    pub keepalive_timeout: Duration,
+}
+
+impl ListenerLimits {
+    /// The client port's defaults: 1024 connections, 256 streams per
+    /// connection, 1024 requests in flight, 30 s per call, a ping every
+    /// 10 s answered within 20 s.
+    pub const CLIENT_DEFAULT: ListenerLimits = ListenerLimits {
+        connections_max: 1024,
+        streams_per_connection_max: 256,
+        in_flight_max: 1024,
+        call_timeout: Duration::from_secs(30),
+        keepalive_interval: Duration::from_secs(10),
+        keepalive_timeout: Duration::from_secs(20),
+    };
+
+    /// The peer port's defaults: 64 connections, 64 streams per
+    /// connection, 256 requests in flight, 120 s per call (a large
+    /// snapshot), a ping every 5 s answered within 10 s.
+    pub const PEER_DEFAULT: ListenerLimits = ListenerLimits {
+        connections_max: 64,
+        streams_per_connection_max: 64,
+        in_flight_max: 256,
+        call_timeout: Duration::from_secs(120),
+        keepalive_interval: Duration::from_secs(5),
+        keepalive_timeout: Duration::from_secs(10),
+    };
+
+    /// Checks that every bound admits something and fits its counter.
+    pub fn check(&self, listener: &'static str) -> Result<(), LimitsError> {
+        let counts = [
+            ("connections", self.connections_max),
+            ("in-flight requests", self.in_flight_max),
+            (
+                "streams per connection",
+                usize::try_from(self.streams_per_connection_max).unwrap_or(usize::MAX),
+            ),
+        ];
+        for (what, value) in counts {
+            if value == 0 || value > tokio::sync::Semaphore::MAX_PERMITS {
+                return Err(LimitsError::Count {
+                    listener,
+                    what,
+                    value,
+                    max: tokio::sync::Semaphore::MAX_PERMITS,
+                });
+            }
+        }
+        let durations = [
+            ("call timeout", self.call_timeout),
+            ("keep-alive interval", self.keepalive_interval),
+            ("keep-alive timeout", self.keepalive_timeout),
+        ];
+        for (what, value) in durations {
+            if value.is_zero() {
+                return Err(LimitsError::ZeroDuration { listener, what });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Largest incoming snapshot accepted by default, in bytes (1 GiB).
+pub const SNAPSHOT_BYTES_MAX_DEFAULT: u64 = 1024 * 1024 * 1024;
+
+/// The bounds of a node's servers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerLimits {
+    /// The client port ([`ListenerLimits::CLIENT_DEFAULT`]).
+    pub client: ListenerLimits,
+    /// The peer port ([`ListenerLimits::PEER_DEFAULT`]).
+    pub peer: ListenerLimits,
+    /// Largest snapshot a peer may send, in bytes (the size it announces;
+    /// more is refused at once). Receiving spools it to disk; installing
+    /// holds it in memory once. Default [`SNAPSHOT_BYTES_MAX_DEFAULT`].
+    pub snapshot_bytes_max: u64,
+}
+
+impl ServerLimits {
+    /// The defaults of both ports and of snapshots.
+    pub const DEFAULT: ServerLimits = ServerLimits {
+        client: ListenerLimits::CLIENT_DEFAULT,
+        peer: ListenerLimits::PEER_DEFAULT,
+        snapshot_bytes_max: SNAPSHOT_BYTES_MAX_DEFAULT,
+    };
+
+    /// Checks both ports' bounds.
+    pub fn check(&self) -> Result<(), LimitsError> {
+        self.client.check("client")?;
+        self.peer.check("peer")
+    }
+}
+
+impl Default for ServerLimits {
+    fn default() -> Self {
+        ServerLimits::DEFAULT
+    }
+}
+
+/// A server bound that cannot work.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LimitsError {
+    /// A count that admits nothing, or more than can be counted.
+    #[error("{listener} limit on {what} is {value}: it must be between 1 and {max}")]
+    Count {
+        /// Which server.
+        listener: &'static str,
+        /// Which bound.
+        what: &'static str,
+        /// The value given.
+        value: usize,
+        /// The largest value possible.
+        max: usize,
+    },
+    /// A zero duration.
+    #[error("{listener} {what} must be longer than zero")]
+    ZeroDuration {
+        /// Which server.
+        listener: &'static str,
+        /// Which bound.
+        what: &'static str,
+    },
+}
 
 impl ServerConfig {
     /// A one-node cluster (node 1) with default limits and timing, its data
@@ -88,6 +246,7 @@ impl ServerConfig {
             consensus: ConsensusOptions::default(),
             node: NodeOptions::default(),
             client_message_bytes_max: CLIENT_MESSAGE_BYTES_DEFAULT,
+            server_limits: ServerLimits::DEFAULT,
             metrics: None,
             peer_source_ip: None,
             peer_connector: None,
@@ -100,6 +259,9 @@ impl ServerConfig {
 /// Why a node could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
+    /// A server bound cannot work.
+    #[error(transparent)]
+    Limits(#[from] LimitsError),
     /// The data directory is unusable or belongs elsewhere.
     #[error(transparent)]
     Identity(#[from] IdentityError),
@@ -137,6 +299,16 @@ pub enum ServeError {
     },
 }
 
+/// A gRPC server with `limits`' per-connection bounds, call timeout and
+/// keep-alives (the connection and in-flight caps are applied around it).
+fn grpc_server(limits: &ListenerLimits) -> tonic::transport::Server {
+    tonic::transport::Server::builder()
+        .max_concurrent_streams(limits.streams_per_connection_max)
+        .timeout(limits.call_timeout)
+        .http2_keepalive_interval(Some(limits.keepalive_interval))
+        .http2_keepalive_timeout(Some(limits.keepalive_timeout))
+}
+
 /// Runs a node on the given client and peer connection streams until
 /// `shutdown` completes.
 pub async fn serve<CI, PI, IO, E>(
@@ -151,6 +323,7 @@ where
     IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
     E: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
 {
+    config.server_limits.check()?;
     let cluster = match &config.initial_cluster {
         Some(members) => identity::describe_cluster(members),
         None => "joined".to_string(),
@@ -179,6 +352,14 @@ where
         tracing::warn!("deduplication is OFF: retries apply again (negative control only)");
         state = state.without_dedup();
     }
+    let spool_dir = config.data_dir.join("snapshot-incoming");
+    let spool = SnapshotSpool::open(
+        &spool_dir,
+        config.server_limits.snapshot_bytes_max,
+        config.limits.clone(),
+        config.inline_disk_io,
+    )
+    .map_err(storage(spool_dir))?;
     let consensus = Consensus::start(
         config.id,
         &config.consensus,
@@ -194,19 +375,41 @@ where
     let node = Node::new(consensus.clone(), config.node.clone());
     if let Some(address) = config.metrics {
         crate::telemetry::serve(address, node.clone(), Duration::from_secs(1))?;
+        crate::transport::describe_metrics();
     }
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let signal = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
         let _ = stopped.wait_for(|stop| *stop).await;
     };
-    let peer = tonic::transport::Server::builder()
+    let limits = &config.server_limits;
+    let (peer_incoming, peer_refused) =
+        limit_connections(peer_incoming, limits.peer.connections_max, "peer");
+    let (client_incoming, client_refused) =
+        limit_connections(client_incoming, limits.client.connections_max, "client");
+    let refusals = [
+        tokio::spawn(answer_refused(
+            peer_refused,
+            limits.peer.connections_max,
+            "peer",
+            signal(stopped.clone()),
+        )),
+        tokio::spawn(answer_refused(
+            client_refused,
+            limits.client.connections_max,
+            "client",
+            signal(stopped.clone()),
+        )),
+    ];
+    let peer = grpc_server(&limits.peer)
+        .layer(limit_requests(limits.peer.in_flight_max, "peer"))
         .add_service(
-            RaftPeerServer::new(consensus.peer_service())
+            RaftPeerServer::new(consensus.peer_service().with_snapshot_spool(spool))
                 .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
                 .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX),
         )
         .serve_with_incoming_shutdown(peer_incoming, signal(stopped.clone()));
-    let client = tonic::transport::Server::builder()
+    let client = grpc_server(&limits.client)
+        .layer(limit_requests(limits.client.in_flight_max, "client"))
         .add_service(
             KvServer::new(KvService::new(node.clone()))
                 .max_decoding_message_size(config.client_message_bytes_max)
@@ -229,6 +432,11 @@ where
     let _ = stop.send(true);
     let peer_result = peer.await;
     let client_result = client.await;
+    for refusal in refusals {
+        if let Ok(Err(error)) = refusal.await {
+            tracing::warn!(%error, "answering refused connections failed");
+        }
+    }
     consensus.shutdown().await;
     if let Some(cause) = fatal {
         // openraft carries the storage error as text; an OS error keeps
@@ -244,4 +452,35 @@ where
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_limits_work_and_a_bound_that_admits_nothing_is_refused() {
+        assert_eq!(ServerLimits::default().check(), Ok(()));
+        let mut limits = ServerLimits::DEFAULT;
+        limits.client.in_flight_max = 0;
+        assert!(matches!(
+            limits.check(),
+            Err(LimitsError::Count {
+                listener: "client",
+                ..
+            })
+        ));
+        let mut limits = ServerLimits::DEFAULT;
+        limits.peer.connections_max = usize::MAX;
+        assert!(limits.check().is_err(), "more than a semaphore counts");
+        let mut limits = ServerLimits::DEFAULT;
+        limits.peer.call_timeout = Duration::ZERO;
+        assert_eq!(
+            limits.check(),
+            Err(LimitsError::ZeroDuration {
+                listener: "peer",
+                what: "call timeout"
+            })
+        );
+    }
 }

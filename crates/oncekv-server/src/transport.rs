@@ -1,9 +1,67 @@
-//! Real TCP for the injected listeners of [`crate::server::serve`]:
-//! accepted connections with Nagle's algorithm off (Raft and client
-//! messages are small and latency-bound).
+//! The connections and requests the gRPC servers of [`crate::server::serve`]
+//! take in, and their bounds:
+//!
+//! - [`tcp_incoming`]: real TCP for the injected listeners, Nagle's
+//!   algorithm off (Raft and client messages are small and latency-bound).
+//! - [`limit_connections`]: at most so many open connections per listener,
+//!   whatever the transport. An excess connection is refused (a log line,
+//!   `oncekv_connections_refused_total{listener}`): [`answer_refused`]
+//!   answers its requests with [`overloaded`]`(`[`CONNECTIONS`]`)` for a
+//!   moment and closes it, at most [`REFUSALS_ANSWERED_MAX`] at once;
+//!   beyond those it is closed at once, unanswered.
+//! - [`limit_requests`]: the tower layers of one server: a cap on requests
+//!   in flight over all its connections, an excess request shed at once
+//!   with [`overloaded`] (never queued; `oncekv_requests_shed_total`), and
+//!   [`malformed_is_invalid_argument`] on every answer.
+//!
+//! A request refused as [`overloaded`] never reached a handler: the status
+//! is RESOURCE_EXHAUSTED with the ASCII metadata entry
+//! [`OVERLOADED_METADATA`]` = <what was full>`, which clients read as
+//! "definitely not applied, retry later" without matching any text.
 
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_stream::{Stream, StreamExt};
+use tonic::Status;
+use tonic::body::Body;
+use tonic::codegen::http;
+use tonic::metadata::MetadataValue;
+use tonic::service::Routes;
+use tonic::transport::server::Connected;
+use tower::ServiceBuilder;
+use tower::layer::Layer;
+use tower::limit::GlobalConcurrencyLimitLayer;
+
+/// The metadata key marking a request refused because the server was full:
+/// its value names what was full ([`IN_FLIGHT`], [`CONNECTIONS`], or
+/// `snapshot` for a peer snapshot while another is received). Such a
+/// request was not handled at all.
+pub const OVERLOADED_METADATA: &str = "oncekv-overloaded";
+
+/// What was full when a request is shed for the in-flight cap.
+pub const IN_FLIGHT: &str = "in-flight";
+
+/// What was full when a request comes on a connection refused for the
+/// connection cap.
+pub const CONNECTIONS: &str = "connections";
+
+/// Refused connections answered at once, at most; more are closed
+/// unanswered.
+pub const REFUSALS_ANSWERED_MAX: usize = 16;
+
+/// How long a refused connection is kept to answer its requests (then it
+/// is closed, and after as long again, dropped).
+const REFUSAL_ANSWERED_FOR: Duration = Duration::from_millis(500);
+
+/// Refused connections are logged at most this often (a flood of them
+/// would otherwise flood the log); the counter counts every one.
+const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The connections accepted on `listener`.
 pub fn tcp_incoming(listener: TcpListener) -> impl Stream<Item = std::io::Result<TcpStream>> {
@@ -12,4 +70,384 @@ pub fn tcp_incoming(listener: TcpListener) -> impl Stream<Item = std::io::Result
         stream.set_nodelay(true)?;
         Ok(stream)
     })
+}
+
+/// A connection holding a slot (of its listener's cap, or of the refused
+/// connections being answered), given back when the server drops it.
+#[derive(Debug)]
+pub struct Counted<IO> {
+    io: IO,
+    /// The listener whose `oncekv_connections_open` counts this one, if
+    /// it was admitted.
+    open_on: Option<&'static str>,
+    _slot: OwnedSemaphorePermit,
+}
+
+impl<IO> Drop for Counted<IO> {
+    fn drop(&mut self) {
+        if let Some(listener) = self.open_on {
+            metrics::gauge!("oncekv_connections_open", "listener" => listener).decrement(1.0);
+        }
+    }
+}
+
+impl<IO: AsyncRead + Unpin> AsyncRead for Counted<IO> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl<IO: AsyncWrite + Unpin> AsyncWrite for Counted<IO> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+}
+
+impl<IO: Connected> Connected for Counted<IO> {
+    type ConnectInfo = IO::ConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.io.connect_info()
+    }
+}
+
+/// Refusals of one listener, for the rate-limited log line.
+struct Refusals {
+    listener: &'static str,
+    max: usize,
+    count: AtomicU64,
+    logged_at: std::sync::Mutex<Option<tokio::time::Instant>>,
+}
+
+impl Refusals {
+    fn refused(&self) {
+        metrics::counter!("oncekv_connections_refused_total", "listener" => self.listener)
+            .increment(1);
+        let count = self.count.fetch_add(1, Ordering::Relaxed).saturating_add(1);
+        let now = tokio::time::Instant::now();
+        let mut logged_at = self
+            .logged_at
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if logged_at.is_none_or(|at| now.duration_since(at) >= REFUSAL_LOG_INTERVAL) {
+            *logged_at = Some(now);
+            tracing::warn!(
+                listener = self.listener,
+                limit = self.max,
+                refused_so_far = count,
+                "connection refused: the listener already has its maximum of open connections"
+            );
+        }
+    }
+}
+
+/// At most `max` connections of `incoming` open at once. The first stream
+/// is the connections admitted; a connection accepted beyond `max` is
+/// logged, counted, and sent to the second stream (for [`answer_refused`])
+/// if fewer than [`REFUSALS_ANSWERED_MAX`] are there, or else closed at
+/// once (dropped before any byte is read). The listener keeps serving the
+/// ones it has. `listener` names it in logs and metrics (`client`,
+/// `peer`).
+#[allow(clippy::type_complexity)]
+pub fn limit_connections<IO, E>(
+    incoming: impl Stream<Item = Result<IO, E>>,
+    max: usize,
+    listener: &'static str,
+) -> (
+    impl Stream<Item = Result<Counted<IO>, E>>,
+    impl Stream<Item = Result<Counted<IO>, std::convert::Infallible>>,
+) {
+    let slots = Arc::new(Semaphore::new(max));
+    let answering = Arc::new(Semaphore::new(REFUSALS_ANSWERED_MAX));
+    let (refuse, refused) = tokio::sync::mpsc::channel(REFUSALS_ANSWERED_MAX);
+    let refusals = Refusals {
+        listener,
+        max,
+        count: AtomicU64::new(0),
+        logged_at: std::sync::Mutex::new(None),
+    };
+    let admitted = incoming.filter_map(move |accepted| match accepted {
+        Err(error) => Some(Err(error)),
+        Ok(io) => match Arc::clone(&slots).try_acquire_owned() {
+            Ok(slot) => {
+                metrics::gauge!("oncekv_connections_open", "listener" => listener).increment(1.0);
+                Some(Ok(Counted {
+                    io,
+                    open_on: Some(listener),
+                    _slot: slot,
+                }))
+            }
+            Err(_) => {
+                refusals.refused();
+                if let Ok(slot) = Arc::clone(&answering).try_acquire_owned() {
+                    // Room is reserved by the slot; a full channel only
+                    // closes this one unanswered.
+                    let _ = refuse.try_send(Ok(Counted {
+                        io,
+                        open_on: None,
+                        _slot: slot,
+                    }));
+                }
+                None
+            }
+        },
+    });
+    (
+        admitted,
+        tokio_stream::wrappers::ReceiverStream::new(refused),
+    )
+}
+
+/// Serves the connections refused by [`limit_connections`] until
+/// `shutdown`: every request on them is answered with
+/// [`overloaded`]`(`[`CONNECTIONS`]`)` (not handled, retry later), and
+/// each is closed after a moment, so a client learns that its request did
+/// not apply instead of finding its connection cut.
+pub async fn answer_refused<IO>(
+    refused: impl Stream<Item = Result<Counted<IO>, std::convert::Infallible>>,
+    max: usize,
+    listener: &'static str,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), tonic::transport::Error>
+where
+    IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
+{
+    let refuse_all = tower::layer::layer_fn(move |_routes: Routes| {
+        tower::service_fn(move |_request: http::Request<Body>| async move {
+            metrics::counter!(
+                "oncekv_requests_shed_total",
+                "listener" => listener,
+                "limit" => CONNECTIONS
+            )
+            .increment(1);
+            let status = overloaded(
+                CONNECTIONS,
+                format!(
+                    "server overloaded: {max} {listener} connections already open; not handled, retry later"
+                ),
+            );
+            Ok::<_, std::convert::Infallible>(status.into_http::<Body>())
+        })
+    });
+    tonic::transport::Server::builder()
+        .max_concurrent_streams(8)
+        .max_connection_age(REFUSAL_ANSWERED_FOR)
+        .max_connection_age_grace(REFUSAL_ANSWERED_FOR)
+        .layer(refuse_all)
+        .add_routes(Routes::default())
+        .serve_with_incoming_shutdown(refused, shutdown)
+        .await
+}
+
+/// The answer to a request shed because `what` was full: RESOURCE_EXHAUSTED
+/// with [`OVERLOADED_METADATA`]` = what`. The request was not handled.
+pub fn overloaded(what: &'static str, message: impl Into<String>) -> Status {
+    let mut status = Status::resource_exhausted(message);
+    status
+        .metadata_mut()
+        .insert(OVERLOADED_METADATA, MetadataValue::from_static(what));
+    status
+}
+
+/// Whether tonic refused a request message before any handler ran: a body
+/// that does not decode as the method's protobuf message, a frame with a
+/// bad compression flag, a frame cut short, or no message at all. tonic
+/// answers all of these INTERNAL, with no source error attached, while a
+/// broken connection's status carries its h2 or hyper error as the source
+/// and our handlers attach the cause of any INTERNAL they answer.
+pub fn is_malformed_message(status: &Status) -> bool {
+    status.code() == tonic::Code::Internal && std::error::Error::source(status).is_none()
+}
+
+/// Answers a malformed request message (see [`is_malformed_message`]) with
+/// INVALID_ARGUMENT and tonic's description, instead of INTERNAL: the
+/// message was refused, the server did not fail. Any other answer passes
+/// unchanged.
+pub fn malformed_is_invalid_argument(response: http::Response<Body>) -> http::Response<Body> {
+    match response.extensions().get::<Status>() {
+        Some(status) if is_malformed_message(status) => {
+            Status::invalid_argument(format!("malformed request message: {}", status.message()))
+                .into_http()
+        }
+        _ => response,
+    }
+}
+
+/// The tower layers of one gRPC server (`listener`: `client` or `peer`):
+/// at most `in_flight_max` requests being handled at once over all its
+/// connections; a request beyond that is refused at once with
+/// [`overloaded`]`(`[`IN_FLIGHT`]`)`, never queued. Answers go through
+/// [`malformed_is_invalid_argument`].
+pub fn limit_requests(
+    in_flight_max: usize,
+    listener: &'static str,
+) -> impl Layer<
+    Routes,
+    Service = impl tower::Service<
+        http::Request<Body>,
+        Response = http::Response<Body>,
+        Error = tower::BoxError,
+        Future = impl Send + 'static,
+    > + Clone
+              + Send
+              + 'static,
+> + Clone {
+    ServiceBuilder::new()
+        .map_result(
+            move |result: Result<http::Response<Body>, tower::BoxError>| match result {
+                Err(error) if error.is::<tower::load_shed::error::Overloaded>() => {
+                    metrics::counter!(
+                        "oncekv_requests_shed_total",
+                        "listener" => listener,
+                        "limit" => IN_FLIGHT
+                    )
+                    .increment(1);
+                    tracing::debug!(listener, limit = in_flight_max, "request shed");
+                    Ok(overloaded(
+                        IN_FLIGHT,
+                        format!(
+                            "server overloaded: {in_flight_max} requests already in flight; not handled, retry later"
+                        ),
+                    )
+                    .into_http())
+                }
+                other => other,
+            },
+        )
+        .load_shed()
+        .layer(GlobalConcurrencyLimitLayer::new(in_flight_max))
+        .map_response(malformed_is_invalid_argument)
+        .into_inner()
+}
+
+/// Describes the metrics of this module to the exporter.
+pub fn describe_metrics() {
+    metrics::describe_gauge!(
+        "oncekv_connections_open",
+        "Open gRPC connections, by listener"
+    );
+    metrics::describe_counter!(
+        "oncekv_connections_refused_total",
+        "Connections closed at once because the listener had its maximum open, by listener"
+    );
+    metrics::describe_counter!(
+        "oncekv_requests_shed_total",
+        "Requests refused unhandled (RESOURCE_EXHAUSTED, oncekv-overloaded) because a limit was full, by listener and limit"
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(status: Status) -> Status {
+        let response = malformed_is_invalid_argument(status.into_http());
+        Status::from_header_map(response.headers()).expect("a status in the headers")
+    }
+
+    #[test]
+    fn a_message_tonic_could_not_read_is_invalid_argument() {
+        let refused = answer(Status::internal("failed to decode Protobuf message"));
+        assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+        assert!(
+            refused.message().contains("failed to decode"),
+            "{refused:?}"
+        );
+        // An INTERNAL with its cause is a failure of ours, not the message.
+        let mut ours = Status::internal("encoding reply");
+        ours.set_source(Arc::new(std::io::Error::other("disk")));
+        assert!(!is_malformed_message(&ours));
+        assert_eq!(answer(ours).code(), tonic::Code::Internal);
+        for other in [
+            Status::invalid_argument("x"),
+            Status::unavailable("x"),
+            overloaded(IN_FLIGHT, "full"),
+        ] {
+            let code = other.code();
+            assert_eq!(answer(other).code(), code);
+        }
+        // An answer without a status passes as it is.
+        let ok = http::Response::new(Body::default());
+        assert!(
+            malformed_is_invalid_argument(ok)
+                .extensions()
+                .get::<Status>()
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn the_overloaded_refusal_names_what_was_full() {
+        let status = overloaded(CONNECTIONS, "full");
+        assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+        let value = status
+            .metadata()
+            .get(OVERLOADED_METADATA)
+            .expect("metadata");
+        assert_eq!(value.to_str().ok(), Some(CONNECTIONS));
+    }
+
+    #[tokio::test]
+    async fn connections_beyond_the_cap_are_refused_until_one_closes() {
+        let (send, receive) = tokio::sync::mpsc::unbounded_channel();
+        let incoming =
+            tokio_stream::wrappers::UnboundedReceiverStream::new(receive).map(Ok::<_, String>);
+        let (admitted, refused) = limit_connections(incoming, 2, "test");
+        tokio::pin!(admitted);
+        tokio::pin!(refused);
+        let mut peers = Vec::new();
+        let mut connect = || {
+            let (ours, theirs) = tokio::io::duplex(64);
+            peers.push(theirs);
+            send.send(ours).expect("listener open");
+        };
+        connect();
+        connect();
+        let first = admitted.next().await.expect("admitted").expect("ok");
+        let _second = admitted.next().await.expect("admitted").expect("ok");
+        // The third is refused: it goes to be answered, not admitted.
+        connect();
+        connect();
+        // One poll takes every connection waiting (the listener's queue is
+        // ready) and admits none.
+        let polled = std::future::poll_fn(|cx| Poll::Ready(admitted.as_mut().poll_next(cx))).await;
+        assert!(
+            polled.is_pending(),
+            "a connection over the cap was admitted"
+        );
+        assert!(refused.next().await.is_some());
+        assert!(refused.next().await.is_some());
+        // Closing one makes room.
+        drop(first);
+        connect();
+        assert!(admitted.next().await.is_some(), "room after a close");
+    }
 }

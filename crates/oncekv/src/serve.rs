@@ -1,12 +1,16 @@
 //! `oncekv serve`: parses the node's flags into a `ServerConfig`, binds its
-//! listeners and runs it until SIGINT or SIGTERM.
+//! listeners and runs it until SIGINT or SIGTERM. The `--client-*` and
+//! `--peer-*` limits bound each gRPC server (`ServerLimits`); their
+//! defaults are the server's own.
 
 use anyhow::{Context, anyhow, bail};
 use clap::Args;
 use oncekv_server::node::NodeOptions;
 use oncekv_server::raft::consensus::ConsensusOptions;
 use oncekv_server::raft::type_config::{NodeId, NodeInfo};
-use oncekv_server::server::{ServeError, ServerConfig, serve};
+use oncekv_server::server::{
+    ListenerLimits, SNAPSHOT_BYTES_MAX_DEFAULT, ServeError, ServerConfig, ServerLimits, serve,
+};
 use oncekv_state::Limits;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
@@ -163,6 +167,67 @@ pub struct ServeArgs {
     /// many is allowed); more are refused as overloaded before proposing.
     #[arg(long, default_value_t = NodeOptions::default().session_opens_per_second)]
     session_opens_per_second: u32,
+    /// Most open client connections; one more is accepted and closed at once.
+    #[arg(long, value_name = "N", default_value_t = CLIENT.connections_max)]
+    client_max_connections: usize,
+
+    /// Most concurrent calls (HTTP/2 streams) on one client connection.
+    #[arg(long, value_name = "N", default_value_t = CLIENT.streams_per_connection_max)]
+    client_max_streams: u32,
+
+    /// Most client requests handled at once over all connections; one more
+    /// is refused unhandled (RESOURCE_EXHAUSTED, oncekv-overloaded:
+    /// in-flight) and the client retries it later.
+    #[arg(long, value_name = "N", default_value_t = CLIENT.in_flight_max)]
+    client_max_in_flight: usize,
+
+    /// Longest a client call may run before it is cancelled (a mutation
+    /// cancelled so may still apply).
+    #[arg(long, value_name = "DURATION", default_value_t = CLIENT.call_timeout.into())]
+    client_call_timeout: humantime::Duration,
+
+    /// How often an HTTP/2 ping checks each client connection.
+    #[arg(long, value_name = "DURATION", default_value_t = CLIENT.keepalive_interval.into())]
+    client_keepalive_interval: humantime::Duration,
+
+    /// How long a client connection's ping may go unanswered before the
+    /// connection is closed.
+    #[arg(long, value_name = "DURATION", default_value_t = CLIENT.keepalive_timeout.into())]
+    client_keepalive_timeout: humantime::Duration,
+
+    /// Most open peer (Raft) connections; one more is accepted and closed at
+    /// once.
+    #[arg(long, value_name = "N", default_value_t = PEER.connections_max)]
+    peer_max_connections: usize,
+
+    /// Most concurrent calls (HTTP/2 streams) on one peer connection.
+    #[arg(long, value_name = "N", default_value_t = PEER.streams_per_connection_max)]
+    peer_max_streams: u32,
+
+    /// Most peer requests handled at once over all connections; one more is
+    /// refused unhandled (RESOURCE_EXHAUSTED) and Raft sends it again.
+    #[arg(long, value_name = "N", default_value_t = PEER.in_flight_max)]
+    peer_max_in_flight: usize,
+
+    /// Longest a peer call may run before it is cancelled (bounds receiving
+    /// and installing a snapshot too).
+    #[arg(long, value_name = "DURATION", default_value_t = PEER.call_timeout.into())]
+    peer_call_timeout: humantime::Duration,
+
+    /// How often an HTTP/2 ping checks each peer connection.
+    #[arg(long, value_name = "DURATION", default_value_t = PEER.keepalive_interval.into())]
+    peer_keepalive_interval: humantime::Duration,
+
+    /// How long a peer connection's ping may go unanswered before the
+    /// connection is closed.
+    #[arg(long, value_name = "DURATION", default_value_t = PEER.keepalive_timeout.into())]
+    peer_keepalive_timeout: humantime::Duration,
+
+    /// Largest snapshot a peer may send, in bytes: a larger announced size is
+    /// refused at once. It is spooled to DATA_DIR/snapshot-incoming/ while
+    /// received and held in memory once while installed.
+    #[arg(long, value_name = "BYTES", default_value_t = SNAPSHOT_BYTES_MAX_DEFAULT)]
+    max_snapshot_bytes: u64,
 
     /// Source address of outgoing Raft connections [default: chosen by the OS].
     #[arg(long, env = "ONCEKV_PEER_SOURCE_IP")]
@@ -173,6 +238,11 @@ pub struct ServeArgs {
     #[arg(long, hide = true)]
     unsafe_no_dedup: bool,
 }
+
+/// The client port's default limits, for the flags' defaults.
+const CLIENT: ListenerLimits = ListenerLimits::CLIENT_DEFAULT;
+/// The peer port's default limits.
+const PEER: ListenerLimits = ListenerLimits::PEER_DEFAULT;
 
 /// Parses `ID=PEER/CLIENT,...`.
 fn parse_cluster(text: &str) -> anyhow::Result<BTreeMap<NodeId, NodeInfo>> {
@@ -257,6 +327,26 @@ fn config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
         scan_bytes_max: args.scan_bytes_max,
         ..Limits::default()
     };
+    let server_limits = ServerLimits {
+        client: ListenerLimits {
+            connections_max: args.client_max_connections,
+            streams_per_connection_max: args.client_max_streams,
+            in_flight_max: args.client_max_in_flight,
+            call_timeout: *args.client_call_timeout,
+            keepalive_interval: *args.client_keepalive_interval,
+            keepalive_timeout: *args.client_keepalive_timeout,
+        },
+        peer: ListenerLimits {
+            connections_max: args.peer_max_connections,
+            streams_per_connection_max: args.peer_max_streams,
+            in_flight_max: args.peer_max_in_flight,
+            call_timeout: *args.peer_call_timeout,
+            keepalive_interval: *args.peer_keepalive_interval,
+            keepalive_timeout: *args.peer_keepalive_timeout,
+        },
+        snapshot_bytes_max: args.max_snapshot_bytes,
+    };
+    server_limits.check()?;
     Ok(ServerConfig {
         id: args.id,
         data_dir: args.data_dir.clone(),
@@ -276,6 +366,7 @@ fn config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
             session_opens_per_second: args.session_opens_per_second,
         },
         client_message_bytes_max: args.max_message_bytes,
+        server_limits,
         metrics: args.listen_metrics,
         peer_source_ip: args.peer_source_ip,
         peer_connector: None,

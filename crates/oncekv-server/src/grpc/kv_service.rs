@@ -62,21 +62,6 @@ enum Failure {
     Invalid(Invalid),
 }
 
-/// The metadata entry that marks a request shed before it was proposed
-/// (with gRPC status `RESOURCE_EXHAUSTED`): not applied, retry later. Its
-/// value names what was full.
-pub const OVERLOADED_METADATA: &str = "oncekv-overloaded";
-
-/// The status of a request shed before it was proposed.
-pub fn overloaded_status(what: &'static str) -> Status {
-    let mut status = Status::resource_exhausted(format!("overloaded ({what}): retry later"));
-    status.metadata_mut().insert(
-        OVERLOADED_METADATA,
-        tonic::metadata::MetadataValue::from_static(what),
-    );
-    status
-}
-
 impl KvService {
     /// What a failed write or read answers, or the gRPC status of a shed
     /// request.
@@ -89,7 +74,10 @@ impl KvService {
             WriteError::Invalid(why) => Failure::Invalid(Invalid {
                 reason: why.to_string(),
             }),
-            WriteError::Overloaded(what) => return Err(overloaded_status(what)),
+            WriteError::Overloaded(what) => {
+                let message = format!("overloaded ({what}): not proposed, retry later");
+                return Err(crate::transport::overloaded(what, message));
+            }
         })
     }
 }

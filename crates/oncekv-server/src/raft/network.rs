@@ -1,10 +1,11 @@
 //! The peer network, client side: openraft's RPCs to other nodes over the
 //! `RaftPeer` gRPC service. Raft messages travel as postcard bytes inside
-//! protobuf envelopes; snapshots are streamed in chunks. Every call has a
-//! deadline, HTTP/2 keep-alives detect dead connections, and a timed-out
-//! connection is dropped and redialled on the next call. How a channel
-//! reaches a peer is a [`PeerConnector`]: TCP unless one is injected (a
-//! simulated network).
+//! protobuf envelopes; snapshots are streamed in chunks cut as they are
+//! sent (the receiver spools them to disk, see `peer_service`). Every call
+//! has a deadline, HTTP/2 keep-alives detect dead connections, and a
+//! timed-out connection is dropped and redialled on the next call. How a
+//! channel reaches a peer is a [`PeerConnector`]: TCP unless one is
+//! injected (a simulated network).
 
 use super::type_config::{NodeId, NodeInfo, TypeConfig};
 use oncekv_proto::v1::raft_peer_client::RaftPeerClient;
@@ -219,19 +220,24 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         let vote = encode(&vote).map_err(|e| stream_error(&e))?;
         let meta = encode(&snapshot.meta).map_err(|e| stream_error(&e))?;
         let data = snapshot.snapshot;
-        let mut chunks: Vec<SnapshotChunk> = data
-            .chunks(SNAPSHOT_CHUNK_BYTES)
-            .map(|piece| SnapshotChunk {
-                data: piece.to_vec(),
+        let total_bytes = u64::try_from(data.len()).map_err(|e| stream_error(&e))?;
+        // Chunks are cut as the stream is sent, not copied out up front.
+        let pieces = data.len().div_ceil(SNAPSHOT_CHUNK_BYTES).max(1);
+        let mut first = Some((vote, meta));
+        let chunks = (0..pieces).map(move |piece| {
+            let start = piece.saturating_mul(SNAPSHOT_CHUNK_BYTES).min(data.len());
+            let end = start.saturating_add(SNAPSHOT_CHUNK_BYTES).min(data.len());
+            let mut chunk = SnapshotChunk {
+                data: data[start..end].to_vec(),
                 ..SnapshotChunk::default()
-            })
-            .collect();
-        if chunks.is_empty() {
-            chunks.push(SnapshotChunk::default());
-        }
-        chunks[0].vote = vote;
-        chunks[0].meta = meta;
-        chunks[0].total_bytes = data.len() as u64;
+            };
+            if let Some((vote, meta)) = first.take() {
+                chunk.vote = vote;
+                chunk.meta = meta;
+                chunk.total_bytes = total_bytes;
+            }
+            chunk
+        });
         let mut message = tonic::Request::new(tokio_stream::iter(chunks));
         message.set_timeout(option.hard_ttl().max(Duration::from_secs(30)));
         let mut client = self.client().map_err(|e| stream_error(&e))?;

@@ -1,40 +1,360 @@
 //! The peer network, server side: the `RaftPeer` gRPC service, handing
 //! other nodes' Raft messages to this node's consensus.
+//!
+//! An incoming snapshot goes through the node's [`SnapshotSpool`]. A stream
+//! announcing more than its cap is refused at once (RESOURCE_EXHAUSTED,
+//! logged); one snapshot is received at a time (another is refused with
+//! RESOURCE_EXHAUSTED and `oncekv-overloaded: snapshot`); the chunks are
+//! written to a file in the spool directory (`<data dir>/snapshot-incoming/`)
+//! as they arrive, not held in memory; and a stream that ends short of, or
+//! runs past, the size it announced is refused (INVALID_ARGUMENT). openraft
+//! takes a full snapshot as one buffer (`install_full_snapshot` with our
+//! `SnapshotData = Vec<u8>`), so a complete spool file is read back whole
+//! for the install: installing needs memory for one snapshot, which the cap
+//! bounds, receiving needs none. Before it is handed to consensus, the
+//! snapshot must restore (under this node's limits, to the index it
+//! claims): consensus treats a failed install as a storage failure and
+//! stops the node, so bytes that do not restore are refused here
+//! (INVALID_ARGUMENT, logged) instead. The spool file is removed whatever happens:
+//! on a refusal, when the sender goes away (the handler is dropped), and
+//! after the install. Leftovers of a crash are removed when the spool
+//! opens.
 
 use super::network::{VoteKind, decode, encode};
 use super::type_config::{Raft, TypeConfig};
+use crate::transport::{is_malformed_message, overloaded};
 use oncekv_proto::v1::raft_peer_server::RaftPeer;
 use oncekv_proto::v1::{RaftPayload, SnapshotChunk};
+use oncekv_state::{Limits, LogIndex, StateMachine};
 use openraft::alias::{SnapshotMetaOf, SnapshotOf, VoteOf};
 use serde::Serialize;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::{Request, Response, Status, Streaming};
 
-/// Memory reserved up front for an incoming snapshot at most: the size a
-/// peer announces is not trusted for more.
-const SNAPSHOT_RESERVE_BYTES_MAX: usize = 64 * 1024 * 1024;
+/// What was full when a snapshot is refused because another is being
+/// received.
+const SNAPSHOT_BUSY: &str = "snapshot";
+
+/// Where incoming snapshots are spooled, how large one may be, and the
+/// limits it must restore under.
+#[derive(Debug)]
+pub struct SnapshotSpool {
+    dir: PathBuf,
+    bytes_max: u64,
+    limits: Limits,
+    /// Whether files are written on the calling task rather than on a
+    /// blocking thread (deterministic simulation).
+    inline_io: bool,
+    /// One snapshot received (and installed) at a time.
+    receiving: Arc<Semaphore>,
+    next_file: AtomicU64,
+}
+
+impl SnapshotSpool {
+    /// A spool in `dir` (created if missing, emptied of what a crash left)
+    /// for snapshots of at most `bytes_max` bytes that restore under
+    /// `limits` (this node's). With `inline_io`, files are written and
+    /// snapshots checked on the calling task (deterministic simulation).
+    pub fn open(
+        dir: &Path,
+        bytes_max: u64,
+        limits: Limits,
+        inline_io: bool,
+    ) -> io::Result<SnapshotSpool> {
+        std::fs::create_dir_all(dir)?;
+        for entry in std::fs::read_dir(dir)? {
+            let path = entry?.path();
+            if path.is_file() {
+                std::fs::remove_file(&path)?;
+            }
+        }
+        Ok(SnapshotSpool {
+            dir: dir.to_path_buf(),
+            bytes_max,
+            limits,
+            inline_io,
+            receiving: Arc::new(Semaphore::new(1)),
+            next_file: AtomicU64::new(0),
+        })
+    }
+
+    /// Checks that `data` restores under this node's limits to the index
+    /// `meta` claims, off the async task unless `inline_io`; gives the data
+    /// back.
+    async fn check(
+        &self,
+        meta: &SnapshotMetaOf<TypeConfig>,
+        data: Vec<u8>,
+    ) -> Result<Vec<u8>, SnapshotRefused> {
+        let limits = self.limits.clone();
+        let claimed = meta.last_log_id.as_ref().map(|id| LogIndex(id.index));
+        let check = move || {
+            let verdict = match StateMachine::restore(&limits, &data) {
+                Err(error) => Err(format!("does not restore: {error}")),
+                Ok(machine) if machine.last_applied() != claimed => Err(format!(
+                    "restores to index {:?}, not the {:?} it claims",
+                    machine.last_applied().map(|index| index.0),
+                    claimed.map(|index| index.0)
+                )),
+                Ok(_) => Ok(()),
+            };
+            (verdict, data)
+        };
+        let (verdict, data) = if self.inline_io {
+            check()
+        } else {
+            tokio::task::spawn_blocking(check)
+                .await
+                .map_err(|error| SnapshotRefused::Spool(io::Error::other(error)))?
+        };
+        match verdict {
+            Ok(()) => Ok(data),
+            Err(reason) => {
+                let refused = SnapshotRefused::Invalid(reason);
+                tracing::warn!("{refused}");
+                Err(refused)
+            }
+        }
+    }
+
+    fn create(&self) -> io::Result<SpoolFile> {
+        let number = self.next_file.fetch_add(1, Ordering::Relaxed);
+        let path = self.dir.join(format!("snapshot-{number}.part"));
+        let file = std::fs::File::create(&path)?;
+        Ok(SpoolFile {
+            path,
+            file: Some(file),
+            inline_io: self.inline_io,
+        })
+    }
+}
+
+/// One snapshot being received: its file, removed when this is dropped.
+struct SpoolFile {
+    path: PathBuf,
+    file: Option<std::fs::File>,
+    inline_io: bool,
+}
+
+impl SpoolFile {
+    /// Appends `data`, off the async task unless `inline_io`.
+    async fn append(&mut self, data: Vec<u8>) -> io::Result<()> {
+        let mut file = self
+            .file
+            .take()
+            .ok_or_else(|| io::Error::other("an earlier write to the spool file failed"))?;
+        if self.inline_io {
+            file.write_all(&data)?;
+        } else {
+            file = tokio::task::spawn_blocking(move || file.write_all(&data).map(|()| file))
+                .await
+                .map_err(io::Error::other)??;
+        }
+        self.file = Some(file);
+        Ok(())
+    }
+
+    /// Reads the whole file back (openraft installs one buffer).
+    async fn read_all(&mut self) -> io::Result<Vec<u8>> {
+        drop(self.file.take());
+        if self.inline_io {
+            return std::fs::read(&self.path);
+        }
+        let path = self.path.clone();
+        tokio::task::spawn_blocking(move || std::fs::read(path))
+            .await
+            .map_err(io::Error::other)?
+    }
+}
+
+impl Drop for SpoolFile {
+    fn drop(&mut self) {
+        drop(self.file.take());
+        if let Err(error) = std::fs::remove_file(&self.path)
+            && error.kind() != io::ErrorKind::NotFound
+        {
+            tracing::warn!(path = %self.path.display(), %error, "cannot remove a snapshot spool file");
+        }
+    }
+}
+
+/// Why an incoming snapshot was refused.
+#[derive(Debug, thiserror::Error)]
+enum SnapshotRefused {
+    #[error("this node receives no snapshots (no spool directory)")]
+    NoSpool,
+    #[error("a snapshot is already being received; retry later")]
+    Busy,
+    #[error("empty snapshot stream")]
+    Empty,
+    #[error(
+        "the snapshot announces {announced} bytes, over this node's limit of {max} bytes (--max-snapshot-bytes)"
+    )]
+    TooLarge { announced: u64, max: u64 },
+    #[error("undecodable snapshot {what}: {source}")]
+    Undecodable {
+        what: &'static str,
+        source: postcard::Error,
+    },
+    #[error("snapshot stream carries more than the {total} bytes it announced")]
+    Overrun { total: u64 },
+    #[error("snapshot stream ended after {received} of {total} bytes")]
+    Short { received: u64, total: u64 },
+    #[error("a received snapshot is refused: it {0}")]
+    Invalid(String),
+    #[error("spooling the snapshot: {0}")]
+    Spool(#[source] io::Error),
+    #[error("receiving the snapshot: {0}")]
+    Stream(Status),
+}
+
+impl From<SnapshotRefused> for Status {
+    fn from(refused: SnapshotRefused) -> Status {
+        let message = refused.to_string();
+        match refused {
+            SnapshotRefused::NoSpool => Status::unavailable(message),
+            SnapshotRefused::Busy => overloaded(SNAPSHOT_BUSY, message),
+            SnapshotRefused::TooLarge { .. } => Status::resource_exhausted(message),
+            SnapshotRefused::Empty
+            | SnapshotRefused::Undecodable { .. }
+            | SnapshotRefused::Overrun { .. }
+            | SnapshotRefused::Short { .. }
+            | SnapshotRefused::Invalid(_) => Status::invalid_argument(message),
+            SnapshotRefused::Spool(error) => {
+                let mut status = Status::internal(message);
+                status.set_source(Arc::new(error));
+                status
+            }
+            SnapshotRefused::Stream(status) if is_malformed_message(&status) => {
+                Status::invalid_argument(format!("malformed snapshot chunk: {}", status.message()))
+            }
+            SnapshotRefused::Stream(status) => status,
+        }
+    }
+}
+
+/// A snapshot received whole into its spool file.
+struct Received {
+    vote: VoteOf<TypeConfig>,
+    meta: SnapshotMetaOf<TypeConfig>,
+    /// Dropped (removed) before the slot below is given back.
+    file: SpoolFile,
+    /// The spool's one slot, held until the install is over: one snapshot
+    /// in memory at most.
+    slot: OwnedSemaphorePermit,
+}
+
+/// The length of a chunk, for the running total.
+fn length(data: &[u8]) -> u64 {
+    u64::try_from(data.len()).unwrap_or(u64::MAX)
+}
+
+/// Receives a snapshot stream into a spool file, checking it against the
+/// spool's cap (before anything else), the spool's one slot, and the size
+/// it announced.
+async fn receive(
+    spool: &SnapshotSpool,
+    chunks: &mut Streaming<SnapshotChunk>,
+) -> Result<Received, SnapshotRefused> {
+    let first = chunks
+        .message()
+        .await
+        .map_err(SnapshotRefused::Stream)?
+        .ok_or(SnapshotRefused::Empty)?;
+    let total = first.total_bytes;
+    if total > spool.bytes_max {
+        let refused = SnapshotRefused::TooLarge {
+            announced: total,
+            max: spool.bytes_max,
+        };
+        tracing::warn!(announced = total, limit = spool.bytes_max, "{refused}");
+        return Err(refused);
+    }
+    let receiving = Arc::clone(&spool.receiving)
+        .try_acquire_owned()
+        .map_err(|_| {
+            metrics::counter!(
+                "oncekv_requests_shed_total",
+                "listener" => "peer",
+                "limit" => SNAPSHOT_BUSY
+            )
+            .increment(1);
+            SnapshotRefused::Busy
+        })?;
+    let undecodable = |what| move |source| SnapshotRefused::Undecodable { what, source };
+    let vote: VoteOf<TypeConfig> = decode(&first.vote).map_err(undecodable("vote"))?;
+    let meta: SnapshotMetaOf<TypeConfig> = decode(&first.meta).map_err(undecodable("meta"))?;
+    let mut file = spool.create().map_err(SnapshotRefused::Spool)?;
+    let mut received = 0u64;
+    let mut next = Some(first.data);
+    while let Some(data) = next {
+        received = received
+            .checked_add(length(&data))
+            .filter(|received| *received <= total)
+            .ok_or(SnapshotRefused::Overrun { total })?;
+        if !data.is_empty() {
+            file.append(data).await.map_err(SnapshotRefused::Spool)?;
+        }
+        next = chunks
+            .message()
+            .await
+            .map_err(SnapshotRefused::Stream)?
+            .map(|chunk| chunk.data);
+    }
+    if received != total {
+        return Err(SnapshotRefused::Short { received, total });
+    }
+    Ok(Received {
+        vote,
+        meta,
+        file,
+        slot: receiving,
+    })
+}
 
 /// Serves Raft messages from peers.
 #[derive(Clone)]
 pub struct PeerService {
     raft: Raft,
+    spool: Option<Arc<SnapshotSpool>>,
 }
 
 impl std::fmt::Debug for PeerService {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PeerService").finish_non_exhaustive()
+        f.debug_struct("PeerService")
+            .field("spool", &self.spool)
+            .finish_non_exhaustive()
     }
 }
 
 impl PeerService {
-    /// A service over this node's Raft.
+    /// A service over this node's Raft. It refuses snapshots until it is
+    /// given a spool ([`PeerService::with_snapshot_spool`]).
     pub fn new(raft: Raft) -> PeerService {
-        PeerService { raft }
+        PeerService { raft, spool: None }
+    }
+
+    /// Receives snapshots through `spool`.
+    pub fn with_snapshot_spool(mut self, spool: SnapshotSpool) -> PeerService {
+        self.spool = Some(Arc::new(spool));
+        self
     }
 }
 
 fn reply<T: Serialize>(result: &T) -> Result<Response<RaftPayload>, Status> {
-    let data = encode(result).map_err(|e| Status::internal(format!("encoding reply: {e}")))?;
-    Ok(Response::new(RaftPayload { data }))
+    match encode(result) {
+        Ok(data) => Ok(Response::new(RaftPayload { data })),
+        Err(error) => {
+            // Our failure, not the sender's: INTERNAL, with its cause.
+            let mut status = Status::internal(format!("encoding reply: {error}"));
+            status.set_source(Arc::new(error));
+            Err(status)
+        }
+    }
 }
 
 fn bad_message(error: postcard::Error) -> Status {
@@ -71,38 +391,25 @@ impl RaftPeer for PeerService {
         &self,
         request: Request<Streaming<SnapshotChunk>>,
     ) -> Result<Response<RaftPayload>, Status> {
+        let spool = self.spool.as_ref().ok_or(SnapshotRefused::NoSpool)?;
         let mut chunks = request.into_inner();
-        let first = chunks
-            .message()
-            .await?
-            .ok_or_else(|| Status::invalid_argument("empty snapshot stream"))?;
-        let vote: VoteOf<TypeConfig> = decode(&first.vote).map_err(bad_message)?;
-        let meta: SnapshotMetaOf<TypeConfig> = decode(&first.meta).map_err(bad_message)?;
-        let total = first.total_bytes;
-        let mut data = first.data;
-        data.reserve(
-            usize::try_from(total)
-                .unwrap_or(0)
-                .min(SNAPSHOT_RESERVE_BYTES_MAX),
-        );
-        while let Some(chunk) = chunks.message().await? {
-            data.extend_from_slice(&chunk.data);
-            if data.len() as u64 > total {
-                return Err(Status::invalid_argument(format!(
-                    "snapshot stream carries more than the {total} bytes it announced"
-                )));
-            }
-        }
-        if data.len() as u64 != total {
-            return Err(Status::invalid_argument(format!(
-                "snapshot stream ended after {} of {total} bytes",
-                data.len()
-            )));
-        }
+        let mut received = receive(spool, &mut chunks).await?;
+        let data = received
+            .file
+            .read_all()
+            .await
+            .map_err(SnapshotRefused::Spool)?;
+        let data = spool.check(&received.meta, data).await?;
         let snapshot = SnapshotOf::<TypeConfig, Vec<u8>> {
-            meta,
+            meta: received.meta,
             snapshot: data,
         };
-        reply(&self.raft.install_full_snapshot(vote, snapshot).await)
+        let result = self
+            .raft
+            .install_full_snapshot(received.vote, snapshot)
+            .await;
+        drop(received.file);
+        drop(received.slot);
+        reply(&result)
     }
 }

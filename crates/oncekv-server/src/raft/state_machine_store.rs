@@ -183,16 +183,15 @@ impl StateMachineStore {
             meta: snapshot.meta.clone(),
         })
         .map_err(|e| invalid(format!("snapshot metadata does not encode: {e}")))?;
-        let mut bytes = Vec::with_capacity(16 + header.len() + snapshot.data.len());
-        bytes.extend_from_slice(SNAPSHOT_MAGIC);
-        bytes.extend_from_slice(&(header.len() as u64).to_le_bytes());
-        bytes.extend_from_slice(&header);
-        bytes.extend_from_slice(&snapshot.data);
         let tmp = self.dir.join(format!("{SNAPSHOT_FILE}.tmp"));
         {
             use std::io::Write;
+            // Written piece by piece: the data is not copied again.
             let mut file = std::fs::File::create(&tmp)?;
-            file.write_all(&bytes)?;
+            file.write_all(SNAPSHOT_MAGIC)?;
+            file.write_all(&(header.len() as u64).to_le_bytes())?;
+            file.write_all(&header)?;
+            file.write_all(&snapshot.data)?;
             file.sync_all()?;
         }
         std::fs::rename(&tmp, self.dir.join(SNAPSHOT_FILE))?;
@@ -314,7 +313,18 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             data: snapshot,
         };
         self.load(&stored)?;
-        self.persist_off_task(stored.clone()).await?;
+        // The one copy of the data is persisted and then kept as the
+        // current snapshot, never cloned: an installed snapshot costs its
+        // size in memory once (it arrives whole from openraft).
+        let stored = if self.inline_io {
+            self.persist(&stored)?;
+            stored
+        } else {
+            let store = self.clone();
+            tokio::task::spawn_blocking(move || store.persist(&stored).map(|()| stored))
+                .await
+                .map_err(io::Error::other)??
+        };
         *self.current_lock() = Some(stored);
         Ok(())
     }

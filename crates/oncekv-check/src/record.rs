@@ -691,6 +691,8 @@ pub enum FaultKind {
     FsyncFailure,
     /// Network links failing at random, breaking connections.
     MessageLoss,
+    /// Sessions and idempotency keys flooded in, outside the history.
+    Flood,
     /// Any other fault.
     #[serde(other)]
     Other,
@@ -710,6 +712,7 @@ impl FaultKind {
             Self::Reset => "reset",
             Self::FsyncFailure => "fsync_failure",
             Self::MessageLoss => "message_loss",
+            Self::Flood => "flood",
             Self::Other => "other",
         }
     }

@@ -520,6 +520,7 @@ fn fault_colour(kind: FaultKind) -> &'static str {
         FaultKind::Reset => "#34495e",
         FaultKind::FsyncFailure => "#6d214f",
         FaultKind::MessageLoss => "#27ae60",
+        FaultKind::Flood => "#b33771",
         FaultKind::Other => "#95a5a6",
     }
 }

@@ -26,8 +26,11 @@ Examples:
 Fault kinds: kill (SIGKILL + restart), pause (SIGSTOP longer than the
 election timeout), drop-reply (the proxy drops replies after commit),
 delay, reset (client connections reset), partition (peer links cut),
-fsync (disk syncs fail; needs fiu-run/fiu-ctrl from Debian's fiu-utils).
-A kind that cannot run here is skipped with a message.
+fsync (disk syncs fail; needs fiu-run/fiu-ctrl from Debian's fiu-utils),
+flood (unused sessions and one-shot keys sent outside the history; the
+nodes run with a small session table, so it fills and must refuse without
+evicting a live session). A kind that cannot run here is skipped with a
+message.
 
 Exit codes:
   0  pass: every checker passed and the dangerous paths were exercised

@@ -47,7 +47,7 @@ fn checker<'a>(json: &'a Value, name: &str) -> &'a Value {
 
 #[test]
 fn a_short_run_under_every_fault_kind_passes() {
-    let (code, json) = verify(&["--duration", "20s", "--seed", "11"]);
+    let (code, json) = verify(&["--duration", "25s", "--seed", "11"]);
     assert_eq!(code, 0, "expected PASS: {json:#}");
     assert_eq!(json["verdict"], "PASS");
     let faults = &json["coverage"]["faults"];
@@ -58,6 +58,7 @@ fn a_short_run_under_every_fault_kind_passes() {
         "drop_replies",
         "delay",
         "reset",
+        "flood",
     ] {
         assert!(
             faults[kind].as_u64().unwrap_or(0) >= 1,

@@ -9,12 +9,15 @@
 //! * [`peer_proxy`]: TCP proxies on the peer links, for partitions;
 //! * [`cluster`]: the node processes (kill, restart, pause, resume);
 //! * [`nemesis`]: the seeded fault schedule;
+//! * [`flood`]: the flood fault (sessions and idempotency keys nobody
+//!   uses, sent outside the history);
 //! * [`run`]: one run from start to verdict;
 //! * [`convert`]: client and wire answers in the history's terms.
 
 pub mod client_proxy;
 pub mod cluster;
 pub mod convert;
+pub mod flood;
 pub mod nemesis;
 pub mod peer_proxy;
 pub mod recorder;

@@ -35,11 +35,13 @@ pub enum Fault {
     Partition,
     /// Make a node's disk syncs fail.
     Fsync,
+    /// Flood the cluster with sessions and idempotency keys.
+    Flood,
 }
 
 impl Fault {
     /// Every kind, in the order of `--faults`.
-    pub const ALL: [Fault; 7] = [
+    pub const ALL: [Fault; 8] = [
         Fault::Kill,
         Fault::Pause,
         Fault::DropReply,
@@ -47,6 +49,7 @@ impl Fault {
         Fault::Reset,
         Fault::Partition,
         Fault::Fsync,
+        Fault::Flood,
     ];
 
     /// The name used on the command line.
@@ -59,6 +62,7 @@ impl Fault {
             Fault::Reset => "reset",
             Fault::Partition => "partition",
             Fault::Fsync => "fsync",
+            Fault::Flood => "flood",
         }
     }
 
@@ -78,7 +82,7 @@ impl Fault {
     pub fn needs_processes(self) -> bool {
         matches!(
             self,
-            Fault::Kill | Fault::Pause | Fault::Partition | Fault::Fsync
+            Fault::Kill | Fault::Pause | Fault::Partition | Fault::Fsync | Fault::Flood
         )
     }
 
@@ -97,6 +101,7 @@ impl Fault {
             Fault::Reset => FaultKind::Reset,
             Fault::Partition => FaultKind::Partition,
             Fault::Fsync => FaultKind::FsyncFailure,
+            Fault::Flood => FaultKind::Flood,
         }
     }
 }
@@ -261,6 +266,17 @@ impl Nemesis {
                 self.proxies
                     .iter()
                     .for_each(|p| p.set_fault(ReplyFault::None));
+                recorder.fault_ended(id);
+            }
+            Fault::Flood => {
+                let Some(cluster) = &self.cluster else { return };
+                let addresses: Vec<String> = lock(cluster)
+                    .nodes()
+                    .iter()
+                    .map(|n| n.client_address.to_string())
+                    .collect();
+                let id = recorder.fault_started(fault.kind(), None, None);
+                super::flood::flood(&addresses, hold, rng.random(), stop).await;
                 recorder.fault_ended(id);
             }
             Fault::Reset => {

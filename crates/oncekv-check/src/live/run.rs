@@ -134,7 +134,16 @@ type Nodes = Vec<(Option<NodeId>, String)>;
 /// Consensus timing of the nodes a run starts.
 const ELECTION_TIMEOUT: Duration = Duration::from_millis(400);
 
-fn node_flags() -> Vec<String> {
+/// The session table of a run that floods: small enough that a flood
+/// window fills it, so new sessions are refused while honest ones live on.
+const FLOOD_SESSIONS_MAX: &str = "40";
+
+fn node_flags(faults: &[Fault]) -> Vec<String> {
+    let flood: &[&str] = if faults.contains(&Fault::Flood) {
+        &["--sessions-max", FLOOD_SESSIONS_MAX]
+    } else {
+        &[]
+    };
     [
         "--heartbeat",
         "50ms",
@@ -152,6 +161,7 @@ fn node_flags() -> Vec<String> {
         "100",
     ]
     .iter()
+    .chain(flood)
     .map(|s| (*s).to_string())
     .collect()
 }
@@ -270,7 +280,7 @@ pub async fn run(config: &RunConfig, progress: &dyn Fn(Progress)) -> Result<RunS
                 binary: binary.clone(),
                 nodes: *nodes,
                 dedup: *dedup,
-                extra_args: node_flags(),
+                extra_args: node_flags(&faults),
                 fiu: faults.contains(&Fault::Fsync),
             })
             .await?;

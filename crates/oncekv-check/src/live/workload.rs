@@ -217,9 +217,14 @@ impl Worker {
             result = again;
             attempts += more;
         }
+        // Refusals that say nothing about an earlier send: the session or
+        // record is gone, or the request was turned away before being
+        // looked at (a full table or budget).
         let forgotten = matches!(
             result,
-            Err(ClientError::SessionExpired | ClientError::Stale { .. })
+            Err(ClientError::SessionExpired
+                | ClientError::Stale { .. }
+                | ClientError::Overloaded(_))
         );
         if matches!(result, Err(ClientError::SessionExpired)) {
             self.recorder.session_expired(self.id, id);
@@ -249,6 +254,7 @@ impl Worker {
         let identity = RequestIdentity::idempotent(key.clone());
         let op_id = self.recorder.invoke(self.id, identity, op);
         let mut attempts = 0;
+        let mut was_unknown = false;
         let result = loop {
             let (result, more) = sent(
                 self.client
@@ -259,8 +265,16 @@ impl Worker {
             if !is_unknown(&result) || self.retries_over() {
                 break result;
             }
+            was_unknown = true;
         };
-        let outcome = outcome_of(&result);
+        let outcome = match &result {
+            // Refused before it was looked at: an earlier send may still
+            // apply.
+            Err(ClientError::Overloaded(_)) if was_unknown => Outcome::Unknown {
+                detail: Some("overloaded after an unknown outcome".into()),
+            },
+            _ => outcome_of(&result),
+        };
         self.recorder
             .complete(self.id, op_id, attempts.max(1), outcome.clone());
         outcome

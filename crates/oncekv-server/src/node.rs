@@ -142,7 +142,9 @@ impl Node {
             loop {
                 ticker.tick().await;
                 let Some(inner) = weak.upgrade() else { return };
-                Node { inner }.tick_if_idle().await;
+                let node = Node { inner };
+                node.snapshot_if_due().await;
+                node.tick_if_idle().await;
             }
         });
         node
@@ -169,6 +171,16 @@ impl Node {
             .consensus
             .member(id)
             .map(|info| info.client_address)
+    }
+
+    /// Asks for a snapshot when enough bytes were applied since the last
+    /// one (the entry-count policy is openraft's own).
+    async fn snapshot_if_due(&self) {
+        if self.inner.consensus.snapshot_due_by_bytes()
+            && let Err(error) = self.inner.consensus.trigger_snapshot().await
+        {
+            tracing::debug!(%error, "snapshot not triggered");
+        }
     }
 
     async fn tick_if_idle(&self) {

@@ -158,6 +158,7 @@ fn node_config(id: u64, root: &Path, dedup: bool) -> ServerConfig {
             election_timeout_min_ms: 400,
             election_timeout_max_ms: 800,
             snapshot_after_entries: 300,
+            snapshot_after_bytes: ConsensusOptions::default().snapshot_after_bytes,
             log_entries_kept_after_snapshot: 100,
         },
         node: NodeOptions {

@@ -179,6 +179,34 @@ impl Command {
         !matches!(self, Command::Read(_) | Command::Tick)
     }
 
+    /// The bytes of keys, values and names the command carries: what it
+    /// adds to the log beyond a fixed size.
+    pub fn payload_bytes(&self) -> u64 {
+        let bytes = match self {
+            Command::Put { key, value, lease } => {
+                key.len() + value.len() + lease.as_ref().map_or(0, String::len)
+            }
+            Command::Append { key, value } => key.len() + value.len(),
+            Command::Cas { key, expected, new } => {
+                key.len() + expected.as_ref().map_or(0, Vec::len) + new.len()
+            }
+            Command::Delete { key }
+            | Command::Incr { key, .. }
+            | Command::Read(Query::Get { key }) => key.len(),
+            Command::Read(Query::Scan { prefix, .. }) => prefix.len(),
+            Command::LeaseGrant { name, .. }
+            | Command::LeaseKeepAlive { name }
+            | Command::LeaseRevoke { name } => name.len(),
+            Command::OpenSession { .. }
+            | Command::KeepAlive { .. }
+            | Command::CloseSession { .. }
+            | Command::Tick
+            | Command::Read(Query::LeaseList)
+            | Command::AlarmDisarm => 0,
+        };
+        bytes as u64
+    }
+
     /// Whether the command may add bytes to the store, and so is refused
     /// while the `NOSPACE` alarm is raised.
     pub fn grows_store(&self) -> bool {

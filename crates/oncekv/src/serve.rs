@@ -93,6 +93,11 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 10_000)]
     snapshot_after_entries: u64,
 
+    /// Also take a snapshot once this many bytes of keys and values were
+    /// applied since the last one.
+    #[arg(long, default_value_t = ConsensusOptions::default().snapshot_after_bytes)]
+    snapshot_after_bytes: u64,
+
     /// Log entries kept behind a snapshot for slow followers.
     #[arg(long, default_value_t = 1_000)]
     log_entries_kept: u64,
@@ -358,6 +363,7 @@ fn config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
             election_timeout_min_ms: election_ms,
             election_timeout_max_ms: election_ms.saturating_mul(2),
             snapshot_after_entries: args.snapshot_after_entries.max(1),
+            snapshot_after_bytes: args.snapshot_after_bytes.max(1),
             log_entries_kept_after_snapshot: args.log_entries_kept,
         },
         node: NodeOptions {

@@ -372,3 +372,36 @@ async fn a_retried_open_session_under_one_key_returns_the_first_session() {
         .into_inner();
     assert_eq!(status.sessions, 1, "no session leaked");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_of_large_values_is_snapshotted_by_bytes() {
+    let _one = exclusive().await;
+    let (cluster, mut client) = one_node(&[
+        "--snapshot-after-entries",
+        "100000",
+        "--snapshot-after-bytes",
+        "2000000",
+    ])
+    .await;
+    for i in 0..5u8 {
+        let put = Request::plain(Command::Put {
+            key: vec![b'v', i],
+            value: vec![i; 512 * 1024],
+            lease: None,
+        });
+        assert!(matches!(
+            outcome_of(&mut client, &put).await,
+            Outcome::Applied(_)
+        ));
+    }
+    // Five entries are far below the entry count, but 2.5 MB passed the
+    // byte threshold: a snapshot follows within a few ticks.
+    support::eventually(Duration::from_secs(20), "a snapshot by bytes", || {
+        let node = &cluster.nodes[0];
+        async move {
+            let status = node.status().await.ok()?;
+            status.snapshot_index.filter(|&index| index >= 5)
+        }
+    })
+    .await;
+}

@@ -24,6 +24,10 @@ pub struct ConsensusOptions {
     pub election_timeout_max_ms: u64,
     /// Take a snapshot after this many entries since the last one.
     pub snapshot_after_entries: u64,
+    /// Take a snapshot once this many bytes of keys and values were applied
+    /// since the last one (checked every tick), so a log of large values is
+    /// compacted as soon as one of many small ones.
+    pub snapshot_after_bytes: u64,
     /// Entries kept in the log behind a snapshot (for slow followers).
     pub log_entries_kept_after_snapshot: u64,
 }
@@ -35,6 +39,7 @@ impl Default for ConsensusOptions {
             election_timeout_min_ms: 500,
             election_timeout_max_ms: 1000,
             snapshot_after_entries: 10_000,
+            snapshot_after_bytes: 64 * 1024 * 1024,
             log_entries_kept_after_snapshot: 1_000,
         }
     }
@@ -126,6 +131,7 @@ pub struct Consensus {
     id: NodeId,
     raft: Raft,
     state: SharedState,
+    snapshot_after_bytes: u64,
 }
 
 impl std::fmt::Debug for Consensus {
@@ -201,7 +207,12 @@ impl Consensus {
                 }
             }
         }
-        Ok(Consensus { id, raft, state })
+        Ok(Consensus {
+            id,
+            raft,
+            state,
+            snapshot_after_bytes: options.snapshot_after_bytes.max(1),
+        })
     }
 
     /// This node's id.
@@ -338,6 +349,12 @@ impl Consensus {
             .await
             .map_err(write_error)?;
         Ok(())
+    }
+
+    /// Whether enough bytes were applied since the last snapshot that one
+    /// is due ([`ConsensusOptions::snapshot_after_bytes`]).
+    pub fn snapshot_due_by_bytes(&self) -> bool {
+        self.state.lock().bytes_since_snapshot >= self.snapshot_after_bytes
     }
 
     /// Asks consensus to take a snapshot now.

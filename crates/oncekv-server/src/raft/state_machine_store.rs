@@ -29,6 +29,10 @@ pub struct AppliedState {
     pub last_applied: Option<LogIdOf<TypeConfig>>,
     /// The last applied membership.
     pub membership: StoredMembershipOf<TypeConfig>,
+    /// Bytes of keys and values applied since the last snapshot was built
+    /// (not persisted): a snapshot is due when it passes
+    /// `ConsensusOptions::snapshot_after_bytes`.
+    pub bytes_since_snapshot: u64,
 }
 
 /// A handle to the applied state.
@@ -90,6 +94,7 @@ impl StateMachineStore {
                 machine: StateMachine::new(limits.clone()),
                 last_applied: None,
                 membership: StoredMembershipOf::<TypeConfig>::default(),
+                bytes_since_snapshot: 0,
             }))),
             limits,
             dedup: true,
@@ -224,7 +229,8 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
 
     async fn build_snapshot(&mut self) -> Result<SnapshotOf<TypeConfig, Vec<u8>>, io::Error> {
         let snapshot = {
-            let state = self.state.lock();
+            let mut state = self.state.lock();
+            state.bytes_since_snapshot = 0;
             StoredSnapshot {
                 meta: SnapshotMetaOf::<TypeConfig> {
                     last_log_id: state.last_applied,
@@ -266,6 +272,9 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                 let mut state = self.state.lock();
                 let outcome = match entry.payload {
                     EntryPayload::Normal(proposal) => {
+                        let bytes = proposal.request.command.payload_bytes();
+                        state.bytes_since_snapshot =
+                            state.bytes_since_snapshot.saturating_add(bytes);
                         let applied = Entry {
                             index,
                             time: proposal.time,

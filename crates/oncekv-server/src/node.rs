@@ -320,15 +320,15 @@ impl Node {
     }
 
     /// A digest of this replica's state machine and the index it was taken
-    /// at. It reads the whole state under the state lock (applies wait
-    /// meanwhile), so calls are served one at a time: for checks, not for
-    /// polling; status reports counters only.
+    /// at. The state lock is held only to copy the state; the digest is
+    /// computed from the copy on a blocking thread while applies go on.
+    /// Calls are served one at a time (each holds a copy): for checks, not
+    /// for polling; status reports counters only.
     pub async fn state_digest(&self) -> (Option<LogIndex>, u64) {
         let _one_at_a_time = self.inner.digesting.lock().await;
-        let node = self.clone();
+        let copy = self.inner.consensus.state().lock().machine.clone();
         let digest = tokio::task::spawn_blocking(move || {
-            let state = node.inner.consensus.state().lock();
-            (state.machine.last_applied(), state.machine.state_digest())
+            (copy.last_applied(), copy.state_digest())
         })
         .await;
         match digest {

@@ -342,12 +342,14 @@ where
         SegmentLog::open(&log_dir)
     }
     .map_err(storage(log_dir))?;
+    let log_failure = log.failure();
     let state_dir = config.data_dir.join("state");
     let mut state =
         StateMachineStore::open(&state_dir, config.limits.clone()).map_err(storage(state_dir))?;
     if config.inline_disk_io {
         state = state.with_inline_io();
     }
+    let state_failure = state.failure();
     if !config.dedup {
         tracing::warn!("deduplication is OFF: retries apply again (negative control only)");
         state = state.without_dedup();
@@ -439,9 +441,9 @@ where
     }
     consensus.shutdown().await;
     if let Some(cause) = fatal {
-        // openraft carries the storage error as text; an OS error keeps
-        // its code there.
-        if cause.contains("(os error 28)") {
+        let full = [log_failure.kind(), state_failure.kind()]
+            .contains(&Some(std::io::ErrorKind::StorageFull));
+        if full {
             return Err(ServeError::DiskFull(cause));
         }
         return Err(ServeError::Fatal(cause));

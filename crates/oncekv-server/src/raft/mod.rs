@@ -8,4 +8,5 @@ pub mod peer_service;
 pub mod runtime;
 pub mod segment_log;
 pub mod state_machine_store;
+pub mod storage_failure;
 pub mod type_config;

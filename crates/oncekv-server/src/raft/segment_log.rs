@@ -75,6 +75,7 @@
 //! thread (same files, same order, one sync per write), for deterministic
 //! simulation, where every step must happen inside the simulated runtime.
 
+use super::storage_failure::StorageFailure;
 use super::type_config::TypeConfig;
 use openraft::OptionalSend;
 use openraft::alias::{EntryOf, LogIdOf, VoteOf};
@@ -317,6 +318,7 @@ pub struct SegmentLog {
     dir: PathBuf,
     memory: Arc<RwLock<Memory>>,
     writer: Writer,
+    failure: StorageFailure,
 }
 
 impl Debug for SegmentLog {
@@ -912,6 +914,8 @@ struct Segments {
     sealed: bool,
     /// Frame size a batch is cut at ([`FRAME_BYTES_TARGET`]).
     frame_target: usize,
+    /// Where the first failed write is recorded.
+    failure: StorageFailure,
     /// Size a segment is closed at ([`SEGMENT_BYTES`]).
     segment_bytes: u64,
 }
@@ -954,6 +958,7 @@ impl Segments {
             sealed,
             frame_target: FRAME_BYTES_TARGET,
             segment_bytes: SEGMENT_BYTES,
+            failure: StorageFailure::default(),
         };
         segments.seal()?;
         Ok(segments)
@@ -971,6 +976,7 @@ impl Segments {
             sealed: false,
             frame_target: FRAME_BYTES_TARGET,
             segment_bytes: SEGMENT_BYTES,
+            failure: StorageFailure::default(),
         })
     }
 
@@ -1081,6 +1087,7 @@ impl Done {
 fn write_and_complete(segments: &mut Segments, batch: Vec<Pending>) -> bool {
     let result = segments.write_batch(&batch);
     if let Err(error) = &result {
+        segments.failure.record(error);
         tracing::error!(%error, "log write failed: this node stops acknowledging");
     }
     for write in batch {
@@ -1119,6 +1126,7 @@ impl SegmentLog {
     /// writer thread makes appends durable.
     pub fn open(dir: &Path) -> io::Result<SegmentLog> {
         let (memory, segments) = Self::replay(dir)?;
+        let failure = segments.failure.clone();
         let (writer, requests) = mpsc::channel();
         std::thread::Builder::new()
             .name("oncekv-log-writer".into())
@@ -1127,6 +1135,7 @@ impl SegmentLog {
             dir: dir.to_path_buf(),
             memory: Arc::new(RwLock::new(memory)),
             writer: Writer::Thread(writer),
+            failure,
         })
     }
 
@@ -1134,11 +1143,18 @@ impl SegmentLog {
     /// on the calling task before it returns, without a thread.
     pub fn open_inline(dir: &Path) -> io::Result<SegmentLog> {
         let (memory, segments) = Self::replay(dir)?;
+        let failure = segments.failure.clone();
         Ok(SegmentLog {
             dir: dir.to_path_buf(),
             memory: Arc::new(RwLock::new(memory)),
             writer: Writer::Inline(Arc::new(Mutex::new(Some(segments)))),
+            failure,
         })
+    }
+
+    /// Why the log stopped accepting writes, once it has.
+    pub fn failure(&self) -> StorageFailure {
+        self.failure.clone()
     }
 
     fn replay(dir: &Path) -> io::Result<(Memory, Segments)> {

@@ -5,6 +5,7 @@
 //! (write, fsync, rename, fsync the directory), so a restart resumes from it
 //! plus the log tail.
 
+use super::storage_failure::StorageFailure;
 use super::type_config::{Applied, TypeConfig};
 use futures_util::{Stream, StreamExt};
 use oncekv_state::{ClusterTime, Entry, Limits, LogIndex, StateMachine};
@@ -67,6 +68,8 @@ pub struct StateMachineStore {
     inline_io: bool,
     dir: PathBuf,
     current: Arc<Mutex<Option<StoredSnapshot>>>,
+    /// The kind of the first failed snapshot write.
+    failure: StorageFailure,
 }
 
 #[derive(Debug, Clone)]
@@ -101,6 +104,7 @@ impl StateMachineStore {
             inline_io: false,
             dir: dir.to_path_buf(),
             current: Arc::new(Mutex::new(None)),
+            failure: StorageFailure::default(),
         };
         let path = dir.join(SNAPSHOT_FILE);
         match std::fs::read(&path) {
@@ -183,7 +187,21 @@ impl StateMachineStore {
     }
 
     /// Writes the snapshot file durably and atomically.
+    /// Writes the snapshot file; a failure is recorded for the node's exit.
     fn persist(&self, snapshot: &StoredSnapshot) -> io::Result<()> {
+        let written = self.write_snapshot_file(snapshot);
+        if let Err(error) = &written {
+            self.failure.record(error);
+        }
+        written
+    }
+
+    /// Why the store stopped accepting writes, once it has.
+    pub fn failure(&self) -> StorageFailure {
+        self.failure.clone()
+    }
+
+    fn write_snapshot_file(&self, snapshot: &StoredSnapshot) -> io::Result<()> {
         let header = postcard::to_allocvec(&SnapshotHeader {
             meta: snapshot.meta.clone(),
         })

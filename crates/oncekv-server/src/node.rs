@@ -327,10 +327,8 @@ impl Node {
     pub async fn state_digest(&self) -> (Option<LogIndex>, u64) {
         let _one_at_a_time = self.inner.digesting.lock().await;
         let copy = self.inner.consensus.state().lock().machine.clone();
-        let digest = tokio::task::spawn_blocking(move || {
-            (copy.last_applied(), copy.state_digest())
-        })
-        .await;
+        let digest =
+            tokio::task::spawn_blocking(move || (copy.last_applied(), copy.state_digest())).await;
         match digest {
             Ok(digest) => digest,
             Err(panicked) => std::panic::resume_unwind(panicked.into_panic()),

@@ -4,7 +4,7 @@
 //! request under a new key is refused until the oldest keys expire.
 
 use crate::ids::{ClusterTime, IdempotencyKey, LogIndex};
-use crate::outcome::{ENTRY_OVERHEAD_BYTES, Overload};
+use crate::outcome::{KEY_ENTRY_OVERHEAD_BYTES, Overload};
 use crate::session::{CompletionRecord, NotExecuted};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -24,8 +24,9 @@ impl KeyRecord {
     /// The bytes it holds, as the byte budget counts them.
     pub fn weight_bytes(&self) -> u64 {
         (self.key.0.len() as u64)
+            .saturating_mul(3)
             .saturating_add(self.record.weight_bytes())
-            .saturating_add(ENTRY_OVERHEAD_BYTES)
+            .saturating_add(KEY_ENTRY_OVERHEAD_BYTES)
     }
 }
 

@@ -32,7 +32,7 @@ pub struct KvStore {
 pub fn entry_weight_bytes(key: &[u8], stored: &StoredValue) -> u64 {
     let lease = stored.lease.as_ref().map_or(0, String::len);
     ((key.len() + stored.value.len() + lease) as u64)
-        .saturating_add(crate::outcome::ENTRY_OVERHEAD_BYTES)
+        .saturating_add(crate::outcome::STORE_ENTRY_OVERHEAD_BYTES)
 }
 
 impl KvStore {

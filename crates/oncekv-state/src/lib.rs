@@ -58,7 +58,8 @@ pub use lease::{Lease, Leases};
 pub use limits::{InvalidRequest, Limits, WINDOW_DEFAULT, WINDOW_MAX_ABSOLUTE};
 pub use machine::{StateMachine, Stats};
 pub use outcome::{
-    ENTRY_OVERHEAD_BYTES, LeaseInfo, Malformed, Outcome, Overload, Rejection, Reply,
+    ENTRY_OVERHEAD_BYTES, KEY_ENTRY_OVERHEAD_BYTES, LeaseInfo, Malformed, Outcome, Overload,
+    Rejection, Reply, STORE_ENTRY_OVERHEAD_BYTES,
 };
 pub use session::{CompletionRecord, NotExecuted, RecordBudget, Session, SessionTable};
 pub use snapshot::{FORMAT_VERSION, SnapshotError};

@@ -313,16 +313,16 @@ impl StateMachine {
                 let fresh = if self.kv.contains(key) {
                     0
                 } else {
-                    key.len() as u64 + crate::outcome::ENTRY_OVERHEAD_BYTES
+                    key.len() as u64 + crate::outcome::STORE_ENTRY_OVERHEAD_BYTES
                 };
                 value.len() as u64 + fresh
             }
             Command::Incr { key, .. } => {
                 // An i64 in decimal takes at most 20 bytes.
-                20 + key.len() as u64 + crate::outcome::ENTRY_OVERHEAD_BYTES
+                20 + key.len() as u64 + crate::outcome::STORE_ENTRY_OVERHEAD_BYTES
             }
             Command::Cas { key, new, .. } => {
-                new.len() as u64 + key.len() as u64 + crate::outcome::ENTRY_OVERHEAD_BYTES
+                new.len() as u64 + key.len() as u64 + crate::outcome::STORE_ENTRY_OVERHEAD_BYTES
             }
             _ => 0,
         }

@@ -11,6 +11,9 @@ use crate::outcome::{Malformed, Outcome, Overload, Reply};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
+/// Slots a session's record ring keeps when it shrinks.
+const RING_SLOTS_KEPT: usize = 4;
+
 /// The remembered response of an executed request.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CompletionRecord {
@@ -163,6 +166,13 @@ impl Session {
                 self.held_bytes -= record.weight_bytes();
             }
             self.floor = first_incomplete;
+            // The ring's memory follows what it holds: a session that once
+            // had its whole window in flight does not keep that capacity
+            // (the byte budgets count records, not slots).
+            let wanted = self.records.len().max(RING_SLOTS_KEPT);
+            if self.records.capacity() > 4 * wanted {
+                self.records.shrink_to(wanted);
+            }
         }
         if self.lowest_unexecuted < self.floor {
             self.lowest_unexecuted = self.floor;

@@ -51,12 +51,9 @@ fn u64_to_usize(value: u64, field: &'static str) -> Result<usize> {
     usize::try_from(value).map_err(|_| ConvertError::OutOfRange { field })
 }
 
-/// A request from the wire; `draw_secret` supplies the secret of a session
-/// being opened (the leader draws it).
-pub fn request_from_wire(
-    request: v1::ExecuteRequest,
-    draw_secret: impl FnOnce() -> Secret,
-) -> Result<Request> {
+/// A request from the wire. A session being opened gets the placeholder
+/// secret 0: the leader draws the real one when it proposes the entry.
+pub fn request_from_wire(request: v1::ExecuteRequest) -> Result<Request> {
     let origin = match request.origin {
         None => Origin::Plain,
         Some(v1::execute_request::Origin::Session(header)) => Origin::Session(RequestHeader {
@@ -70,24 +67,18 @@ pub fn request_from_wire(
         }),
         Some(v1::execute_request::Origin::IdempotencyKey(key)) => Origin::Key(IdempotencyKey(key)),
     };
-    let command = command_from_wire(
-        request.command.ok_or(ConvertError::Missing("command"))?,
-        draw_secret,
-    )?;
+    let command = command_from_wire(request.command.ok_or(ConvertError::Missing("command"))?)?;
     Ok(Request { origin, command })
 }
 
-fn command_from_wire(
-    command: v1::Command,
-    draw_secret: impl FnOnce() -> Secret,
-) -> Result<Command> {
+fn command_from_wire(command: v1::Command) -> Result<Command> {
     use v1::command::Kind;
     Ok(
         match command.kind.ok_or(ConvertError::Missing("command.kind"))? {
             Kind::OpenSession(open) => Command::OpenSession {
                 ttl_ms: open.ttl_ms,
                 window: open.window,
-                secret: draw_secret(),
+                secret: Secret(0),
             },
             Kind::KeepAlive(session) => Command::KeepAlive {
                 session: SessionId(session.session_id),

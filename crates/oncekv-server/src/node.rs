@@ -9,7 +9,7 @@
 
 use crate::clock::LeaderClock;
 use crate::raft::consensus::{Consensus, RaftStatus, WriteError};
-use crate::raft::type_config::{Applied, NodeId, NodeInfo, Proposal};
+use crate::raft::type_config::{Executed, NodeId, NodeInfo, Proposal};
 use oncekv_state::{
     Command, LogIndex, Origin, Query, Reply, Request, RequestId, Secret, Stats, command_digest,
 };
@@ -84,7 +84,7 @@ pub struct NodeStatus {
     pub state: Stats,
 }
 
-type InFlightResult = Option<Result<Applied, WriteError>>;
+type InFlightResult = Option<Result<Executed, WriteError>>;
 /// Requests on sessions proposed here and not yet applied, by their whole
 /// header (dedup key and secret) and command digest: a caller joins only a
 /// request it could have sent itself.
@@ -120,7 +120,7 @@ impl std::fmt::Debug for Node {
 impl Node {
     /// A node over started consensus; spawns its ticker.
     pub fn new(consensus: Consensus, options: NodeOptions) -> Node {
-        let limits = consensus.state().lock().machine.limits().clone();
+        let limits = consensus.limits();
         let session_opens = Mutex::new(RateLimit::new(options.session_opens_per_second));
         let node = Node {
             inner: Arc::new(Inner {
@@ -189,13 +189,7 @@ impl Node {
             return;
         }
         let idle = self.lock_last_proposal().elapsed() >= self.inner.options.tick_interval;
-        let expiring = self
-            .inner
-            .consensus
-            .state()
-            .lock()
-            .machine
-            .has_expiring_state();
+        let expiring = self.inner.consensus.has_expiring_state();
         if idle
             && expiring
             && let Err(error) = self.execute(Request::plain(Command::Tick)).await
@@ -219,7 +213,7 @@ impl Node {
     /// request on a session that is already in flight here, with the same
     /// header and command, waits for that entry's result instead of being
     /// proposed again.
-    pub async fn execute(&self, request: Request) -> Result<Applied, WriteError> {
+    pub async fn execute(&self, request: Request) -> Result<Executed, WriteError> {
         self.inner.limits.check_request(&request)?;
         if matches!(request.command, Command::OpenSession { .. })
             && !lock(&self.inner.session_opens).take()
@@ -269,7 +263,7 @@ impl Node {
         }
     }
 
-    async fn propose(&self, request: Request) -> Result<Applied, WriteError> {
+    async fn propose(&self, mut request: Request) -> Result<Executed, WriteError> {
         let leadership = self.inner.consensus.leadership();
         if !leadership.is_leader {
             return Err(WriteError::NotLeader {
@@ -279,17 +273,18 @@ impl Node {
                     .and_then(|id| self.inner.consensus.member(id)),
             });
         }
-        let applied_time = self.inner.consensus.state().lock().machine.cluster_time();
+        // What the leader stamps on an entry, in one place: its cluster
+        // time, and a new session's secret.
+        let applied_time = self.inner.consensus.cluster_time();
         let time = self.inner.clock.stamp(leadership.term, applied_time);
+        if let Command::OpenSession { secret, .. } = &mut request.command {
+            *secret = Node::draw_secret();
+        }
         *self.lock_last_proposal() = Instant::now();
         let command = request.command.name();
         let result = self.inner.consensus.write(Proposal { time, request }).await;
         let outcome = match &result {
-            Ok(Applied {
-                outcome: Some(outcome),
-                ..
-            }) => outcome.name(),
-            Ok(_) => "none",
+            Ok(executed) => executed.outcome.name(),
             Err(WriteError::NotLeader { .. }) => "not_leader",
             Err(WriteError::Unavailable(_)) => "unavailable",
             Err(WriteError::Invalid(_)) => "invalid",
@@ -306,7 +301,7 @@ impl Node {
         if !serializable {
             self.inner.consensus.read_barrier().await?;
         }
-        let reply = self.inner.consensus.state().lock().machine.read(query);
+        let reply = self.inner.consensus.read_applied(query);
         Ok(reply)
     }
 
@@ -315,7 +310,7 @@ impl Node {
         let raft = self.inner.consensus.status();
         NodeStatus {
             raft,
-            state: self.inner.consensus.state().lock().machine.stats(),
+            state: self.inner.consensus.stats(),
         }
     }
 
@@ -326,7 +321,7 @@ impl Node {
     /// for polling; status reports counters only.
     pub async fn state_digest(&self) -> (Option<LogIndex>, u64) {
         let _one_at_a_time = self.inner.digesting.lock().await;
-        let copy = self.inner.consensus.state().lock().machine.clone();
+        let copy = self.inner.consensus.state_copy();
         let digest =
             tokio::task::spawn_blocking(move || (copy.last_applied(), copy.state_digest())).await;
         match digest {
@@ -357,7 +352,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 async fn wait_for(
     mut receiver: watch::Receiver<InFlightResult>,
     deadline: Duration,
-) -> Option<Result<Applied, WriteError>> {
+) -> Option<Result<Executed, WriteError>> {
     let waited = tokio::time::timeout(deadline, receiver.wait_for(Option::is_some)).await;
     match waited {
         Ok(Ok(value)) => value.clone(),

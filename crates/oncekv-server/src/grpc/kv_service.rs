@@ -94,7 +94,7 @@ impl Kv for KvService {
         &self,
         request: Request<ExecuteRequest>,
     ) -> Result<Response<ExecuteResponse>, Status> {
-        let request = match convert::request_from_wire(request.into_inner(), Node::draw_secret) {
+        let request = match convert::request_from_wire(request.into_inner()) {
             Ok(request) => request,
             Err(error) => {
                 let result = execute_response::Result::Invalid(invalid(error));
@@ -105,18 +105,10 @@ impl Kv for KvService {
             }
         };
         let (result, log_index) = match self.node.execute(request).await {
-            Ok(applied) => match applied.outcome {
-                Some(outcome) => (
-                    execute_response::Result::Outcome(outcome_to_wire(&outcome)),
-                    applied.index.0,
-                ),
-                None => (
-                    execute_response::Result::Unavailable(Unavailable {
-                        reason: "the entry carried no request".into(),
-                    }),
-                    0,
-                ),
-            },
+            Ok(executed) => (
+                execute_response::Result::Outcome(outcome_to_wire(&executed.outcome)),
+                executed.index.0,
+            ),
             Err(error) => match self.failure(error)? {
                 Failure::NotLeader(hint) => (execute_response::Result::NotLeader(hint), 0),
                 Failure::Unavailable(why) => (execute_response::Result::Unavailable(why), 0),

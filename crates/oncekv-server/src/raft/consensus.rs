@@ -1,10 +1,10 @@
 //! [`Consensus`]: the node's handle on openraft, in the node's own terms.
-//! Writes a [`Proposal`] and returns its [`Applied`] outcome, waits for a
+//! Writes a [`Proposal`] and returns what applying it decided ([`Executed`]), waits for a
 //! read barrier (read-index), reports leadership and status, and changes
 //! membership. Everything outside `raft/` talks to consensus through it.
 
 use super::state_machine_store::{SharedState, StateMachineStore};
-use super::type_config::{Applied, NodeId, NodeInfo, Proposal, Raft, TypeConfig};
+use super::type_config::{Executed, NodeId, NodeInfo, Proposal, Raft, TypeConfig};
 use openraft::error::{ClientWriteError, InitializeError, RaftError};
 use openraft::storage::RaftLogStorage;
 use openraft::{
@@ -220,9 +220,35 @@ impl Consensus {
         self.id
     }
 
-    /// The applied state.
-    pub fn state(&self) -> &SharedState {
-        &self.state
+    /// The limits the state machine enforces.
+    pub fn limits(&self) -> oncekv_state::Limits {
+        self.state.lock().machine.limits().clone()
+    }
+
+    /// The cluster time of the last applied entry.
+    pub fn cluster_time(&self) -> oncekv_state::ClusterTime {
+        self.state.lock().machine.cluster_time()
+    }
+
+    /// Whether anything in the applied state expires with time.
+    pub fn has_expiring_state(&self) -> bool {
+        self.state.lock().machine.has_expiring_state()
+    }
+
+    /// Answers a query from this replica's applied state.
+    pub fn read_applied(&self, query: &oncekv_state::Query) -> oncekv_state::Reply {
+        self.state.lock().machine.read(query)
+    }
+
+    /// The applied state's counts.
+    pub fn stats(&self) -> oncekv_state::Stats {
+        self.state.lock().machine.stats()
+    }
+
+    /// A copy of the applied state machine (the lock is held for the copy
+    /// only).
+    pub fn state_copy(&self) -> oncekv_state::StateMachine {
+        self.state.lock().machine.clone()
     }
 
     /// The peer service for this node's consensus.
@@ -231,12 +257,25 @@ impl Consensus {
     }
 
     /// Proposes an entry and waits until it is applied here.
-    pub async fn write(&self, proposal: Proposal) -> Result<Applied, WriteError> {
-        self.raft
+    pub async fn write(&self, proposal: Proposal) -> Result<Executed, WriteError> {
+        let applied = self
+            .raft
             .client_write(proposal)
             .await
             .map(|response| response.data)
-            .map_err(write_error)
+            .map_err(write_error)?;
+        match applied.outcome {
+            Some(outcome) => Ok(Executed {
+                index: applied.index,
+                outcome,
+            }),
+            // A proposal's entry carries a request, so applying it always
+            // decides an outcome; say "unknown" rather than guess.
+            None => Err(WriteError::Unavailable(format!(
+                "entry {} was applied without an outcome",
+                applied.index.0
+            ))),
+        }
     }
 
     /// Waits until this node has applied everything committed before the

@@ -8,7 +8,7 @@
 use super::storage_failure::StorageFailure;
 use super::type_config::{Applied, TypeConfig};
 use futures_util::{Stream, StreamExt};
-use oncekv_state::{ClusterTime, Entry, Limits, LogIndex, StateMachine};
+use oncekv_state::{Entry, Limits, LogIndex, StateMachine};
 use openraft::alias::{LogIdOf, SnapshotMetaOf, SnapshotOf, StoredMembershipOf};
 use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
 use openraft::{EntryPayload, OptionalSend};
@@ -312,12 +312,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                     }
                 };
                 state.last_applied = Some(entry.log_id);
-                let time: ClusterTime = state.machine.cluster_time();
-                Applied {
-                    index,
-                    time,
-                    outcome,
-                }
+                Applied { index, outcome }
             };
             if let Some(responder) = responder {
                 responder.send(applied);

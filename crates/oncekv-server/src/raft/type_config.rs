@@ -43,16 +43,25 @@ impl fmt::Display for Proposal {
     }
 }
 
-/// The result of applying a proposal, returned to the proposer.
+/// What applying an entry answered, as openraft hands it back: an entry
+/// without a request (a leader's blank entry or a membership change) has
+/// no outcome. [`Executed`] is what a proposal's caller gets.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Applied {
     /// The entry's index.
     pub index: LogIndex,
-    /// The cluster time the entry was applied at.
-    pub time: ClusterTime,
-    /// What the state machine decided; `None` for an entry without a
-    /// request (a leader's blank entry or a membership change).
+    /// What the state machine decided, for an entry with a request.
     pub outcome: Option<Outcome>,
+}
+
+/// A proposal's result: where it was applied and what the state machine
+/// decided.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Executed {
+    /// The entry's index.
+    pub index: LogIndex,
+    /// What the state machine decided.
+    pub outcome: Outcome,
 }
 
 openraft::declare_raft_types!(

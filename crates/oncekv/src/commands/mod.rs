@@ -1,0 +1,434 @@
+//! The client commands of `oncekv`: key-value operations, leases, sessions,
+//! status and membership. Each prints a short human line or, with
+//! `-o json`, one JSON object, and exits with a code that says what is
+//! known (see `oncekv --help`).
+
+use crate::session_file::SessionFile;
+use anyhow::{Context as _, anyhow};
+use clap::{Args, Subcommand, ValueEnum};
+use oncekv_client::{
+    Client, ClientError, ClientOptions, Command, Completed, Query, Reply, Session, SessionOptions,
+};
+use oncekv_state::{Secret, SessionId};
+use serde_json::{Map, Value, json};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+mod cluster;
+mod output;
+mod session;
+
+use cluster::{alarms, member, status};
+use output::{Printer, reply_fields, value_or_stdin};
+use session::{saved_session_handle, session};
+
+/// Exit code: applied, replayed or found.
+pub const EXIT_OK: u8 = 0;
+/// Exit code: another error.
+pub const EXIT_ERROR: u8 = 1;
+/// Exit code: a definite application-level "no".
+pub const EXIT_REJECTED: u8 = 3;
+/// Exit code: session or sequence error.
+pub const EXIT_SESSION: u8 = 4;
+/// Exit code: outcome unknown.
+pub const EXIT_UNKNOWN: u8 = 5;
+/// Exit code: refused for now, not applied (a full table or budget, the
+/// NOSPACE alarm, load shedding): retry later.
+pub const EXIT_OVERLOADED: u8 = 6;
+
+/// Output format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    /// Short human text.
+    Text,
+    /// One JSON object.
+    Json,
+}
+
+/// Flags every client command takes.
+#[derive(Debug, Args)]
+pub struct Connection {
+    /// Client addresses of cluster nodes, comma-separated.
+    #[arg(
+        long,
+        global = true,
+        env = "ONCEKV_ENDPOINTS",
+        default_value = "127.0.0.1:7379",
+        value_delimiter = ','
+    )]
+    pub endpoints: Vec<String>,
+
+    /// Output format.
+    #[arg(short = 'o', long, global = true, value_enum, default_value_t = Output::Text)]
+    pub output: Output,
+
+    /// Give up (outcome unknown, for a write) after this long.
+    #[arg(long, global = true, default_value = "15s", value_parser = humantime::parse_duration)]
+    pub timeout: Duration,
+}
+
+/// How a mutating command is made exactly-once.
+#[derive(Debug, Args)]
+pub struct Once {
+    /// Use (and advance) the session saved in FILE (see `session open`).
+    #[arg(long, value_name = "FILE")]
+    pub session_file: Option<PathBuf>,
+
+    /// With --session-file: send exactly this sequence number (to retry a
+    /// specific request by hand).
+    #[arg(long, requires = "session_file")]
+    pub seq: Option<u64>,
+
+    /// Without a session: the idempotency key (1..=128 bytes); a re-run
+    /// with the same key applies once. Random per invocation by default.
+    #[arg(long, conflicts_with = "session_file")]
+    pub idempotency_key: Option<String>,
+}
+
+/// Key-value, lease and session commands.
+#[derive(Debug, Subcommand)]
+pub enum ClientCommand {
+    /// Set KEY to VALUE (prints the previous value).
+    Put {
+        key: String,
+        /// The value; read from standard input when omitted (for large or
+        /// binary values: `oncekv put KEY < file`).
+        value: Option<String>,
+        /// Attach the key to this lease (deleted when it ends).
+        #[arg(long)]
+        lease: Option<String>,
+        #[command(flatten)]
+        once: Once,
+    },
+    /// Print the value of KEY (exit 3 if absent).
+    Get {
+        key: String,
+        /// Read this node's state without a read-index round (may be stale).
+        #[arg(long)]
+        serializable: bool,
+    },
+    /// Delete KEY (prints the previous value).
+    Del {
+        key: String,
+        #[command(flatten)]
+        once: Once,
+    },
+    /// Append VALUE to KEY (prints the new length).
+    Append {
+        key: String,
+        /// The bytes to append; read from standard input when omitted.
+        value: Option<String>,
+        #[command(flatten)]
+        once: Once,
+    },
+    /// Add BY (default 1) to the integer at KEY (prints the new value).
+    Incr {
+        key: String,
+        #[arg(default_value_t = 1, allow_negative_numbers = true)]
+        by: i64,
+        #[command(flatten)]
+        once: Once,
+    },
+    /// Set KEY to NEW if it holds EXPECTED (exit 3 if it did not).
+    Cas {
+        key: String,
+        /// The expected value (ignored with --absent).
+        expected: String,
+        new: String,
+        /// Expect KEY to be absent.
+        #[arg(long)]
+        absent: bool,
+        #[command(flatten)]
+        once: Once,
+    },
+    /// List keys starting with PREFIX.
+    Scan {
+        prefix: String,
+        /// Most keys to list (0: the server's maximum).
+        #[arg(long, default_value_t = 0)]
+        limit: u32,
+    },
+    /// Leases: named TTLs that own keys.
+    #[command(subcommand)]
+    Lease(LeaseCommand),
+    /// Sessions saved in files, for exactly-once across invocations.
+    #[command(subcommand)]
+    Session(SessionCommand),
+    /// This node's view of the cluster.
+    Status,
+    /// Cluster membership.
+    #[command(subcommand)]
+    Member(MemberCommand),
+    /// Alarms: NOSPACE is raised when a write would take the store past its
+    /// byte quota (`serve --store-bytes-max`); writes that grow the store
+    /// are then refused (exit 6) until keys are deleted and it is disarmed.
+    #[command(subcommand)]
+    Alarm(AlarmCommand),
+}
+
+/// Alarm commands.
+#[derive(Debug, Subcommand)]
+pub enum AlarmCommand {
+    /// List raised alarms (as the leader sees them).
+    List,
+    /// Lower the NOSPACE alarm (raised again by the next write that would
+    /// pass the quota).
+    Disarm {
+        #[command(flatten)]
+        once: Once,
+    },
+}
+
+/// Lease commands.
+#[derive(Debug, Subcommand)]
+pub enum LeaseCommand {
+    /// Create lease NAME living TTL (e.g. 10s) unless kept alive.
+    Grant {
+        name: String,
+        #[arg(value_parser = humantime::parse_duration)]
+        ttl: Duration,
+        #[command(flatten)]
+        once: Once,
+    },
+    /// Renew lease NAME.
+    Keepalive {
+        name: String,
+        #[command(flatten)]
+        once: Once,
+    },
+    /// End lease NAME, deleting its keys.
+    Revoke {
+        name: String,
+        #[command(flatten)]
+        once: Once,
+    },
+    /// List live leases.
+    List,
+}
+
+/// Session commands.
+#[derive(Debug, Subcommand)]
+pub enum SessionCommand {
+    /// Open a session and save it to FILE (mode 0600).
+    Open {
+        /// Expire after this long without requests or keep-alives.
+        #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+        ttl: Duration,
+        /// Most requests in flight (1..=1024; 1 is strictly sequential).
+        #[arg(long, default_value_t = 128)]
+        window: u32,
+        #[arg(long, value_name = "FILE")]
+        session_file: PathBuf,
+    },
+    /// Keep the session in FILE alive.
+    Keepalive {
+        #[arg(long, value_name = "FILE")]
+        session_file: PathBuf,
+    },
+    /// Close the session in FILE.
+    Close {
+        #[arg(long, value_name = "FILE")]
+        session_file: PathBuf,
+    },
+}
+
+/// Membership commands.
+#[derive(Debug, Subcommand)]
+pub enum MemberCommand {
+    /// Add node ID (as a learner, then a voter).
+    Add {
+        id: u64,
+        /// Its peer address.
+        #[arg(long)]
+        peer: String,
+        /// Its client address.
+        #[arg(long)]
+        client: String,
+    },
+    /// Remove node ID.
+    Remove { id: u64 },
+    /// List the members.
+    List,
+}
+
+async fn mutate(
+    client: &Client,
+    once: &Once,
+    command: Command,
+) -> anyhow::Result<Result<Completed, ClientError>> {
+    let Some(path) = &once.session_file else {
+        let key = once.idempotency_key.clone().map(String::into_bytes);
+        return Ok(client.execute_once(command, key).await);
+    };
+    let session = saved_session_handle(client, path)?;
+    if let Some(seq) = once.seq {
+        return Ok(session.execute_seq(seq, None, command).await);
+    }
+    let (seq, first_incomplete) = SessionFile::update(path, |file| {
+        let seq = file.next_seq;
+        file.next_seq += 1;
+        file.pending.insert(seq);
+        Ok((seq, file.pending.first().copied().unwrap_or(seq)))
+    })?;
+    let result = session
+        .execute_seq(seq, Some(first_incomplete), command)
+        .await;
+    if !matches!(result, Err(ClientError::OutcomeUnknown { .. })) {
+        SessionFile::update(path, |file| {
+            file.pending.remove(&seq);
+            Ok(())
+        })?;
+    }
+    Ok(result)
+}
+
+fn finish(printer: &Printer, result: Result<Completed, ClientError>) -> ExitCode {
+    match result {
+        Ok(done) => printer.completed(&done),
+        Err(error) => printer.error(&error),
+    }
+}
+
+/// Runs a client command; returns its exit code.
+pub async fn run(connection: &Connection, command: ClientCommand) -> anyhow::Result<ExitCode> {
+    let options = ClientOptions {
+        deadline: connection.timeout,
+        ..ClientOptions::default()
+    };
+    let client = Client::connect(connection.endpoints.clone(), options)?;
+    let printer = Printer {
+        output: connection.output,
+    };
+    let bytes = |s: &str| s.as_bytes().to_vec();
+    Ok(match command {
+        ClientCommand::Put {
+            key,
+            value,
+            lease,
+            once,
+        } => finish(
+            &printer,
+            mutate(
+                &client,
+                &once,
+                Command::Put {
+                    key: bytes(&key),
+                    value: value_or_stdin(value)?,
+                    lease,
+                },
+            )
+            .await?,
+        ),
+        ClientCommand::Del { key, once } => finish(
+            &printer,
+            mutate(&client, &once, Command::Delete { key: bytes(&key) }).await?,
+        ),
+        ClientCommand::Append { key, value, once } => finish(
+            &printer,
+            mutate(
+                &client,
+                &once,
+                Command::Append {
+                    key: bytes(&key),
+                    value: value_or_stdin(value)?,
+                },
+            )
+            .await?,
+        ),
+        ClientCommand::Incr { key, by, once } => finish(
+            &printer,
+            mutate(
+                &client,
+                &once,
+                Command::Incr {
+                    key: bytes(&key),
+                    by,
+                },
+            )
+            .await?,
+        ),
+        ClientCommand::Cas {
+            key,
+            expected,
+            new,
+            absent,
+            once,
+        } => {
+            let expected = (!absent).then(|| bytes(&expected));
+            finish(
+                &printer,
+                mutate(
+                    &client,
+                    &once,
+                    Command::Cas {
+                        key: bytes(&key),
+                        expected,
+                        new: bytes(&new),
+                    },
+                )
+                .await?,
+            )
+        }
+        ClientCommand::Get { key, serializable } => read(
+            &printer,
+            client
+                .read(Query::Get { key: bytes(&key) }, serializable)
+                .await,
+        ),
+        ClientCommand::Scan { prefix, limit } => read(
+            &printer,
+            client
+                .read(
+                    Query::Scan {
+                        prefix: bytes(&prefix),
+                        limit,
+                    },
+                    false,
+                )
+                .await,
+        ),
+        ClientCommand::Lease(LeaseCommand::Grant { name, ttl, once }) => {
+            let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+            finish(
+                &printer,
+                mutate(&client, &once, Command::LeaseGrant { name, ttl_ms }).await?,
+            )
+        }
+        ClientCommand::Lease(LeaseCommand::Keepalive { name, once }) => finish(
+            &printer,
+            mutate(&client, &once, Command::LeaseKeepAlive { name }).await?,
+        ),
+        ClientCommand::Lease(LeaseCommand::Revoke { name, once }) => finish(
+            &printer,
+            mutate(&client, &once, Command::LeaseRevoke { name }).await?,
+        ),
+        ClientCommand::Lease(LeaseCommand::List) => {
+            read(&printer, client.read(Query::LeaseList, false).await)
+        }
+        ClientCommand::Session(command) => session(&client, &printer, command).await?,
+        ClientCommand::Status => status(&client, &printer).await,
+        ClientCommand::Member(command) => member(&client, &printer, command).await,
+        ClientCommand::Alarm(AlarmCommand::List) => alarms(&client, &printer).await,
+        ClientCommand::Alarm(AlarmCommand::Disarm { once }) => finish(
+            &printer,
+            mutate(&client, &once, Command::AlarmDisarm).await?,
+        ),
+    })
+}
+
+fn read(printer: &Printer, result: Result<Reply, ClientError>) -> ExitCode {
+    match result {
+        Ok(reply) => {
+            let mut fields = Map::new();
+            fields.insert("outcome".into(), json!("ok"));
+            let (human, code) = reply_fields(&reply, &mut fields);
+            if code != EXIT_OK {
+                fields.insert("outcome".into(), json!("not_found"));
+            }
+            printer.emit(fields, human);
+            ExitCode::from(code)
+        }
+        Err(error) => printer.error(&error),
+    }
+}

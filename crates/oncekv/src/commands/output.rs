@@ -1,0 +1,236 @@
+//! How a client command reports: one human line or one JSON object per
+//! answer ([`Printer`]), the fields of each reply, and values read from
+//! standard input.
+
+use super::*;
+
+pub(super) struct Printer {
+    pub(super) output: Output,
+}
+
+/// Most bytes read from standard input as a value: far above any value a
+/// server accepts (it refuses oversized values with a clear error), low
+/// enough that a runaway pipe cannot exhaust memory.
+const STDIN_VALUE_BYTES_MAX: u64 = 256 * 1024 * 1024;
+
+/// The value given on the command line, or else all of standard input.
+pub(super) fn value_or_stdin(value: Option<String>) -> anyhow::Result<Vec<u8>> {
+    use std::io::{IsTerminal, Read};
+    if let Some(value) = value {
+        return Ok(value.into_bytes());
+    }
+    let stdin = std::io::stdin();
+    if stdin.is_terminal() {
+        anyhow::bail!("no VALUE given: pass it as an argument or pipe it in (`< file`)");
+    }
+    let mut bytes = Vec::new();
+    stdin
+        .lock()
+        .take(STDIN_VALUE_BYTES_MAX + 1)
+        .read_to_end(&mut bytes)
+        .context("reading the value from standard input")?;
+    if bytes.len() as u64 > STDIN_VALUE_BYTES_MAX {
+        anyhow::bail!("the value on standard input is over {STDIN_VALUE_BYTES_MAX} bytes");
+    }
+    Ok(bytes)
+}
+
+pub(super) fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+impl Printer {
+    pub(super) fn emit(&self, fields: Map<String, Value>, human: String) {
+        match self.output {
+            Output::Json => sayln!("{}", Value::Object(fields)),
+            Output::Text => {
+                if !human.is_empty() {
+                    sayln!("{human}");
+                }
+            }
+        }
+    }
+
+    /// Prints an error outcome and returns its exit code.
+    pub(super) fn error(&self, error: &ClientError) -> ExitCode {
+        let (outcome, code) = match error {
+            ClientError::Rejected(_) => ("rejected", EXIT_REJECTED),
+            ClientError::SessionExpired => ("session_expired", EXIT_SESSION),
+            ClientError::Unauthorized => ("unauthorized", EXIT_SESSION),
+            ClientError::Stale { .. } => ("stale", EXIT_SESSION),
+            ClientError::SequenceGap { .. } => ("sequence_gap", EXIT_SESSION),
+            ClientError::RequestMismatch => ("request_mismatch", EXIT_SESSION),
+            ClientError::Malformed(_) => ("malformed", EXIT_SESSION),
+            ClientError::OutcomeUnknown { .. } => ("unknown", EXIT_UNKNOWN),
+            ClientError::Invalid(_) => ("invalid", EXIT_ERROR),
+            ClientError::Unreachable(_) => ("unreachable", EXIT_ERROR),
+            ClientError::Config(_) => ("error", EXIT_ERROR),
+            ClientError::Overloaded(_) => ("overloaded", EXIT_OVERLOADED),
+        };
+        let mut fields = Map::new();
+        fields.insert("outcome".into(), json!(outcome));
+        fields.insert("error".into(), json!(error.to_string()));
+        match error {
+            ClientError::SequenceGap { expected } => {
+                fields.insert("expected".into(), json!(expected));
+            }
+            ClientError::Stale { floor } => {
+                fields.insert("floor".into(), json!(floor));
+            }
+            ClientError::OutcomeUnknown {
+                attempts,
+                request_id,
+            } => {
+                fields.insert("attempts".into(), json!(attempts));
+                if let Some(id) = request_id {
+                    fields.insert("request_id".into(), json!(id.to_string()));
+                }
+            }
+            _ => {}
+        }
+        match self.output {
+            Output::Json => sayln!("{}", Value::Object(fields)),
+            Output::Text => eprintln!("{outcome}: {error}"),
+        }
+        ExitCode::from(code)
+    }
+
+    /// Prints a completed mutation and returns its exit code.
+    pub(super) fn completed(&self, done: &Completed) -> ExitCode {
+        let mut fields = Map::new();
+        fields.insert(
+            "outcome".into(),
+            json!(if done.replayed { "replayed" } else { "applied" }),
+        );
+        fields.insert("applied_index".into(), json!(done.applied_index));
+        fields.insert("attempts".into(), json!(done.attempts));
+        let (human, code) = reply_fields(&done.reply, &mut fields);
+        if matches!(done.reply, Reply::Cas { swapped: false, .. }) {
+            fields.insert("outcome".into(), json!("rejected"));
+        }
+        self.emit(fields, human);
+        ExitCode::from(code)
+    }
+}
+
+/// Adds a reply's result fields; returns the human line and exit code.
+pub(super) fn reply_fields(reply: &Reply, fields: &mut Map<String, Value>) -> (String, u8) {
+    let optional = |value: &Option<Vec<u8>>| value.as_deref().map(text);
+    match reply {
+        Reply::Put { previous } | Reply::Delete { previous } => {
+            fields.insert("previous".into(), json!(optional(previous)));
+            (
+                optional(previous)
+                    .map(|p| format!("previous: {p}"))
+                    .unwrap_or_else(|| "OK".into()),
+                EXIT_OK,
+            )
+        }
+        Reply::Get { value } => {
+            fields.insert("value".into(), json!(optional(value)));
+            match value {
+                Some(value) => (text(value), EXIT_OK),
+                None => (String::new(), EXIT_REJECTED),
+            }
+        }
+        Reply::Append { length } => {
+            fields.insert("length".into(), json!(length));
+            (length.to_string(), EXIT_OK)
+        }
+        Reply::Incr { value } => {
+            fields.insert("value".into(), json!(value));
+            (value.to_string(), EXIT_OK)
+        }
+        Reply::Cas { swapped, current } => {
+            fields.insert("swapped".into(), json!(swapped));
+            fields.insert("current".into(), json!(optional(current)));
+            let current = optional(current).unwrap_or_else(|| "(absent)".into());
+            if *swapped {
+                (format!("swapped: {current}"), EXIT_OK)
+            } else {
+                (
+                    format!("not swapped: the value is {current}"),
+                    EXIT_REJECTED,
+                )
+            }
+        }
+        Reply::Scan { entries, more } => {
+            let list: Vec<Value> = entries
+                .iter()
+                .map(|(k, v)| json!({"key": text(k), "value": text(v)}))
+                .collect();
+            fields.insert("entries".into(), Value::Array(list));
+            fields.insert("more".into(), json!(more));
+            let lines: Vec<String> = entries
+                .iter()
+                .map(|(k, v)| format!("{} {}", text(k), text(v)))
+                .collect();
+            (lines.join("\n"), EXIT_OK)
+        }
+        Reply::LeaseGranted {
+            name,
+            ttl_ms,
+            expires_at,
+        } => {
+            fields.insert("name".into(), json!(name));
+            fields.insert("ttl_ms".into(), json!(ttl_ms));
+            fields.insert("expires_at_ms".into(), json!(expires_at.0));
+            (format!("lease {name} granted, ttl {ttl_ms} ms"), EXIT_OK)
+        }
+        Reply::LeaseKeptAlive { name, expires_at } => {
+            fields.insert("name".into(), json!(name));
+            fields.insert("expires_at_ms".into(), json!(expires_at.0));
+            (format!("lease {name} kept alive"), EXIT_OK)
+        }
+        Reply::LeaseRevoked { name, keys_deleted } => {
+            fields.insert("name".into(), json!(name));
+            fields.insert("keys_deleted".into(), json!(keys_deleted));
+            (
+                format!("lease {name} revoked, {keys_deleted} key(s) deleted"),
+                EXIT_OK,
+            )
+        }
+        Reply::Leases { leases } => {
+            let list: Vec<Value> = leases
+                .iter()
+                .map(|l| json!({"name": l.name, "ttl_ms": l.ttl_ms, "expires_at_ms": l.expires_at.0, "keys": l.keys}))
+                .collect();
+            fields.insert("leases".into(), Value::Array(list));
+            let lines: Vec<String> = leases
+                .iter()
+                .map(|l| format!("{} ttl={}ms keys={}", l.name, l.ttl_ms, l.keys))
+                .collect();
+            (lines.join("\n"), EXIT_OK)
+        }
+        Reply::SessionOpened {
+            session,
+            ttl_ms,
+            window,
+            ..
+        } => {
+            fields.insert("session_id".into(), json!(session.0));
+            fields.insert("ttl_ms".into(), json!(ttl_ms));
+            fields.insert("window".into(), json!(window));
+            (format!("session {} opened", session.0), EXIT_OK)
+        }
+        Reply::SessionKeptAlive { ttl_ms } => {
+            fields.insert("ttl_ms".into(), json!(ttl_ms));
+            ("session kept alive".into(), EXIT_OK)
+        }
+        Reply::SessionClosed => ("session closed".into(), EXIT_OK),
+        Reply::Ticked => (String::new(), EXIT_OK),
+        Reply::AlarmDisarmed { was_raised } => {
+            fields.insert("was_raised".into(), json!(was_raised));
+            let human = if *was_raised {
+                "alarm NOSPACE disarmed"
+            } else {
+                "no alarm was raised"
+            };
+            (human.into(), EXIT_OK)
+        }
+        Reply::Rejected(rejection) => {
+            fields.insert("error".into(), json!(rejection.to_string()));
+            (format!("rejected: {rejection}"), EXIT_REJECTED)
+        }
+    }
+}

@@ -1,0 +1,235 @@
+//! The writer's view of the segment files ([`Segments`]): group-committed
+//! frames, the seal after the last synced one, rolling and purging, and
+//! the writer thread.
+
+use super::*;
+
+/// The writer's view of the segment files.
+pub(super) struct Segments {
+    pub(super) dir: PathBuf,
+    /// Segment number and the highest entry index ever written to it.
+    pub(super) closed: Vec<(u64, Option<u64>)>,
+    pub(super) current: File,
+    pub(super) current_number: u64,
+    pub(super) current_max: Option<u64>,
+    /// Where the next frame goes: the end of the last frame. A seal after
+    /// it is written over.
+    pub(super) current_bytes: u64,
+    /// Whether a seal follows the last frame.
+    pub(super) sealed: bool,
+    /// Frame size a batch is cut at ([`FRAME_BYTES_TARGET`]).
+    pub(super) frame_target: usize,
+    /// Where the first failed write is recorded.
+    pub(super) failure: StorageFailure,
+    /// Size a segment is closed at ([`SEGMENT_BYTES`]).
+    pub(super) segment_bytes: u64,
+}
+
+/// The last segment as replayed, which the writer goes on with.
+pub(super) struct Tail {
+    pub(super) number: u64,
+    /// The highest entry index written to it.
+    pub(super) max: Option<u64>,
+    /// See [`ScannedSegment`].
+    pub(super) intact_end: usize,
+    pub(super) trailing_seal: Option<usize>,
+    pub(super) torn: Option<TornTail>,
+    /// The size of the file as found.
+    pub(super) file_bytes: usize,
+}
+
+impl Segments {
+    /// Goes on with the replayed last segment, which holds at least the
+    /// magic: syncs it, then seals it.
+    pub(super) fn resume(
+        dir: &Path,
+        closed: Vec<(u64, Option<u64>)>,
+        tail: Tail,
+    ) -> io::Result<Segments> {
+        let current = OpenOptions::new()
+            .write(true)
+            .open(segment_path(dir, tail.number))?;
+        // Frames intact in the page cache but never synced (the process
+        // stopped between a write and its sync) become durable before
+        // anything is written after them.
+        current.sync_data()?;
+        let (end, sealed) = match tail.trailing_seal {
+            Some(seal_at) => (seal_at, true),
+            None => (tail.intact_end, false),
+        };
+        let mut segments = Segments {
+            dir: dir.to_path_buf(),
+            closed,
+            current,
+            current_number: tail.number,
+            current_max: tail.max,
+            current_bytes: end as u64,
+            sealed,
+            frame_target: FRAME_BYTES_TARGET,
+            segment_bytes: SEGMENT_BYTES,
+            failure: StorageFailure::default(),
+        };
+        segments.seal()?;
+        Ok(segments)
+    }
+
+    /// Starts segment `number` afresh.
+    pub(super) fn create(
+        dir: &Path,
+        closed: Vec<(u64, Option<u64>)>,
+        number: u64,
+    ) -> io::Result<Segments> {
+        Ok(Segments {
+            dir: dir.to_path_buf(),
+            closed,
+            current: create_segment(dir, number)?,
+            current_number: number,
+            current_max: None,
+            current_bytes: SEGMENT_MAGIC.len() as u64,
+            sealed: false,
+            frame_target: FRAME_BYTES_TARGET,
+            segment_bytes: SEGMENT_BYTES,
+            failure: StorageFailure::default(),
+        })
+    }
+
+    /// Writes a frame after the last one (over the seal, if any).
+    pub(super) fn write_frame(&mut self, framed: &[u8]) -> io::Result<()> {
+        self.current.seek(SeekFrom::Start(self.current_bytes))?;
+        self.sealed = false;
+        self.current.write_all(framed)?;
+        self.current_bytes += framed.len() as u64;
+        Ok(())
+    }
+
+    /// Puts a seal after the last frame, written but not synced: everything
+    /// before it is synced. Not in a segment without a frame, nor twice.
+    pub(super) fn seal(&mut self) -> io::Result<()> {
+        if self.sealed || self.current_bytes <= SEGMENT_MAGIC.len() as u64 {
+            return Ok(());
+        }
+        self.current.seek(SeekFrom::Start(self.current_bytes))?;
+        self.current.write_all(&seal())?;
+        self.sealed = true;
+        Ok(())
+    }
+
+    pub(super) fn write_batch(&mut self, batch: &[Pending]) -> io::Result<()> {
+        let mut purge_through = None;
+        let mut start = 0;
+        while start < batch.len() {
+            // Writes batch[start..end] as one frame; at least one write.
+            let mut end = start + 1;
+            let mut size = batch[start].bytes.len();
+            while end < batch.len() && size + batch[end].bytes.len() <= self.frame_target {
+                size += batch[end].bytes.len();
+                end += 1;
+            }
+            let writes = &batch[start..end];
+            start = end;
+            for write in writes {
+                self.current_max = self.current_max.max(write.max_index);
+                purge_through = purge_through.max(write.purge_through);
+            }
+            if size == 0 {
+                continue;
+            }
+            let framed = frame(writes.iter().map(|write| write.bytes.as_slice()))?;
+            self.write_frame(&framed)?;
+            self.current.sync_data()?;
+        }
+        // Votes go through the same queue as appends, so a vote never
+        // becomes durable before appends submitted ahead of it.
+        if let Some(vote) = batch.iter().rev().find_map(|write| write.vote) {
+            write_vote(&self.dir, &vote)?;
+        }
+        if self.current_bytes >= self.segment_bytes {
+            self.roll()?;
+        }
+        if let Some(through) = purge_through {
+            self.delete_purged(through)?;
+        }
+        // Before any callback fires: an acknowledged write is followed by
+        // a seal (or a frame) whenever the process stops.
+        self.seal()
+    }
+
+    pub(super) fn roll(&mut self) -> io::Result<()> {
+        let number = self.current_number + 1;
+        let file = create_segment(&self.dir, number)?;
+        self.closed.push((self.current_number, self.current_max));
+        self.current = file;
+        self.current_number = number;
+        self.current_max = None;
+        self.current_bytes = SEGMENT_MAGIC.len() as u64;
+        self.sealed = false;
+        Ok(())
+    }
+
+    /// Deletes the oldest segments while every entry they hold is purged.
+    pub(super) fn delete_purged(&mut self, through: u64) -> io::Result<()> {
+        let mut deleted = 0;
+        for (number, max) in &self.closed {
+            if max.is_some_and(|max| max > through) {
+                break;
+            }
+            std::fs::remove_file(segment_path(&self.dir, *number))?;
+            deleted += 1;
+        }
+        if deleted > 0 {
+            self.closed.drain(..deleted);
+            sync_dir(&self.dir)?;
+        }
+        Ok(())
+    }
+}
+
+impl Done {
+    pub(super) fn complete(self, outcome: io::Result<()>) {
+        match self {
+            Done::Flushed(callback) => callback.io_completed(outcome),
+            Done::Reply(reply) => {
+                let _ = reply.send(outcome);
+            }
+        }
+    }
+}
+
+/// Writes and syncs one batch, then completes each of its writes; whether
+/// it succeeded.
+pub(super) fn write_and_complete(segments: &mut Segments, batch: Vec<Pending>) -> bool {
+    let result = segments.write_batch(&batch);
+    if let Err(error) = &result {
+        segments.failure.record(error);
+        tracing::error!(%error, "log write failed: this node stops acknowledging");
+    }
+    for write in batch {
+        let outcome = match &result {
+            Ok(()) => Ok(()),
+            Err(error) => Err(io::Error::new(error.kind(), error.to_string())),
+        };
+        write.done.complete(outcome);
+    }
+    result.is_ok()
+}
+
+pub(super) fn failed_log() -> io::Error {
+    io::Error::other("the log is failed after a write error")
+}
+
+pub(super) fn run_writer(mut segments: Segments, requests: mpsc::Receiver<Pending>) {
+    while let Ok(first) = requests.recv() {
+        let mut batch = vec![first];
+        while let Ok(more) = requests.try_recv() {
+            batch.push(more);
+        }
+        if !write_and_complete(&mut segments, batch) {
+            // A failed fsync leaves the file in an unknown state: never
+            // write to it again. Later requests fail until restart.
+            for write in requests.iter() {
+                write.done.complete(Err(failed_log()));
+            }
+            return;
+        }
+    }
+}

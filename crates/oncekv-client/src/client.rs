@@ -99,7 +99,10 @@ enum Attempt<T> {
     Refused(ClientError),
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+/// Locks `mutex`, taking the data of a poisoned lock as it is: the client's
+/// locks guard plain bookkeeping (leader, channels, the incomplete set),
+/// valid after any panic. (The same policy as the node's `sync` module.)
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 

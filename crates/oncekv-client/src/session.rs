@@ -60,12 +60,7 @@ impl Drop for Inner {
     /// The last handle is gone: stop keeping the session alive and close it
     /// in the background (best effort; an unclosed session expires by TTL).
     fn drop(&mut self) {
-        if let Some(task) = self
-            .keep_alive
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        {
+        if let Some(task) = crate::client::lock(&self.keep_alive).take() {
             task.abort();
         }
         if self.closed.load(Ordering::SeqCst) || self.expired.load(Ordering::SeqCst) {
@@ -196,11 +191,7 @@ impl Session {
                 }
             }
         });
-        *self
-            .inner
-            .keep_alive
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Some(task);
+        *crate::client::lock(&self.inner.keep_alive) = Some(task);
     }
 
     /// Keeps the session alive once.
@@ -226,13 +217,7 @@ impl Session {
     /// Closes the session, freeing its completion records.
     pub async fn close(&self) -> Result<(), ClientError> {
         self.inner.closed.store(true, Ordering::SeqCst);
-        if let Some(task) = self
-            .inner
-            .keep_alive
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        {
+        if let Some(task) = crate::client::lock(&self.inner.keep_alive).take() {
             task.abort();
         }
         let command = Command::CloseSession {
@@ -307,10 +292,7 @@ impl Session {
     }
 
     fn lock_incomplete(&self) -> std::sync::MutexGuard<'_, BTreeSet<u64>> {
-        self.inner
-            .incomplete
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        crate::client::lock(&self.inner.incomplete)
     }
 
     async fn send(

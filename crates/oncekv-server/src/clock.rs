@@ -27,8 +27,8 @@ impl LeaderClock {
     /// The time to stamp on a proposal made now in `term`, given the cluster
     /// time of the last applied entry. Never decreases on this node.
     pub fn stamp(&self, term: u64, applied: ClusterTime) -> ClusterTime {
-        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
-        let mut office = self.office.lock().unwrap_or_else(|p| p.into_inner());
+        let mut last = crate::sync::lock(&self.last);
+        let mut office = crate::sync::lock(&self.office);
         let running = office.as_ref().filter(|o| o.term == term).map(|o| {
             let elapsed = u64::try_from(o.since.elapsed().as_millis()).unwrap_or(u64::MAX);
             o.base.plus_ms(elapsed)

@@ -8,5 +8,6 @@ pub mod identity;
 pub mod node;
 pub mod raft;
 pub mod server;
+pub mod sync;
 pub mod telemetry;
 pub mod transport;

@@ -10,6 +10,7 @@
 use crate::clock::LeaderClock;
 use crate::raft::consensus::{Consensus, RaftStatus, WriteError};
 use crate::raft::type_config::{Executed, NodeId, NodeInfo, Proposal};
+use crate::sync::lock;
 use oncekv_state::{
     Command, LogIndex, Origin, Query, Reply, Request, RequestId, Secret, Stats, command_digest,
 };
@@ -339,12 +340,6 @@ impl Node {
     pub async fn remove_member(&self, id: NodeId) -> Result<(), WriteError> {
         self.inner.consensus.remove_member(id).await
     }
-}
-
-/// Locks a mutex of plain bookkeeping, whose data stays valid even if a
-/// holder panicked.
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Waits up to `deadline` for an in-flight result; `None` if it did not

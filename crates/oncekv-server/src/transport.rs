@@ -153,10 +153,7 @@ impl Refusals {
             .increment(1);
         let count = self.count.fetch_add(1, Ordering::Relaxed).saturating_add(1);
         let now = tokio::time::Instant::now();
-        let mut logged_at = self
-            .logged_at
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut logged_at = crate::sync::lock(&self.logged_at);
         if logged_at.is_none_or(|at| now.duration_since(at) >= REFUSAL_LOG_INTERVAL) {
             *logged_at = Some(now);
             tracing::warn!(

@@ -261,6 +261,7 @@ fn sweep(args: &Args, first: u64, count: u64, jobs: u64) -> BTreeMap<u64, SeedVe
 }
 
 fn main() -> ExitCode {
+    oncekv_server::sync::abort_on_panic();
     let args = Args::parse();
     let (first, count) = match args.seed {
         Some(seed) => (seed, 1),

@@ -82,6 +82,7 @@ enum Commands {
 }
 
 fn main() -> ExitCode {
+    oncekv_server::sync::abort_on_panic();
     let matches = Cli::command().get_matches();
     let cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,

@@ -41,12 +41,10 @@ pub struct AppliedState {
 pub struct SharedState(Arc<Mutex<AppliedState>>);
 
 impl SharedState {
-    /// Locks the applied state. A poisoned lock means an apply panicked,
-    /// which is a crash of the state machine: the node must stop.
+    /// Locks the applied state (the lock policy of [`crate::sync`]: an
+    /// apply that panics ends the node process).
     pub fn lock(&self) -> MutexGuard<'_, AppliedState> {
-        self.0.lock().unwrap_or_else(|poisoned| {
-            panic!("state machine lock poisoned by a failed apply: {poisoned}")
-        })
+        crate::sync::lock(&self.0)
     }
 }
 
@@ -157,9 +155,7 @@ impl StateMachineStore {
     }
 
     fn current_lock(&mut self) -> MutexGuard<'_, Option<StoredSnapshot>> {
-        self.current
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::sync::lock(&self.current)
     }
 
     /// Replaces the applied state with a snapshot's.

@@ -14,7 +14,7 @@ pub struct StorageFailure(Arc<Mutex<Option<io::ErrorKind>>>);
 impl StorageFailure {
     /// The kind of the first failed write or sync, if one failed.
     pub fn kind(&self) -> Option<io::ErrorKind> {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner())
+        *crate::sync::lock(&self.0)
     }
 
     /// Records a failed write or sync (the first one counts).
@@ -25,10 +25,7 @@ impl StorageFailure {
             Some(28) => io::ErrorKind::StorageFull,
             _ => error.kind(),
         };
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get_or_insert(kind);
+        crate::sync::lock(&self.0).get_or_insert(kind);
     }
 }
 

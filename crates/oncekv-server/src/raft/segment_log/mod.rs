@@ -298,11 +298,11 @@ impl SegmentLog {
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Memory> {
-        self.memory.read().unwrap_or_else(|p| p.into_inner())
+        crate::sync::read(&self.memory)
     }
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, Memory> {
-        self.memory.write().unwrap_or_else(|p| p.into_inner())
+        crate::sync::write(&self.memory)
     }
 
     fn submit(&self, write: Pending) -> io::Result<()> {
@@ -311,7 +311,7 @@ impl SegmentLog {
                 .send(write)
                 .map_err(|_| io::Error::other("the log writer has stopped after a write error")),
             Writer::Inline(segments) => {
-                let mut segments = segments.lock().unwrap_or_else(|p| p.into_inner());
+                let mut segments = crate::sync::lock(segments);
                 match segments.as_mut() {
                     Some(open) => {
                         if !write_and_complete(open, vec![write]) {

@@ -4,6 +4,7 @@
 //! request under a new key is refused until the oldest keys expire.
 
 use crate::ids::{ClusterTime, IdempotencyKey, LogIndex};
+use crate::invariant::{BrokenInvariant, Table};
 use crate::outcome::{KEY_ENTRY_OVERHEAD_BYTES, Overload};
 use crate::session::{CompletionRecord, NotExecuted};
 use serde::{Deserialize, Serialize};
@@ -145,27 +146,45 @@ impl IdempotencyKeys {
         now: ClusterTime,
         ttl_ms: u64,
         keys_max: u64,
-    ) -> Result<(), String> {
+    ) -> Result<(), BrokenInvariant> {
         if self.len() > keys_max {
-            return Err(format!("{} idempotency keys exceed {keys_max}", self.len()));
+            return Err(BrokenInvariant::new(
+                Table::IdempotencyKeys,
+                format!("{} idempotency keys exceed {keys_max}", self.len()),
+            ));
         }
         let bytes: u64 = self.records.values().map(KeyRecord::weight_bytes).sum();
         if bytes != self.bytes {
-            return Err("idempotency key bytes out of step".into());
+            return Err(BrokenInvariant::new(
+                Table::IdempotencyKeys,
+                "idempotency key bytes out of step",
+            ));
         }
         if self.by_age.len() != self.records.len() {
-            return Err("idempotency key index out of step".into());
+            return Err(BrokenInvariant::new(
+                Table::IdempotencyKeys,
+                "idempotency key index out of step",
+            ));
         }
         for (key, kept) in &self.records {
             if *key != kept.key || !key.is_well_formed() {
-                return Err(format!("idempotency key {key:?} filed wrongly"));
+                return Err(BrokenInvariant::new(
+                    Table::IdempotencyKeys,
+                    format!("idempotency key {key:?} filed wrongly"),
+                ));
             }
             let age = (kept.recorded_at, kept.record.applied_index);
             if self.by_age.get(&age) != Some(key) {
-                return Err(format!("idempotency key {key:?} missing from its index"));
+                return Err(BrokenInvariant::new(
+                    Table::IdempotencyKeys,
+                    format!("idempotency key {key:?} missing from its index"),
+                ));
             }
             if kept.recorded_at > now || kept.recorded_at.plus_ms(ttl_ms) < now {
-                return Err(format!("idempotency key {key:?} kept outside its ttl"));
+                return Err(BrokenInvariant::new(
+                    Table::IdempotencyKeys,
+                    format!("idempotency key {key:?} kept outside its ttl"),
+                ));
             }
         }
         Ok(())

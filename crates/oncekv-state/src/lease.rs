@@ -3,6 +3,7 @@
 //! apply.
 
 use crate::ids::{ClusterTime, LogIndex};
+use crate::invariant::{BrokenInvariant, Table};
 use crate::outcome::LeaseInfo;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -136,19 +137,35 @@ impl Leases {
 
     /// Checks the table's invariants (key attachment is checked by the
     /// state machine, which also sees the store).
-    pub fn check_invariants(&self, now: ClusterTime, leases_max: u64) -> Result<(), String> {
+    pub fn check_invariants(
+        &self,
+        now: ClusterTime,
+        leases_max: u64,
+    ) -> Result<(), BrokenInvariant> {
         if self.len() > leases_max {
-            return Err(format!("{} leases exceed {leases_max}", self.len()));
+            return Err(BrokenInvariant::new(
+                Table::Leases,
+                format!("{} leases exceed {leases_max}", self.len()),
+            ));
         }
         if self.by_expiry.len() != self.leases.len() {
-            return Err("lease index out of step".into());
+            return Err(BrokenInvariant::new(
+                Table::Leases,
+                "lease index out of step",
+            ));
         }
         for (name, lease) in &self.leases {
             if *name != lease.name || !self.by_expiry.contains(&(lease.expires_at, name.clone())) {
-                return Err(format!("lease {name:?} filed wrongly"));
+                return Err(BrokenInvariant::new(
+                    Table::Leases,
+                    format!("lease {name:?} filed wrongly"),
+                ));
             }
             if lease.expires_at < now {
-                return Err(format!("lease {name:?} outlived its ttl"));
+                return Err(BrokenInvariant::new(
+                    Table::Leases,
+                    format!("lease {name:?} outlived its ttl"),
+                ));
             }
         }
         Ok(())

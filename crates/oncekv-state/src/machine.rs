@@ -8,6 +8,7 @@ use crate::command::{Command, Entry, Origin, Query, Request};
 use crate::digest::command_digest;
 use crate::idempotency::IdempotencyKeys;
 use crate::ids::{ClusterTime, LogIndex, SessionId};
+use crate::invariant::{BrokenInvariant, Table};
 use crate::kv::{KvStore, StoredValue, entry_weight_bytes, parse_counter};
 use crate::lease::Leases;
 use crate::limits::Limits;
@@ -583,7 +584,7 @@ impl StateMachine {
     }
 
     /// Checks every invariant of the replicated state.
-    pub fn check_invariants(&self) -> Result<(), String> {
+    pub fn check_invariants(&self) -> Result<(), BrokenInvariant> {
         let limits = &self.limits;
         let now = self.clock;
         self.sessions.check_invariants(now, limits.sessions_max)?;
@@ -594,10 +595,20 @@ impl StateMachine {
         )?;
         self.leases.check_invariants(now, limits.leases_max)?;
         if self.kv.len() > limits.kv_keys_max {
-            return Err(format!(
-                "{} keys exceed {}",
-                self.kv.len(),
-                limits.kv_keys_max
+            return Err(BrokenInvariant::new(
+                Table::Store,
+                format!("{} keys exceed {}", self.kv.len(), limits.kv_keys_max),
+            ));
+        }
+        let weighed: u64 = self
+            .kv
+            .iter()
+            .map(|(key, stored)| entry_weight_bytes(key, stored))
+            .sum();
+        if weighed != self.kv.bytes() {
+            return Err(BrokenInvariant::new(
+                Table::Store,
+                format!("{} bytes counted, {weighed} stored", self.kv.bytes()),
             ));
         }
         let mut attached: BTreeMap<&str, usize> = BTreeMap::new();
@@ -608,8 +619,9 @@ impl StateMachine {
                     .get(name)
                     .is_some_and(|lease| lease.keys.contains(key));
                 if !owned {
-                    return Err(format!(
-                        "key {key:?} attached to lease {name:?} not owning it"
+                    return Err(BrokenInvariant::new(
+                        Table::Store,
+                        format!("key {key:?} attached to lease {name:?} not owning it"),
                     ));
                 }
                 *attached.entry(name).or_default() += 1;
@@ -617,7 +629,10 @@ impl StateMachine {
         }
         for lease in self.leases.iter() {
             if attached.get(lease.name.as_str()).copied().unwrap_or(0) != lease.keys.len() {
-                return Err(format!("lease {:?} lists keys it does not own", lease.name));
+                return Err(BrokenInvariant::new(
+                    Table::Leases,
+                    format!("lease {:?} lists keys it does not own", lease.name),
+                ));
             }
         }
         Ok(())

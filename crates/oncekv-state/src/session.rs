@@ -7,6 +7,7 @@
 
 use crate::command::RequestHeader;
 use crate::ids::{ClusterTime, LogIndex, Secret, Seq, SessionId};
+use crate::invariant::{BrokenInvariant, Table};
 use crate::outcome::{Malformed, Outcome, Overload, Reply};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -214,22 +215,34 @@ impl Session {
             .sum()
     }
 
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), BrokenInvariant> {
         let id = self.id.0;
         if !(1..=crate::limits::WINDOW_MAX_ABSOLUTE).contains(&self.window) {
-            return Err(format!("session {id}: window {} out of range", self.window));
+            return Err(BrokenInvariant::new(
+                Table::Sessions,
+                format!("session {id}: window {} out of range", self.window),
+            ));
         }
         if self.records.len() > self.window as usize {
-            return Err(format!(
-                "session {id}: {} record slots beyond the window",
-                self.records.len()
+            return Err(BrokenInvariant::new(
+                Table::Sessions,
+                format!(
+                    "session {id}: {} record slots beyond the window",
+                    self.records.len()
+                ),
             ));
         }
         if self.records.back().is_some_and(Option::is_none) {
-            return Err(format!("session {id}: trailing empty record slot"));
+            return Err(BrokenInvariant::new(
+                Table::Sessions,
+                format!("session {id}: trailing empty record slot"),
+            ));
         }
         if self.records.iter().flatten().count() != self.held {
-            return Err(format!("session {id}: held count out of step"));
+            return Err(BrokenInvariant::new(
+                Table::Sessions,
+                format!("session {id}: held count out of step"),
+            ));
         }
         let bytes: u64 = self
             .records
@@ -238,23 +251,35 @@ impl Session {
             .map(CompletionRecord::weight_bytes)
             .sum();
         if bytes != self.held_bytes {
-            return Err(format!("session {id}: held bytes out of step"));
+            return Err(BrokenInvariant::new(
+                Table::Sessions,
+                format!("session {id}: held bytes out of step"),
+            ));
         }
         if self.lowest_unexecuted < self.floor || self.record(self.lowest_unexecuted).is_some() {
-            return Err(format!("session {id}: lowest_unexecuted misplaced"));
+            return Err(BrokenInvariant::new(
+                Table::Sessions,
+                format!("session {id}: lowest_unexecuted misplaced"),
+            ));
         }
         let mut seq = self.floor;
         while seq < self.lowest_unexecuted {
             if self.record(seq).is_none() {
-                return Err(format!(
-                    "session {id}: seq {} missing below lowest_unexecuted",
-                    seq.0
+                return Err(BrokenInvariant::new(
+                    Table::Sessions,
+                    format!(
+                        "session {id}: seq {} missing below lowest_unexecuted",
+                        seq.0
+                    ),
                 ));
             }
             seq = seq.next();
         }
         if self.indexed_expiry > self.expires_at() {
-            return Err(format!("session {id}: indexed later than it is"));
+            return Err(BrokenInvariant::new(
+                Table::Sessions,
+                format!("session {id}: indexed later than it is"),
+            ));
         }
         Ok(())
     }
@@ -520,40 +545,62 @@ impl SessionTable {
     }
 
     /// Checks the table's invariants.
-    pub fn check_invariants(&self, now: ClusterTime, sessions_max: u64) -> Result<(), String> {
+    pub fn check_invariants(
+        &self,
+        now: ClusterTime,
+        sessions_max: u64,
+    ) -> Result<(), BrokenInvariant> {
         if self.len() > sessions_max {
-            return Err(format!(
-                "{} sessions exceed the limit {sessions_max}",
-                self.len()
+            return Err(BrokenInvariant::new(
+                Table::Sessions,
+                format!("{} sessions exceed the limit {sessions_max}", self.len()),
             ));
         }
         if self.by_expiry.len() != self.sessions.len() {
-            return Err("session index out of step".into());
+            return Err(BrokenInvariant::new(
+                Table::Sessions,
+                "session index out of step",
+            ));
         }
         let mut records = 0;
         let mut bytes = 0;
         for (id, session) in &self.sessions {
             if *id != session.id {
-                return Err(format!("session {} filed under {}", session.id.0, id.0));
+                return Err(BrokenInvariant::new(
+                    Table::Sessions,
+                    format!("session {} filed under {}", session.id.0, id.0),
+                ));
             }
             if !self
                 .by_expiry
                 .contains(&(session.indexed_expiry, session.id))
             {
-                return Err(format!("session {} missing from an index", id.0));
+                return Err(BrokenInvariant::new(
+                    Table::Sessions,
+                    format!("session {} missing from an index", id.0),
+                ));
             }
             if session.last_active > now {
-                return Err(format!("session {} active in the future", id.0));
+                return Err(BrokenInvariant::new(
+                    Table::Sessions,
+                    format!("session {} active in the future", id.0),
+                ));
             }
             if session.expires_at() < now {
-                return Err(format!("session {} outlived its ttl", id.0));
+                return Err(BrokenInvariant::new(
+                    Table::Sessions,
+                    format!("session {} outlived its ttl", id.0),
+                ));
             }
             session.check()?;
             records += session.held as u64;
             bytes += session.held_bytes;
         }
         if records != self.records_held || bytes != self.records_bytes {
-            return Err("completion record count or bytes out of step".into());
+            return Err(BrokenInvariant::new(
+                Table::Sessions,
+                "completion record count or bytes out of step",
+            ));
         }
         Ok(())
     }

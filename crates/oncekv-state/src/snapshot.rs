@@ -9,6 +9,7 @@
 use crate::digest::{Fnv64, fnv64};
 use crate::idempotency::{IdempotencyKeys, KeyRecord};
 use crate::ids::{ClusterTime, LogIndex};
+use crate::invariant::{BrokenInvariant, Table};
 use crate::kv::KvStore;
 use crate::lease::{Lease, Leases};
 use crate::limits::Limits;
@@ -44,7 +45,7 @@ pub enum SnapshotError {
     LimitsMismatch,
     /// The decoded state breaks an invariant.
     #[error("snapshot state is inconsistent: {0}")]
-    Inconsistent(String),
+    Inconsistent(#[from] crate::invariant::BrokenInvariant),
 }
 
 /// The body as written: borrowed from the machine, so taking a snapshot or
@@ -133,8 +134,9 @@ impl StateMachine {
         for (key, stored) in kv.iter() {
             if let Some(name) = &stored.lease {
                 if leases.get(name).is_none() {
-                    return Err(SnapshotError::Inconsistent(format!(
-                        "key {key:?} attached to unknown lease {name:?}"
+                    return Err(SnapshotError::Inconsistent(BrokenInvariant::new(
+                        Table::Leases,
+                        format!("key {key:?} attached to unknown lease {name:?}"),
                     )));
                 }
                 leases.attach(name, key);

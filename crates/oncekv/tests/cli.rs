@@ -30,6 +30,19 @@ impl Cli {
         self.run_with_input(args, b"")
     }
 
+    /// Runs `oncekv ARGS` with text output; returns (exit code, stdout).
+    fn run_text(&self, args: &[&str]) -> (i32, String) {
+        let output = Process::new(env!("CARGO_BIN_EXE_oncekv"))
+            .args(args)
+            .args(["--endpoints", &self.endpoint])
+            .current_dir(&self.dir)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run oncekv");
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        (output.status.code().expect("exit code"), stdout)
+    }
+
     /// Runs `oncekv ARGS -o json` with `input` on its standard input.
     fn run_with_input(&self, args: &[&str], input: &[u8]) -> (i32, Value) {
         let mut child = Process::new(env!("CARGO_BIN_EXE_oncekv"))
@@ -89,6 +102,13 @@ async fn the_classic_lesson_through_the_command_line() {
         (0, Some("applied")),
         "{first}"
     );
+    // In text, a replay says it is one: the DUP of the lesson is visible.
+    let (code, text) = cli.run_text(&put);
+    assert_eq!(
+        (code, text.trim()),
+        (0, "OK (replayed, original answer)"),
+        "{text}"
+    );
     for _ in 0..2 {
         let (code, again) = cli.run(&put);
         assert_eq!(
@@ -117,6 +137,15 @@ async fn the_classic_lesson_through_the_command_line() {
     assert_eq!(code, 4, "{gap}");
     assert_eq!(gap["outcome"], "sequence_gap");
     assert_eq!(gap["expected"], 3);
+    // Automatic numbering goes on past the numbers given by hand (and not
+    // past the refused one).
+    let (code, next) = cli.run(&["put", "x", "world", "--session-file", "s.json"]);
+    assert_eq!(
+        (code, next["outcome"].as_str()),
+        (0, Some("applied")),
+        "{next}"
+    );
+    assert_eq!(next["previous"], "world");
     let (code, value) = cli.run(&["get", "x"]);
     assert_eq!(
         (code, value["value"].as_str()),

@@ -263,7 +263,23 @@ async fn mutate(
     };
     let session = saved_session_handle(client, path)?;
     if let Some(seq) = once.seq {
-        return Ok(session.execute_seq(seq, None, command).await);
+        let result = session.execute_seq(seq, None, command).await;
+        // A number given by hand that the cluster took (or may have taken)
+        // is used: later automatic numbers go past it, so they never reuse
+        // it for another command. One it refused outright stays free.
+        let refused = matches!(
+            result,
+            Err(ClientError::SequenceGap { .. }
+                | ClientError::Malformed(_)
+                | ClientError::Invalid(_))
+        );
+        if !refused {
+            SessionFile::update(path, |file| {
+                file.next_seq = file.next_seq.max(seq.saturating_add(1));
+                Ok(())
+            })?;
+        }
+        return Ok(result);
     }
     let (seq, first_incomplete) = SessionFile::update(path, |file| {
         let seq = file.next_seq;

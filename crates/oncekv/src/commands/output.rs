@@ -104,9 +104,17 @@ impl Printer {
         );
         fields.insert("applied_index".into(), json!(done.applied_index));
         fields.insert("attempts".into(), json!(done.attempts));
-        let (human, code) = reply_fields(&done.reply, &mut fields);
+        let (mut human, code) = reply_fields(&done.reply, &mut fields);
         if matches!(done.reply, Reply::Cas { swapped: false, .. }) {
             fields.insert("outcome".into(), json!("rejected"));
+        }
+        if done.replayed {
+            // A retry answered from its completion record: say so, so the
+            // answer is not taken for a second execution.
+            human = match human.as_str() {
+                "" | "OK" => "OK (replayed, original answer)".to_string(),
+                _ => format!("{human} (replayed, original answer)"),
+            };
         }
         self.emit(fields, human);
         ExitCode::from(code)

@@ -7,15 +7,17 @@
 # real etcd (without it, that test is skipped with a message).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! command -v fiu-run >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 \
-    && [ "$(id -u)" = 0 ]; then
-    apt-get install -y -q fiu-utils >/dev/null 2>&1 \
-        || echo "setup: fiu-utils not installed; the fsync fault will be skipped" >&2
-fi
-if ! command -v etcd >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 \
-    && [ "$(id -u)" = 0 ]; then
-    apt-get install -y -q etcd-server >/dev/null 2>&1 \
-        || echo "setup: etcd-server not installed; the bench test against etcd will be skipped" >&2
+# Debian packages the tests use, installed when missing (as root, with apt):
+# the package lists are fetched once first, so a fresh machine finds them.
+missing=()
+command -v fiu-run >/dev/null 2>&1 || missing+=(fiu-utils)
+command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
+if [ ${#missing[@]} -gt 0 ] && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    apt-get update -q >/dev/null 2>&1 || echo "setup: apt-get update failed" >&2
+    for package in "${missing[@]}"; do
+        apt-get install -y -q "$package" >/dev/null 2>&1 \
+            || echo "setup: $package not installed; the tests that need it will say so" >&2
+    done
 fi
 toolchain=$(sed -n 's/^channel *= *"\(.*\)"/\1/p' rust-toolchain.toml)
 if rustup run "$toolchain" cargo clippy --version >/dev/null 2>&1 \

@@ -2,8 +2,9 @@
 //! file with a verdict in `jepsen-etcd/EXPECTED.txt` must get that verdict,
 //! within a per-history time bound.
 //!
-//! The corpus is `shared/histories/` beside the repository, or the
-//! directory named by `ONCEKV_HISTORIES`. A missing corpus fails the tests.
+//! The corpus is `tests/data/jepsen-etcd/` (vendored with its licence and
+//! origin), or the directory named by `ONCEKV_HISTORIES`. A missing corpus
+//! fails the tests.
 
 use oncekv_check::jepsen::parse_log_file;
 use oncekv_check::{Bounds, SearchStats, Verdict, check_with_stats};
@@ -17,7 +18,7 @@ const PER_HISTORY: Duration = Duration::from_secs(10);
 fn corpus_dir() -> PathBuf {
     let root = match std::env::var_os(ENV_VAR) {
         Some(dir) => PathBuf::from(dir),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/histories"),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data"),
     };
     // Accept the histories directory or its jepsen-etcd subdirectory.
     let dir = if root.join("EXPECTED.txt").is_file() {
@@ -28,8 +29,7 @@ fn corpus_dir() -> PathBuf {
     assert!(
         dir.join("EXPECTED.txt").is_file(),
         "the Jepsen etcd corpus was not found: expected {} to exist; \
-         put the corpus at shared/histories beside the repository or set {ENV_VAR} \
-         to the histories directory",
+         it ships in tests/data/jepsen-etcd, or set {ENV_VAR} to a histories directory",
         dir.join("EXPECTED.txt").display()
     );
     dir

@@ -6,10 +6,10 @@
 //! partitions can be cut between any pair. Every process is stopped by PID
 //! when the cluster is dropped.
 
-use super::peer_proxy::{Partitions, PeerProxy, source_ip};
-use crate::record::NodeId;
+use crate::peer_proxy::{Partitions, PeerProxy, source_ip};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
+use oncekv_check::record::NodeId;
 use std::fs::File;
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};

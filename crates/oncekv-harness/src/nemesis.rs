@@ -5,10 +5,10 @@
 //! replies, reset client connections, peer-link partitions, and (where
 //! `fiu-run`/`fiu-ctrl` are installed) failing disk syncs on one node.
 
-use super::client_proxy::{ClientProxy, ReplyFault};
-use super::cluster::LocalCluster;
-use super::recorder::Recorder;
-use crate::record::{FaultKind, NodeId};
+use crate::client_proxy::{ClientProxy, ReplyFault};
+use crate::cluster::LocalCluster;
+use crate::recorder::Recorder;
+use oncekv_check::record::{FaultKind, NodeId};
 use rand::rngs::StdRng;
 use rand::seq::IndexedRandom;
 use rand::{Rng, SeedableRng};
@@ -276,7 +276,7 @@ impl Nemesis {
                     .map(|n| n.client_address.to_string())
                     .collect();
                 let id = recorder.fault_started(fault.kind(), None, None);
-                super::flood::flood(&addresses, hold, rng.random(), stop).await;
+                crate::flood::flood(&addresses, hold, rng.random(), stop).await;
                 recorder.fault_ended(id);
             }
             Fault::Reset => {

@@ -16,9 +16,9 @@
 //! an unknown outcome, the retry bug Jepsen found in etcd's Java client.
 //! The checkers must catch it.
 
-use super::convert::{error_outcome, ok};
-use super::recorder::Recorder;
-use crate::record::{Bytes, ClientId, Op, Outcome, RequestIdentity};
+use crate::convert::{error_outcome, ok};
+use crate::recorder::Recorder;
+use oncekv_check::record::{Bytes, ClientId, Op, Outcome, RequestIdentity};
 use oncekv_client::{Client, ClientError, Session, SessionOptions};
 use oncekv_state::{Command, Query, Reply};
 use rand::rngs::StdRng;
@@ -363,7 +363,7 @@ impl Worker {
         match self.rng.random_range(0..3) {
             0 => {
                 if let Outcome::Ok {
-                    reply: crate::record::Reply::Get { value },
+                    reply: oncekv_check::record::Reply::Get { value },
                     ..
                 } = self.read(key).await
                 {
@@ -395,7 +395,7 @@ impl Worker {
                 };
                 let command = Command::Cas { key, expected, new };
                 if let Some(Outcome::Ok {
-                    reply: crate::record::Reply::Cas { current, .. },
+                    reply: oncekv_check::record::Reply::Cas { current, .. },
                     ..
                 }) = self.mutate(op, command).await
                 {
@@ -425,7 +425,7 @@ impl Worker {
             )
         };
         if let Some(Outcome::Ok { reply, .. }) = self.mutate(op, command).await {
-            self.leases[index] = matches!(reply, crate::record::Reply::LeaseGranted { .. });
+            self.leases[index] = matches!(reply, oncekv_check::record::Reply::LeaseGranted { .. });
         }
     }
 

@@ -4,15 +4,15 @@
 //! for the given time while watching leadership, stops, heals, reads the
 //! final values, and hands the record to the checkers.
 
-use super::client_proxy::{ClientProxy, ProxyListener};
-use super::cluster::{ClusterOptions, LocalCluster, STARTUP_TIMEOUT};
-use super::nemesis::{Fault, Nemesis, fiu_available};
-use super::recorder::Recorder;
-use super::workload::{self, ClientMode, WorkloadOptions};
-use crate::coverage::CoverageRequirements;
-use crate::record::{FaultKind, NodeId, Record, RecordError};
-use crate::report::HtmlOptions;
-use crate::verify::{Verification, VerifyConfig, verify};
+use crate::client_proxy::{ClientProxy, ProxyListener};
+use crate::cluster::{ClusterOptions, LocalCluster, STARTUP_TIMEOUT};
+use crate::nemesis::{Fault, Nemesis, fiu_available};
+use crate::recorder::Recorder;
+use crate::workload::{self, ClientMode, WorkloadOptions};
+use oncekv_check::coverage::CoverageRequirements;
+use oncekv_check::record::{FaultKind, NodeId, Record, RecordError};
+use oncekv_check::report::HtmlOptions;
+use oncekv_check::verify::{Verification, VerifyConfig, verify};
 use oncekv_client::{Backoff, Client, ClientOptions};
 use oncekv_proto::v1::StatusRequest;
 use oncekv_proto::v1::kv_client::KvClient;
@@ -95,7 +95,7 @@ pub struct Progress {
 pub enum RunError {
     /// The cluster would not start.
     #[error(transparent)]
-    Cluster(#[from] super::cluster::ClusterError),
+    Cluster(#[from] crate::cluster::ClusterError),
     /// No leader appeared.
     #[error("no leader within {within:?}{logs}")]
     NoLeader {
@@ -461,7 +461,7 @@ pub async fn run(config: &RunConfig, progress: &dyn Fn(Progress)) -> Result<RunS
     if let Some(dir) = &config.out_dir {
         write_outputs(dir, &mut summary)?;
     }
-    let passed = summary.verification.report.verdict() == crate::coverage::RunVerdict::Pass
+    let passed = summary.verification.report.verdict() == oncekv_check::coverage::RunVerdict::Pass
         && summary.crashed.is_empty();
     if let Some(cluster) = cluster {
         let mut cluster = cluster.lock().unwrap_or_else(|p| p.into_inner());

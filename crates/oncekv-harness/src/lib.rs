@@ -1,5 +1,7 @@
-//! Live fault runs against real `oncekv serve` processes: the workload,
-//! the fault proxies, the nemesis and the run that ties them together.
+//! Runs oncekv clusters: live fault runs against real `oncekv serve`
+//! processes (the workload, the fault proxies, the nemesis and the run
+//! that ties them together), recording the history that `oncekv-check`
+//! judges.
 //!
 //! * [`recorder`]: the run's history, as events stamped in time order;
 //! * [`workload`]: clients doing appends, increments, CAS, PUT/GET and

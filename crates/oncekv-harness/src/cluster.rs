@@ -1,15 +1,22 @@
-//! [`LocalCluster`]: real `oncekv serve` processes on loopback, each in a
-//! data directory of a temporary folder, with the process controls the
-//! nemesis needs: SIGKILL and restart on the same data, SIGSTOP and
-//! SIGCONT. Each node's peer address is a [`PeerProxy`] and its outgoing
-//! peer connections come from its own loopback source address, so
-//! partitions can be cut between any pair. Every process is stopped by PID
-//! when the cluster is dropped.
+//! [`Cluster`]: real `oncekv serve` processes on loopback, each on free
+//! ports with a data directory in a temporary folder, and the process
+//! controls fault runs and tests need: a start through a launcher command
+//! (`fiu-run`, so disk syncs can be made to fail; `nsenter`), SIGKILL and
+//! restart on the same data, SIGSTOP and SIGCONT, exits noticed. Started
+//! with [`Cluster::start_partitionable`], each node's peer address is a
+//! [`PeerProxy`] and its outgoing peer connections come from its own
+//! loopback source address, so partitions can be cut between any pair.
+//! Every process is stopped by PID when its [`NodeProcess`] is dropped.
+//!
+//! This is the one implementation of node processes: `oncekv verify`
+//! ([`crate::run`]) and the multi-process tests ([`crate::testing`]) both
+//! start their nodes here, from the `oncekv` binary they name.
 
 use crate::peer_proxy::{Partitions, PeerProxy, source_ip};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use oncekv_check::record::NodeId;
+use std::ffi::OsString;
 use std::fs::File;
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
@@ -29,8 +36,12 @@ pub struct ClusterOptions {
     /// Extra `serve` flags for every node.
     pub extra_args: Vec<String>,
     /// Start each node under `fiu-run`, so its disk syncs can be made to
-    /// fail (see [`LocalCluster::fiu_ctrl`]).
+    /// fail (see [`Cluster::fiu_ctrl`]).
     pub fiu: bool,
+    /// The nodes' `--log` filter; unset, the binary's default.
+    pub log: Option<String>,
+    /// How the name of the cluster's temporary folder begins.
+    pub folder_prefix: String,
 }
 
 /// Why the cluster could not start.
@@ -56,15 +67,24 @@ fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ClusterError {
 pub struct NodeProcess {
     /// Its id.
     pub id: NodeId,
-    /// Its real client address.
-    pub client_address: SocketAddr,
-    /// Its real peer address (behind the peer proxy).
-    pub peer_address: SocketAddr,
-    /// The proxy other nodes reach it through.
-    pub peer_proxy: SocketAddr,
-    args: Vec<String>,
-    child: Option<Child>,
-    paused: bool,
+    /// Its client address (`127.0.0.1:port`).
+    pub client: String,
+    /// The address its peer port listens on (`127.0.0.1:port`).
+    pub peer: String,
+    /// The proxy other nodes reach it through, when the cluster has peer
+    /// proxies (else they reach [`NodeProcess::peer`]).
+    pub peer_proxy: Option<SocketAddr>,
+    /// Its data directory.
+    pub data_dir: PathBuf,
+    /// Its process, from its start until it is killed or found exited.
+    pub child: Option<Child>,
+    /// Stopped with SIGSTOP and not yet continued.
+    pub paused: bool,
+    /// A command the node is started through (`nsenter ...`,
+    /// `fiu-run ...`), if any; the binary and its arguments follow it.
+    pub launcher: Vec<String>,
+    binary: PathBuf,
+    args: Vec<OsString>,
     log: PathBuf,
 }
 
@@ -81,208 +101,313 @@ impl NodeProcess {
             None => false,
         }
     }
-}
 
-/// A local cluster of `oncekv serve` processes.
-#[derive(Debug)]
-pub struct LocalCluster {
-    options: ClusterOptions,
-    nodes: Vec<NodeProcess>,
-    partitions: Partitions,
-    path: PathBuf,
-    /// Processes that exited on their own: node, exit code, description.
-    exits: Vec<(NodeId, Option<i32>, String)>,
-    /// Removed on drop unless kept.
-    dir: Option<tempfile::TempDir>,
-}
-
-/// A free loopback port (bound, then released for the node to take).
-fn free_port() -> std::io::Result<SocketAddr> {
-    TcpListener::bind("127.0.0.1:0")?.local_addr()
-}
-
-impl LocalCluster {
-    /// Starts the nodes and their peer proxies (on the current tokio
-    /// runtime). Does not wait for a leader.
-    pub async fn start(options: ClusterOptions) -> Result<LocalCluster, ClusterError> {
-        let dir = tempfile::Builder::new()
-            .prefix("oncekv-verify-")
-            .tempdir()
-            .map_err(io("creating the run's folder"))?;
-        let ids: Vec<NodeId> = (1..=options.nodes as NodeId).collect();
-        let partitions = Partitions::default();
-        let mut nodes = Vec::new();
-        let mut listeners = Vec::new();
-        for &id in &ids {
-            let (proxy, listener) = PeerProxy::bind()
-                .await
-                .map_err(io("binding a peer proxy"))?;
-            listeners.push(listener);
-            nodes.push(NodeProcess {
-                id,
-                client_address: free_port().map_err(io("finding a free port"))?,
-                peer_address: free_port().map_err(io("finding a free port"))?,
-                peer_proxy: proxy.address(),
-                args: Vec::new(),
-                child: None,
-                paused: false,
-                log: dir.path().join(format!("node-{id}.log")),
-            });
-        }
-        let shared_ids = Arc::new(ids);
-        for (node, listener) in nodes.iter().zip(listeners) {
-            PeerProxy::run(
-                listener,
-                node.id,
-                node.peer_address,
-                shared_ids.clone(),
-                partitions.clone(),
-            );
-        }
-        let initial: Vec<String> = nodes
-            .iter()
-            .map(|n| format!("{}={}/{}", n.id, n.peer_proxy, n.client_address))
-            .collect();
-        let initial = initial.join(",");
-        for node in &mut nodes {
-            let data = dir.path().join(format!("node-{}", node.id));
-            node.args = vec![
-                "serve".into(),
-                "--id".into(),
-                node.id.to_string(),
-                "--data-dir".into(),
-                data.display().to_string(),
-                "--listen-client".into(),
-                node.client_address.to_string(),
-                "--listen-peer".into(),
-                node.peer_address.to_string(),
-                "--advertise-peer".into(),
-                node.peer_proxy.to_string(),
-                "--initial-cluster".into(),
-                initial.clone(),
-                "--peer-source-ip".into(),
-                source_ip(node.id).to_string(),
-            ];
-            node.args.extend(options.extra_args.iter().cloned());
-            if !options.dedup {
-                node.args.push("--unsafe-no-dedup".into());
-            }
-        }
-        let mut cluster = LocalCluster {
-            options,
-            nodes,
-            partitions,
-            path: dir.path().to_path_buf(),
-            exits: Vec::new(),
-            dir: Some(dir),
-        };
-        for id in shared_ids.iter() {
-            cluster
-                .restart(*id)
-                .map_err(io(format!("starting node {id}")))?;
-        }
-        Ok(cluster)
+    /// The file its standard output and error are appended to.
+    pub fn log_file(&self) -> &Path {
+        &self.log
     }
 
-    /// The nodes.
-    pub fn nodes(&self) -> &[NodeProcess] {
-        &self.nodes
-    }
-
-    /// The peer-link partitions.
-    pub fn partitions(&self) -> &Partitions {
-        &self.partitions
-    }
-
-    /// The run's folder (data directories and node logs).
-    pub fn dir(&self) -> &Path {
-        &self.path
-    }
-
-    /// The base path of the nodes' `fiu-ctrl` pipes (in the run's folder).
-    pub fn fiu_ctrl(&self) -> PathBuf {
-        self.path.join("fiu-ctrl")
-    }
-
-    /// Keeps the run's folder after the cluster is dropped.
-    pub fn keep_dir(&mut self) -> PathBuf {
-        if let Some(dir) = self.dir.take() {
-            let _ = dir.keep();
-        }
-        self.path.clone()
-    }
-
-    fn node_mut(&mut self, id: NodeId) -> Option<&mut NodeProcess> {
-        self.nodes.iter_mut().find(|n| n.id == id)
-    }
-
-    /// Starts node `id` (again), on the same data.
-    pub fn restart(&mut self, id: NodeId) -> std::io::Result<()> {
-        let binary = self.options.binary.clone();
-        let fiu = self.options.fiu.then(|| self.fiu_ctrl());
-        self.reap();
-        let Some(node) = self.node_mut(id) else {
-            return Ok(());
-        };
-        if node.is_running() {
+    /// Starts the process on its data directory, unless it is running.
+    pub fn start(&mut self) -> std::io::Result<()> {
+        if self.is_running() {
             return Ok(());
         }
-        let log = File::options().create(true).append(true).open(&node.log)?;
-        let mut command = match fiu {
-            Some(control) => {
-                let mut command = Command::new("fiu-run");
-                command.arg("-x").arg("-f").arg(control).arg(&binary);
+        let log = File::options().create(true).append(true).open(&self.log)?;
+        let mut command = match self.launcher.split_first() {
+            Some((program, args)) => {
+                let mut command = Command::new(program);
+                command.args(args).arg(&self.binary);
                 command
             }
-            None => Command::new(&binary),
+            None => Command::new(&self.binary),
         };
         command
-            .args(&node.args)
-            .env("RUST_LOG", "warn")
+            .args(&self.args)
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log);
-        node.child = Some(command.spawn()?);
-        node.paused = false;
+        self.child = Some(command.spawn()?);
+        self.paused = false;
         Ok(())
     }
 
-    fn signal(&mut self, id: NodeId, signal: Signal) -> bool {
-        let Some(node) = self.node_mut(id) else {
-            return false;
-        };
-        let Some(pid) = node.pid().and_then(|pid| i32::try_from(pid).ok()) else {
+    /// Sends `signal` to the process; whether it was delivered.
+    pub(crate) fn send(&self, signal: Signal) -> bool {
+        let Some(pid) = self.pid().and_then(|pid| i32::try_from(pid).ok()) else {
             return false;
         };
         kill(Pid::from_raw(pid), signal).is_ok()
     }
 
+    /// SIGKILLs the process (continuing it first, if paused) and reaps it.
+    pub fn kill(&mut self) {
+        self.send(Signal::SIGCONT);
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.paused = false;
+    }
+
+    /// SIGSTOPs the process; whether it was stopped.
+    pub fn pause(&mut self) -> bool {
+        let stopped = self.send(Signal::SIGSTOP);
+        if stopped {
+            self.paused = true;
+        }
+        stopped
+    }
+
+    /// SIGCONTs the process.
+    pub fn resume(&mut self) {
+        self.send(Signal::SIGCONT);
+        self.paused = false;
+    }
+
+    /// The last `lines` lines of its log.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let tail: Vec<&str> = text.lines().rev().take(lines).collect();
+        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+    }
+}
+
+impl Drop for NodeProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A cluster's folder, with the nodes' data directories and logs: removed
+/// when the cluster is dropped, unless kept.
+#[derive(Debug)]
+pub struct ClusterDir {
+    path: PathBuf,
+    temp: Option<tempfile::TempDir>,
+}
+
+impl ClusterDir {
+    /// Where it is.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Keeps it after the cluster is dropped; returns where it is.
+    pub fn keep(&mut self) -> PathBuf {
+        if let Some(temp) = self.temp.take() {
+            let _ = temp.keep();
+        }
+        self.path.clone()
+    }
+}
+
+/// A local cluster of `oncekv serve` processes.
+#[derive(Debug)]
+pub struct Cluster {
+    /// The nodes, ids 1, 2, ... in order.
+    pub nodes: Vec<NodeProcess>,
+    /// The folder of their data and logs (dropped after the nodes).
+    pub dir: ClusterDir,
+    partitions: Partitions,
+    /// Processes that exited on their own: node, exit code, description.
+    exits: Vec<(NodeId, Option<i32>, String)>,
+}
+
+/// A free loopback port (bound, then released for a node to take).
+pub(crate) fn free_address() -> std::io::Result<SocketAddr> {
+    TcpListener::bind("127.0.0.1:0")?.local_addr()
+}
+
+impl Cluster {
+    /// Plans the nodes of `options` on free loopback ports, in a new
+    /// temporary folder, and starts none of them ([`Cluster::start_all`]
+    /// or [`NodeProcess::start`] does).
+    pub fn plan(options: &ClusterOptions) -> Result<Cluster, ClusterError> {
+        Cluster::plan_with(options, None)
+    }
+
+    /// Starts the nodes of `options`. Does not wait for a leader.
+    pub fn start(options: &ClusterOptions) -> Result<Cluster, ClusterError> {
+        let mut cluster = Cluster::plan(options)?;
+        cluster.start_all()?;
+        Ok(cluster)
+    }
+
+    /// Starts the nodes of `options` behind peer proxies (on the current
+    /// tokio runtime), so that [`Cluster::partitions`] can cut their
+    /// links. Does not wait for a leader.
+    pub async fn start_partitionable(options: &ClusterOptions) -> Result<Cluster, ClusterError> {
+        let mut proxies = Vec::new();
+        for _ in 0..options.nodes {
+            proxies.push(
+                PeerProxy::bind()
+                    .await
+                    .map_err(io("binding a peer proxy"))?,
+            );
+        }
+        let mut cluster = Cluster::plan_with(options, Some(proxies))?;
+        cluster.start_all()?;
+        Ok(cluster)
+    }
+
+    /// Plans the nodes. With `proxies` (one per node), each node
+    /// advertises its proxy as its peer address and calls its peers from
+    /// a source address of its own, and the proxies start forwarding.
+    fn plan_with(
+        options: &ClusterOptions,
+        proxies: Option<Vec<(PeerProxy, tokio::net::TcpListener)>>,
+    ) -> Result<Cluster, ClusterError> {
+        let temp = tempfile::Builder::new()
+            .prefix(&options.folder_prefix)
+            .tempdir()
+            .map_err(io("creating the cluster's folder"))?;
+        let dir = ClusterDir {
+            path: temp.path().to_path_buf(),
+            temp: Some(temp),
+        };
+        let ids: Vec<NodeId> = (1..=options.nodes as NodeId).collect();
+        let mut addresses = Vec::new();
+        for _ in &ids {
+            let client = free_address().map_err(io("finding a free port"))?;
+            let peer = free_address().map_err(io("finding a free port"))?;
+            addresses.push((client, peer));
+        }
+        let advertised: Vec<Option<SocketAddr>> = match &proxies {
+            Some(proxies) => proxies.iter().map(|(p, _)| Some(p.address())).collect(),
+            None => vec![None; ids.len()],
+        };
+        let initial: Vec<String> = ids
+            .iter()
+            .zip(&addresses)
+            .zip(&advertised)
+            .map(|((id, (client, peer)), proxy)| {
+                format!("{id}={}/{client}", proxy.unwrap_or(*peer))
+            })
+            .collect();
+        let initial = initial.join(",");
+        let launcher: Vec<String> = if options.fiu {
+            let control = dir.path().join("fiu-ctrl");
+            ["fiu-run", "-x", "-f"]
+                .iter()
+                .map(|s| (*s).to_string())
+                .chain([control.display().to_string()])
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let mut nodes = Vec::new();
+        for ((&id, &(client, peer)), &proxy) in ids.iter().zip(&addresses).zip(&advertised) {
+            let data_dir = dir.path().join(format!("node-{id}"));
+            let mut args: Vec<OsString> = vec![
+                "serve".into(),
+                "--id".into(),
+                id.to_string().into(),
+                "--data-dir".into(),
+                data_dir.clone().into(),
+                "--listen-client".into(),
+                client.to_string().into(),
+                "--listen-peer".into(),
+                peer.to_string().into(),
+            ];
+            if let Some(proxy) = proxy {
+                args.extend(["--advertise-peer".into(), proxy.to_string().into()]);
+            }
+            args.extend(["--initial-cluster".into(), initial.clone().into()]);
+            if proxy.is_some() {
+                args.extend(["--peer-source-ip".into(), source_ip(id).to_string().into()]);
+            }
+            if let Some(log) = &options.log {
+                args.extend(["--log".into(), log.into()]);
+            }
+            args.extend(options.extra_args.iter().map(OsString::from));
+            if !options.dedup {
+                args.push("--unsafe-no-dedup".into());
+            }
+            nodes.push(NodeProcess {
+                id,
+                client: client.to_string(),
+                peer: peer.to_string(),
+                peer_proxy: proxy,
+                log: dir.path().join(format!("node-{id}.log")),
+                data_dir,
+                child: None,
+                paused: false,
+                launcher: launcher.clone(),
+                binary: options.binary.clone(),
+                args,
+            });
+        }
+        let partitions = Partitions::default();
+        if let Some(proxies) = proxies {
+            let ids = Arc::new(ids);
+            for ((_, listener), (&id, &(_, peer))) in
+                proxies.into_iter().zip(ids.iter().zip(&addresses))
+            {
+                PeerProxy::run(listener, id, peer, ids.clone(), partitions.clone());
+            }
+        }
+        Ok(Cluster {
+            nodes,
+            dir,
+            partitions,
+            exits: Vec::new(),
+        })
+    }
+
+    /// Starts every node that is not running.
+    pub fn start_all(&mut self) -> Result<(), ClusterError> {
+        let ids: Vec<NodeId> = self.nodes.iter().map(|n| n.id).collect();
+        for id in ids {
+            self.restart(id)
+                .map_err(io(format!("starting node {id}")))?;
+        }
+        Ok(())
+    }
+
+    /// The peer-link partitions (they cut links only between nodes started
+    /// by [`Cluster::start_partitionable`]).
+    pub fn partitions(&self) -> &Partitions {
+        &self.partitions
+    }
+
+    /// The base path of the nodes' `fiu-ctrl` pipes (in the cluster's
+    /// folder).
+    pub fn fiu_ctrl(&self) -> PathBuf {
+        self.dir.path().join("fiu-ctrl")
+    }
+
+    /// Node `id`, if there is one.
+    pub fn node_mut(&mut self, id: NodeId) -> Option<&mut NodeProcess> {
+        self.nodes.iter_mut().find(|n| n.id == id)
+    }
+
+    /// Starts node `id` (again), on the same data, unless it is running.
+    pub fn restart(&mut self, id: NodeId) -> std::io::Result<()> {
+        self.reap();
+        match self.node_mut(id) {
+            Some(node) => node.start(),
+            None => Ok(()),
+        }
+    }
+
     /// SIGKILLs node `id` and reaps it.
     pub fn kill(&mut self, id: NodeId) {
-        self.signal(id, Signal::SIGCONT);
         if let Some(node) = self.node_mut(id) {
-            if let Some(mut child) = node.child.take() {
-                let _ = child.kill();
-                let _ = child.wait();
-            }
-            node.paused = false;
+            node.kill();
         }
     }
 
     /// SIGSTOPs node `id`.
     pub fn pause(&mut self, id: NodeId) {
-        if self.signal(id, Signal::SIGSTOP)
-            && let Some(node) = self.node_mut(id)
-        {
-            node.paused = true;
+        if let Some(node) = self.node_mut(id) {
+            node.pause();
         }
     }
 
     /// SIGCONTs node `id`.
     pub fn resume(&mut self, id: NodeId) {
-        self.signal(id, Signal::SIGCONT);
         if let Some(node) = self.node_mut(id) {
-            node.paused = false;
+            node.resume();
         }
     }
 
@@ -310,8 +435,8 @@ impl LocalCluster {
         }
     }
 
-    /// Processes that exited on their own (not killed by the nemesis)
-    /// during the run: node, exit code, description.
+    /// Processes that exited on their own (not killed through the
+    /// cluster) so far: node, exit code, description.
     pub fn exits(&mut self) -> Vec<(NodeId, Option<i32>, String)> {
         self.reap();
         self.exits.clone()
@@ -319,16 +444,18 @@ impl LocalCluster {
 
     /// Kills every node.
     pub fn stop_all(&mut self) {
-        let ids: Vec<NodeId> = self.nodes.iter().map(|n| n.id).collect();
-        for id in ids {
-            self.kill(id);
+        for node in &mut self.nodes {
+            node.kill();
         }
     }
-}
 
-impl Drop for LocalCluster {
-    fn drop(&mut self) {
-        self.stop_all();
+    /// The tail of every node's log, for failure messages.
+    pub fn logs(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|n| format!("--- node {} ---\n{}", n.id, n.log_tail(30)))
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 }
 

@@ -5,15 +5,15 @@
 //! final values, and hands the record to the checkers.
 
 use crate::client_proxy::{ClientProxy, ProxyListener};
-use crate::cluster::{ClusterOptions, LocalCluster, STARTUP_TIMEOUT};
+use crate::cluster::{Cluster, ClusterOptions, STARTUP_TIMEOUT};
 use crate::nemesis::{Fault, Nemesis, fiu_available};
 use crate::recorder::Recorder;
-use crate::workload::{self, ClientMode, WorkloadOptions};
+use crate::workload::{self, ClientMode, WorkloadOptions, client_options};
 use oncekv_check::coverage::CoverageRequirements;
 use oncekv_check::record::{FaultKind, NodeId, Record, RecordError};
 use oncekv_check::report::HtmlOptions;
 use oncekv_check::verify::{Verification, VerifyConfig, verify};
-use oncekv_client::{Backoff, Client, ClientOptions};
+use oncekv_client::Client;
 use oncekv_proto::v1::StatusRequest;
 use oncekv_proto::v1::kv_client::KvClient;
 use std::collections::{BTreeMap, HashMap};
@@ -187,20 +187,6 @@ pub fn requirements(faults: &[Fault], mode: ClientMode) -> CoverageRequirements 
     required
 }
 
-/// The client options of the workload: short attempts, so a dropped reply
-/// is retried soon.
-fn client_options() -> ClientOptions {
-    ClientOptions {
-        attempt_timeout: Duration::from_millis(1_000),
-        deadline: Duration::from_secs(4),
-        backoff: Backoff {
-            initial: Duration::from_millis(20),
-            max: Duration::from_millis(300),
-        },
-        ..ClientOptions::default()
-    }
-}
-
 /// The leader and term a node reports, if it answers and knows one.
 async fn status_of(address: &str) -> Option<(NodeId, u64)> {
     let mut client = KvClient::connect(format!("http://{address}")).await.ok()?;
@@ -270,24 +256,26 @@ pub async fn run(config: &RunConfig, progress: &dyn Fn(Progress)) -> Result<RunS
             faults.push(fault);
         }
     }
-    let (cluster, real): (Option<Arc<Mutex<LocalCluster>>>, Nodes) = match &config.target {
+    let (cluster, real): (Option<Arc<Mutex<Cluster>>>, Nodes) = match &config.target {
         Target::Local {
             binary,
             nodes,
             dedup,
         } => {
-            let cluster = LocalCluster::start(ClusterOptions {
+            let cluster = Cluster::start_partitionable(&ClusterOptions {
                 binary: binary.clone(),
                 nodes: *nodes,
                 dedup: *dedup,
                 extra_args: node_flags(&faults),
                 fiu: faults.contains(&Fault::Fsync),
+                log: None,
+                folder_prefix: "oncekv-verify-".into(),
             })
             .await?;
             let real = cluster
-                .nodes()
+                .nodes
                 .iter()
-                .map(|n| (Some(n.id), n.client_address.to_string()))
+                .map(|n| (Some(n.id), n.client.clone()))
                 .collect();
             (Some(Arc::new(Mutex::new(cluster))), real)
         }
@@ -467,20 +455,20 @@ pub async fn run(config: &RunConfig, progress: &dyn Fn(Progress)) -> Result<RunS
         let mut cluster = cluster.lock().unwrap_or_else(|p| p.into_inner());
         cluster.stop_all();
         if !passed && config.out_dir.is_some() {
-            summary.kept = Some(cluster.keep_dir());
+            summary.kept = Some(cluster.dir.keep());
         }
     }
     Ok(summary)
 }
 
 /// Keeps the cluster's folder for a post-mortem; says where.
-fn keep_logs(cluster: Option<&Mutex<LocalCluster>>) -> String {
+fn keep_logs(cluster: Option<&Mutex<Cluster>>) -> String {
     cluster.map_or_else(String::new, |cluster| {
         let mut cluster = cluster.lock().unwrap_or_else(|p| p.into_inner());
         cluster.stop_all();
         format!(
             " (node data and logs kept in {})",
-            cluster.keep_dir().display()
+            cluster.dir.keep().display()
         )
     })
 }

@@ -19,7 +19,7 @@
 use crate::convert::{error_outcome, ok};
 use crate::recorder::Recorder;
 use oncekv_check::record::{Bytes, ClientId, Op, Outcome, RequestIdentity};
-use oncekv_client::{Client, ClientError, Session, SessionOptions};
+use oncekv_client::{Backoff, Client, ClientError, ClientOptions, Session, SessionOptions};
 use oncekv_state::{Command, Query, Reply};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -36,6 +36,21 @@ pub enum ClientMode {
     Session,
     /// Plain requests resent on an unknown outcome: the negative control.
     Naive,
+}
+
+/// The client options of the workload: short attempts, so a dropped reply
+/// is retried soon. (A simulation keeps these and injects its own
+/// connector and random draws.)
+pub fn client_options() -> ClientOptions {
+    ClientOptions {
+        attempt_timeout: Duration::from_millis(1_000),
+        deadline: Duration::from_secs(4),
+        backoff: Backoff {
+            initial: Duration::from_millis(20),
+            max: Duration::from_millis(300),
+        },
+        ..ClientOptions::default()
+    }
 }
 
 /// The workload's shape.

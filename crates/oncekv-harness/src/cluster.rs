@@ -461,3 +461,169 @@ impl Cluster {
 
 /// How long a node gets to come up before the run gives up on it.
 pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(20);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(nodes: usize) -> ClusterOptions {
+        ClusterOptions {
+            binary: PathBuf::from("/nonexistent/oncekv"),
+            nodes,
+            dedup: true,
+            extra_args: vec!["--heartbeat".into(), "50ms".into()],
+            fiu: false,
+            log: None,
+            folder_prefix: "oncekv-harness-test-".into(),
+        }
+    }
+
+    fn args(node: &NodeProcess) -> Vec<String> {
+        node.args
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    fn flag(node: &NodeProcess, name: &str) -> Option<String> {
+        let args = args(node);
+        let at = args.iter().position(|a| a == name)?;
+        args.get(at + 1).cloned()
+    }
+
+    #[test]
+    fn a_planned_node_serves_its_own_ports_and_data_and_knows_every_peer() {
+        let cluster = Cluster::plan(&options(3)).expect("plan");
+        let ids: Vec<NodeId> = cluster.nodes.iter().map(|n| n.id).collect();
+        assert_eq!(ids, [1, 2, 3]);
+        let expected_initial: Vec<String> = cluster
+            .nodes
+            .iter()
+            .map(|n| format!("{}={}/{}", n.id, n.peer, n.client))
+            .collect();
+        for node in &cluster.nodes {
+            assert!(node.child.is_none() && !node.paused && node.launcher.is_empty());
+            assert_eq!(args(node)[0], "serve");
+            assert_eq!(flag(node, "--id"), Some(node.id.to_string()));
+            assert_eq!(flag(node, "--listen-client"), Some(node.client.clone()));
+            assert_eq!(flag(node, "--listen-peer"), Some(node.peer.clone()));
+            assert_eq!(
+                flag(node, "--data-dir"),
+                Some(node.data_dir.display().to_string())
+            );
+            assert!(node.data_dir.starts_with(cluster.dir.path()));
+            assert_eq!(
+                flag(node, "--initial-cluster"),
+                Some(expected_initial.join(","))
+            );
+            assert_eq!(flag(node, "--heartbeat").as_deref(), Some("50ms"));
+            for absent in [
+                "--advertise-peer",
+                "--peer-source-ip",
+                "--log",
+                "--unsafe-no-dedup",
+            ] {
+                assert!(!args(node).iter().any(|a| a == absent), "{absent}");
+            }
+        }
+        let mut ports: Vec<&String> = cluster
+            .nodes
+            .iter()
+            .flat_map(|n| [&n.client, &n.peer])
+            .collect();
+        ports.sort();
+        ports.dedup();
+        assert_eq!(ports.len(), 6, "every address is its own");
+    }
+
+    #[tokio::test]
+    async fn a_partitionable_node_advertises_its_proxy_and_calls_from_its_own_address() {
+        let mut with = options(2);
+        with.dedup = false;
+        with.log = Some("info".into());
+        with.binary = PathBuf::from("/bin/true");
+        let cluster = Cluster::start_partitionable(&with).await.expect("start");
+        for node in &cluster.nodes {
+            let proxy = node.peer_proxy.expect("a peer proxy");
+            assert_eq!(flag(node, "--advertise-peer"), Some(proxy.to_string()));
+            assert_eq!(
+                flag(node, "--peer-source-ip"),
+                Some(source_ip(node.id).to_string())
+            );
+            assert!(
+                flag(node, "--initial-cluster")
+                    .is_some_and(|c| c.contains(&format!("{}={proxy}/{}", node.id, node.client)))
+            );
+            assert_eq!(flag(node, "--log").as_deref(), Some("info"));
+            assert_eq!(
+                args(node).last().map(String::as_str),
+                Some("--unsafe-no-dedup")
+            );
+        }
+    }
+
+    #[test]
+    fn under_fiu_a_node_starts_through_fiu_run() {
+        let mut with = options(1);
+        with.fiu = true;
+        let cluster = Cluster::plan(&with).expect("plan");
+        let control = cluster.fiu_ctrl().display().to_string();
+        assert_eq!(
+            cluster.nodes[0].launcher,
+            ["fiu-run", "-x", "-f", control.as_str()]
+        );
+    }
+
+    /// A launcher that ignores the binary and its arguments.
+    fn shell(script: &str) -> Vec<String> {
+        ["sh", "-c", script, "sh"].map(String::from).to_vec()
+    }
+
+    #[test]
+    fn processes_are_paused_resumed_killed_restarted_and_their_exits_noticed() {
+        let mut cluster = Cluster::plan(&options(2)).expect("plan");
+        cluster.nodes[0].launcher = shell("exec sleep 30");
+        cluster.nodes[1].launcher = shell("echo started; exit 5");
+        cluster.start_all().expect("start");
+        let pid = cluster.nodes[0].pid().expect("running");
+        assert!(cluster.nodes[0].pause() && cluster.nodes[0].paused);
+        cluster.resume(1);
+        assert!(!cluster.nodes[0].paused && cluster.nodes[0].is_running());
+        cluster.restart(1).expect("restart");
+        assert_eq!(
+            cluster.nodes[0].pid(),
+            Some(pid),
+            "a running node is left alone"
+        );
+        cluster.pause(1);
+        cluster.kill(1);
+        assert!(cluster.nodes[0].child.is_none() && !cluster.nodes[0].paused);
+        cluster.restart(1).expect("restart");
+        assert_ne!(cluster.nodes[0].pid(), Some(pid));
+
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let exits = loop {
+            let exits = cluster.exits();
+            if !exits.is_empty() || std::time::Instant::now() > deadline {
+                break exits;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert_eq!(exits.len(), 1);
+        assert_eq!((exits[0].0, exits[0].1), (2, Some(5)));
+        assert!(cluster.nodes[1].child.is_none());
+        assert!(cluster.logs().contains("--- node 2 ---\nstarted"));
+        let path = cluster.dir.path().to_path_buf();
+        drop(cluster);
+        assert!(!path.exists(), "the folder goes with the cluster");
+    }
+
+    #[test]
+    fn a_kept_folder_outlives_the_cluster() {
+        let mut cluster = Cluster::plan(&options(1)).expect("plan");
+        let path = cluster.dir.keep();
+        drop(cluster);
+        assert!(path.is_dir());
+        std::fs::remove_dir_all(path).expect("clean up");
+    }
+}

@@ -1,8 +1,10 @@
 //! [`run`]: one live fault run, start to verdict. It starts a local cluster
-//! (or uses an existing one), puts a fault proxy in front of every node's
-//! client port, waits for a leader, runs the workload under the nemesis
-//! for the given time while watching leadership, stops, heals, reads the
-//! final values, and hands the record to the checkers.
+//! behind peer proxies ([`Cluster::start_partitionable`], from the binary
+//! it is given) or uses an existing one, puts a fault proxy in front of
+//! every node's client port, waits for a leader, runs the workload under
+//! the nemesis for the given time while watching leadership, stops, heals,
+//! reads the final values, and hands the record to `oncekv-check`'s
+//! checkers.
 
 use crate::client_proxy::{ClientProxy, ProxyListener};
 use crate::cluster::{Cluster, ClusterOptions, STARTUP_TIMEOUT};

@@ -1,5 +1,7 @@
 //! The proof kit of oncekv: what a fault run recorded, and whether it kept
-//! the exactly-once contract.
+//! the exactly-once contract. Pure: it reads and judges histories, and
+//! depends on nothing but serde, serde_json and thiserror (the runs that
+//! record them are `oncekv-harness`'s).
 //!
 //! * [`record`]: the recorded client history of a fault run (operations
 //!   with their request identity, attempts and outcome; every attempt's
@@ -17,8 +19,6 @@
 //! * [`report`]: the summary for a terminal and a self-contained HTML page
 //!   with a timeline.
 //! * [`verify`]: runs all of the above on a record.
-//! * [`live`]: runs a workload under faults against real `oncekv serve`
-//!   processes and records the history the checkers take.
 //!
 //! Underneath, [`history`] models register histories, [`linearizability`]
 //! decides whether such a history could have come from atomic registers,
@@ -76,7 +76,6 @@ pub mod coverage;
 pub mod history;
 pub mod jepsen;
 pub mod linearizability;
-pub mod live;
 pub mod record;
 pub mod report;
 pub mod verify;

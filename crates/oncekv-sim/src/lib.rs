@@ -1,7 +1,8 @@
 //! Deterministic simulation of an oncekv cluster under faults.
 //!
 //! Three real nodes (the `oncekv-server` code, its log and state files,
-//! openraft) and the workload of `oncekv verify` run on a
+//! openraft) and the workload of `oncekv verify` (`oncekv-harness`'s
+//! workload, client options and recording proxies) run on a
 //! [turmoil](https://docs.rs/turmoil) network in simulated time, injected
 //! through the node's listeners and the client's and peers' connectors.
 //! A seeded plan crashes and restarts nodes, partitions them, cuts the

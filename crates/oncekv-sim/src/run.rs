@@ -8,13 +8,13 @@
 use crate::net::{SimConnector, incoming};
 use crate::plan::{SimFault, Window, plan};
 use oncekv_check::coverage::{CoverageRequirements, RunVerdict};
-use oncekv_check::live::client_proxy::{ClientProxy, ReplyFault};
-use oncekv_check::live::recorder::Recorder;
-use oncekv_check::live::run::watch_leader;
-use oncekv_check::live::workload::{self, ClientMode, WorkloadOptions};
 use oncekv_check::record::{FaultId, FaultKind, Record, RecordError};
 use oncekv_check::verify::{Verification, VerifyConfig, verify};
-use oncekv_client::{Backoff, Client, ClientOptions, RandomSource};
+use oncekv_client::{Client, ClientOptions, RandomSource};
+use oncekv_harness::client_proxy::{ClientProxy, ReplyFault};
+use oncekv_harness::recorder::Recorder;
+use oncekv_harness::run::watch_leader;
+use oncekv_harness::workload::{self, ClientMode, WorkloadOptions};
 use oncekv_server::node::NodeOptions;
 use oncekv_server::raft::consensus::ConsensusOptions;
 use oncekv_server::raft::runtime::seed_thread_rng;
@@ -185,17 +185,13 @@ impl RandomSource for SeededRandom {
     }
 }
 
+/// The workload's client options ([`workload::client_options`]) over the
+/// simulated network, with random draws from `seed`.
 fn client_options(seed: u64) -> ClientOptions {
     ClientOptions {
-        attempt_timeout: Duration::from_millis(1_000),
-        deadline: Duration::from_secs(4),
-        backoff: Backoff {
-            initial: Duration::from_millis(20),
-            max: Duration::from_millis(300),
-        },
         random: Arc::new(SeededRandom(Mutex::new(StdRng::seed_from_u64(seed)))),
         connector: Arc::new(SimConnector),
-        ..ClientOptions::default()
+        ..workload::client_options()
     }
 }
 

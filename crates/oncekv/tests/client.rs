@@ -209,8 +209,8 @@ async fn a_kept_lease_holds_its_keys_and_a_dropped_one_deletes_them() {
 /// unknown, never "not applied".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_refused_as_expired_after_a_lost_reply_is_unknown_not_failed() {
-    use oncekv_check::live::client_proxy::{ClientProxy, ProxyListener, ReplyFault};
-    use oncekv_check::live::recorder::Recorder;
+    use oncekv_harness::client_proxy::{ClientProxy, ProxyListener, ReplyFault};
+    use oncekv_harness::recorder::Recorder;
     use std::sync::Arc;
 
     let _one = exclusive().await;

@@ -10,9 +10,9 @@
 //! Leader hints name the nodes' real client addresses; the proxy rewrites
 //! them to the matching proxies, so clients never go around the faults.
 
-use super::convert;
-use super::recorder::Recorder;
-use crate::record::{Answer, NodeId, RequestIdentity};
+use crate::convert;
+use crate::recorder::Recorder;
+use oncekv_check::record::{Answer, NodeId, RequestIdentity};
 use oncekv_proto::v1::kv_client::KvClient;
 use oncekv_proto::v1::kv_server::{Kv, KvServer};
 use oncekv_proto::v1::{

@@ -6,7 +6,7 @@
 //! nodes that cannot talk: a proxy refuses new connections between such a
 //! pair and cuts the ones open when the partition starts.
 
-use crate::record::NodeId;
+use oncekv_check::record::NodeId;
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;

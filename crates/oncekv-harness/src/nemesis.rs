@@ -5,10 +5,10 @@
 //! replies, reset client connections, peer-link partitions, and (where
 //! `fiu-run`/`fiu-ctrl` are installed) failing disk syncs on one node.
 
-use super::client_proxy::{ClientProxy, ReplyFault};
-use super::cluster::LocalCluster;
-use super::recorder::Recorder;
-use crate::record::{FaultKind, NodeId};
+use crate::client_proxy::{ClientProxy, ReplyFault};
+use crate::cluster::Cluster;
+use crate::recorder::Recorder;
+use oncekv_check::record::{FaultKind, NodeId};
 use rand::rngs::StdRng;
 use rand::seq::IndexedRandom;
 use rand::{Rng, SeedableRng};
@@ -126,7 +126,7 @@ pub struct Nemesis {
     /// The kinds to inject.
     pub faults: Vec<Fault>,
     /// The cluster's processes, when the run started them.
-    pub cluster: Option<Arc<Mutex<LocalCluster>>>,
+    pub cluster: Option<Arc<Mutex<Cluster>>>,
     /// The client proxies.
     pub proxies: Vec<ClientProxy>,
     /// The leader last observed (0: none).
@@ -139,7 +139,7 @@ pub struct Nemesis {
     pub seed: u64,
 }
 
-fn lock(cluster: &Mutex<LocalCluster>) -> std::sync::MutexGuard<'_, LocalCluster> {
+fn lock(cluster: &Mutex<Cluster>) -> std::sync::MutexGuard<'_, Cluster> {
     cluster
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -183,7 +183,7 @@ impl Nemesis {
     fn nodes(&self) -> Vec<NodeId> {
         self.cluster
             .as_ref()
-            .map(|c| lock(c).nodes().iter().map(|n| n.id).collect())
+            .map(|c| lock(c).nodes.iter().map(|n| n.id).collect())
             .unwrap_or_default()
     }
 
@@ -271,12 +271,12 @@ impl Nemesis {
             Fault::Flood => {
                 let Some(cluster) = &self.cluster else { return };
                 let addresses: Vec<String> = lock(cluster)
-                    .nodes()
+                    .nodes
                     .iter()
-                    .map(|n| n.client_address.to_string())
+                    .map(|n| n.client.clone())
                     .collect();
                 let id = recorder.fault_started(fault.kind(), None, None);
-                super::flood::flood(&addresses, hold, rng.random(), stop).await;
+                crate::flood::flood(&addresses, hold, rng.random(), stop).await;
                 recorder.fault_ended(id);
             }
             Fault::Reset => {
@@ -299,7 +299,7 @@ impl Nemesis {
             .for_each(|p| p.set_fault(ReplyFault::None));
         if let Some(cluster) = &self.cluster {
             let mut cluster = lock(cluster);
-            for id in cluster.nodes().iter().map(|n| n.id).collect::<Vec<_>>() {
+            for id in cluster.nodes.iter().map(|n| n.id).collect::<Vec<_>>() {
                 fiu_syncs(&cluster, id, false);
             }
             let _ = cluster.heal();
@@ -308,9 +308,9 @@ impl Nemesis {
 }
 
 /// Turns failing syncs on or off in node `id` (started under `fiu-run`).
-fn fiu_syncs(cluster: &LocalCluster, id: NodeId, fail: bool) {
+fn fiu_syncs(cluster: &Cluster, id: NodeId, fail: bool) {
     let Some(pid) = cluster
-        .nodes()
+        .nodes
         .iter()
         .find(|n| n.id == id)
         .and_then(|n| n.pid())

@@ -1,5 +1,9 @@
-//! Live fault runs against real `oncekv serve` processes: the workload,
-//! the fault proxies, the nemesis and the run that ties them together.
+//! Runs oncekv clusters: the node processes, and live fault runs against
+//! them (the workload, the fault proxies, the nemesis and the run that
+//! ties them together), recording the history that `oncekv-check` judges.
+//! `oncekv verify`, the multi-process tests of the `oncekv` package and
+//! the simulation (`oncekv-sim`, which runs the workload and proxies over
+//! a simulated network) all use it.
 //!
 //! * [`recorder`]: the run's history, as events stamped in time order;
 //! * [`workload`]: clients doing appends, increments, CAS, PUT/GET and
@@ -7,12 +11,15 @@
 //! * [`client_proxy`]: a gRPC proxy per node that drops replies after
 //!   commit, delays them or resets connections, recording every answer;
 //! * [`peer_proxy`]: TCP proxies on the peer links, for partitions;
-//! * [`cluster`]: the node processes (kill, restart, pause, resume);
+//! * [`cluster`]: the node processes (start, kill, restart, pause,
+//!   resume, exits), the one implementation of them;
 //! * [`nemesis`]: the seeded fault schedule;
 //! * [`flood`]: the flood fault (sessions and idempotency keys nobody
 //!   uses, sent outside the history);
 //! * [`run`]: one run from start to verdict;
-//! * [`convert`]: client and wire answers in the history's terms.
+//! * [`convert`]: client and wire answers in the history's terms;
+//! * [`testing`]: the multi-process tests' view of a cluster (status,
+//!   execute, the leader, sessions, bounded waits; failures panic).
 
 pub mod client_proxy;
 pub mod cluster;
@@ -22,4 +29,5 @@ pub mod nemesis;
 pub mod peer_proxy;
 pub mod recorder;
 pub mod run;
+pub mod testing;
 pub mod workload;

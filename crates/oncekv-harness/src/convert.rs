@@ -2,7 +2,7 @@
 //! recorded history's terms: replies, definite failures and unknown
 //! outcomes, and an attempt's answer as the fault proxy sees it.
 
-use crate::record::{Answer, Bytes, FailReason, Outcome, Reply};
+use oncekv_check::record::{Answer, Bytes, FailReason, Outcome, Reply};
 use oncekv_client::ClientError;
 use oncekv_proto::v1;
 use oncekv_state as state;
@@ -179,6 +179,6 @@ mod tests {
             }
         ));
         let rejected = ClientError::Rejected(state::Rejection::NotAnInteger);
-        assert!(error_outcome(&rejected).class() == crate::record::OutcomeClass::Rejected);
+        assert!(error_outcome(&rejected).class() == oncekv_check::record::OutcomeClass::Rejected);
     }
 }

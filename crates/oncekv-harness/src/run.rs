@@ -1,19 +1,21 @@
 //! [`run`]: one live fault run, start to verdict. It starts a local cluster
-//! (or uses an existing one), puts a fault proxy in front of every node's
-//! client port, waits for a leader, runs the workload under the nemesis
-//! for the given time while watching leadership, stops, heals, reads the
-//! final values, and hands the record to the checkers.
+//! behind peer proxies ([`Cluster::start_partitionable`], from the binary
+//! it is given) or uses an existing one, puts a fault proxy in front of
+//! every node's client port, waits for a leader, runs the workload under
+//! the nemesis for the given time while watching leadership, stops, heals,
+//! reads the final values, and hands the record to `oncekv-check`'s
+//! checkers.
 
-use super::client_proxy::{ClientProxy, ProxyListener};
-use super::cluster::{ClusterOptions, LocalCluster, STARTUP_TIMEOUT};
-use super::nemesis::{Fault, Nemesis, fiu_available};
-use super::recorder::Recorder;
-use super::workload::{self, ClientMode, WorkloadOptions};
-use crate::coverage::CoverageRequirements;
-use crate::record::{FaultKind, NodeId, Record, RecordError};
-use crate::report::HtmlOptions;
-use crate::verify::{Verification, VerifyConfig, verify};
-use oncekv_client::{Backoff, Client, ClientOptions};
+use crate::client_proxy::{ClientProxy, ProxyListener};
+use crate::cluster::{Cluster, ClusterOptions, STARTUP_TIMEOUT};
+use crate::nemesis::{Fault, Nemesis, fiu_available};
+use crate::recorder::Recorder;
+use crate::workload::{self, ClientMode, WorkloadOptions, client_options};
+use oncekv_check::coverage::CoverageRequirements;
+use oncekv_check::record::{FaultKind, NodeId, Record, RecordError};
+use oncekv_check::report::HtmlOptions;
+use oncekv_check::verify::{Verification, VerifyConfig, verify};
+use oncekv_client::Client;
 use oncekv_proto::v1::StatusRequest;
 use oncekv_proto::v1::kv_client::KvClient;
 use std::collections::{BTreeMap, HashMap};
@@ -95,7 +97,7 @@ pub struct Progress {
 pub enum RunError {
     /// The cluster would not start.
     #[error(transparent)]
-    Cluster(#[from] super::cluster::ClusterError),
+    Cluster(#[from] crate::cluster::ClusterError),
     /// No leader appeared.
     #[error("no leader within {within:?}{logs}")]
     NoLeader {
@@ -187,20 +189,6 @@ pub fn requirements(faults: &[Fault], mode: ClientMode) -> CoverageRequirements 
     required
 }
 
-/// The client options of the workload: short attempts, so a dropped reply
-/// is retried soon.
-fn client_options() -> ClientOptions {
-    ClientOptions {
-        attempt_timeout: Duration::from_millis(1_000),
-        deadline: Duration::from_secs(4),
-        backoff: Backoff {
-            initial: Duration::from_millis(20),
-            max: Duration::from_millis(300),
-        },
-        ..ClientOptions::default()
-    }
-}
-
 /// The leader and term a node reports, if it answers and knows one.
 async fn status_of(address: &str) -> Option<(NodeId, u64)> {
     let mut client = KvClient::connect(format!("http://{address}")).await.ok()?;
@@ -270,24 +258,26 @@ pub async fn run(config: &RunConfig, progress: &dyn Fn(Progress)) -> Result<RunS
             faults.push(fault);
         }
     }
-    let (cluster, real): (Option<Arc<Mutex<LocalCluster>>>, Nodes) = match &config.target {
+    let (cluster, real): (Option<Arc<Mutex<Cluster>>>, Nodes) = match &config.target {
         Target::Local {
             binary,
             nodes,
             dedup,
         } => {
-            let cluster = LocalCluster::start(ClusterOptions {
+            let cluster = Cluster::start_partitionable(&ClusterOptions {
                 binary: binary.clone(),
                 nodes: *nodes,
                 dedup: *dedup,
                 extra_args: node_flags(&faults),
                 fiu: faults.contains(&Fault::Fsync),
+                log: None,
+                folder_prefix: "oncekv-verify-".into(),
             })
             .await?;
             let real = cluster
-                .nodes()
+                .nodes
                 .iter()
-                .map(|n| (Some(n.id), n.client_address.to_string()))
+                .map(|n| (Some(n.id), n.client.clone()))
                 .collect();
             (Some(Arc::new(Mutex::new(cluster))), real)
         }
@@ -461,26 +451,26 @@ pub async fn run(config: &RunConfig, progress: &dyn Fn(Progress)) -> Result<RunS
     if let Some(dir) = &config.out_dir {
         write_outputs(dir, &mut summary)?;
     }
-    let passed = summary.verification.report.verdict() == crate::coverage::RunVerdict::Pass
+    let passed = summary.verification.report.verdict() == oncekv_check::coverage::RunVerdict::Pass
         && summary.crashed.is_empty();
     if let Some(cluster) = cluster {
         let mut cluster = cluster.lock().unwrap_or_else(|p| p.into_inner());
         cluster.stop_all();
         if !passed && config.out_dir.is_some() {
-            summary.kept = Some(cluster.keep_dir());
+            summary.kept = Some(cluster.dir.keep());
         }
     }
     Ok(summary)
 }
 
 /// Keeps the cluster's folder for a post-mortem; says where.
-fn keep_logs(cluster: Option<&Mutex<LocalCluster>>) -> String {
+fn keep_logs(cluster: Option<&Mutex<Cluster>>) -> String {
     cluster.map_or_else(String::new, |cluster| {
         let mut cluster = cluster.lock().unwrap_or_else(|p| p.into_inner());
         cluster.stop_all();
         format!(
             " (node data and logs kept in {})",
-            cluster.keep_dir().display()
+            cluster.dir.keep().display()
         )
     })
 }

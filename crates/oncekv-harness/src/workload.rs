@@ -16,10 +16,10 @@
 //! an unknown outcome, the retry bug Jepsen found in etcd's Java client.
 //! The checkers must catch it.
 
-use super::convert::{error_outcome, ok};
-use super::recorder::Recorder;
-use crate::record::{Bytes, ClientId, Op, Outcome, RequestIdentity};
-use oncekv_client::{Client, ClientError, Session, SessionOptions};
+use crate::convert::{error_outcome, ok};
+use crate::recorder::Recorder;
+use oncekv_check::record::{Bytes, ClientId, Op, Outcome, RequestIdentity};
+use oncekv_client::{Backoff, Client, ClientError, ClientOptions, Session, SessionOptions};
 use oncekv_state::{Command, Query, Reply};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -36,6 +36,21 @@ pub enum ClientMode {
     Session,
     /// Plain requests resent on an unknown outcome: the negative control.
     Naive,
+}
+
+/// The client options of the workload: short attempts, so a dropped reply
+/// is retried soon. (A simulation keeps these and injects its own
+/// connector and random draws.)
+pub fn client_options() -> ClientOptions {
+    ClientOptions {
+        attempt_timeout: Duration::from_millis(1_000),
+        deadline: Duration::from_secs(4),
+        backoff: Backoff {
+            initial: Duration::from_millis(20),
+            max: Duration::from_millis(300),
+        },
+        ..ClientOptions::default()
+    }
 }
 
 /// The workload's shape.
@@ -363,7 +378,7 @@ impl Worker {
         match self.rng.random_range(0..3) {
             0 => {
                 if let Outcome::Ok {
-                    reply: crate::record::Reply::Get { value },
+                    reply: oncekv_check::record::Reply::Get { value },
                     ..
                 } = self.read(key).await
                 {
@@ -395,7 +410,7 @@ impl Worker {
                 };
                 let command = Command::Cas { key, expected, new };
                 if let Some(Outcome::Ok {
-                    reply: crate::record::Reply::Cas { current, .. },
+                    reply: oncekv_check::record::Reply::Cas { current, .. },
                     ..
                 }) = self.mutate(op, command).await
                 {
@@ -425,7 +440,7 @@ impl Worker {
             )
         };
         if let Some(Outcome::Ok { reply, .. }) = self.mutate(op, command).await {
-            self.leases[index] = matches!(reply, crate::record::Reply::LeaseGranted { .. });
+            self.leases[index] = matches!(reply, oncekv_check::record::Reply::LeaseGranted { .. });
         }
     }
 

@@ -7,7 +7,7 @@
 //! The clock is the monotonic one, or one the caller supplies (simulated
 //! time); stamps never go backwards either way.
 
-use crate::record::{
+use oncekv_check::record::{
     Answer, AttemptResponse, Bytes, ClientId, Completion, DedupKey, Event, ExpiryReport, FaultEnd,
     FaultId, FaultKind, FaultStart, FinalValue, Invocation, LeaderChange, NodeId, Op, OpId,
     Outcome, RequestIdentity, RunInfo,
@@ -255,7 +255,7 @@ impl Recorder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{Record, Reply};
+    use oncekv_check::record::{Record, Reply};
 
     #[test]
     fn events_fold_into_a_record_with_attributed_answers() {

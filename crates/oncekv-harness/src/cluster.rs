@@ -1,0 +1,629 @@
+//! [`Cluster`]: real `oncekv serve` processes on loopback, each on free
+//! ports with a data directory in a temporary folder, and the process
+//! controls fault runs and tests need: a start through a launcher command
+//! (`fiu-run`, so disk syncs can be made to fail; `nsenter`), SIGKILL and
+//! restart on the same data, SIGSTOP and SIGCONT, exits noticed. Started
+//! with [`Cluster::start_partitionable`], each node's peer address is a
+//! [`PeerProxy`] and its outgoing peer connections come from its own
+//! loopback source address, so partitions can be cut between any pair.
+//! Every process is stopped by PID when its [`NodeProcess`] is dropped.
+//!
+//! This is the one implementation of node processes: `oncekv verify`
+//! ([`crate::run`]) and the multi-process tests ([`crate::testing`]) both
+//! start their nodes here, from the `oncekv` binary they name.
+
+use crate::peer_proxy::{Partitions, PeerProxy, source_ip};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use oncekv_check::record::NodeId;
+use std::ffi::OsString;
+use std::fs::File;
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How the nodes are started.
+#[derive(Clone, Debug)]
+pub struct ClusterOptions {
+    /// The `oncekv` binary.
+    pub binary: PathBuf,
+    /// How many nodes.
+    pub nodes: usize,
+    /// Whether retries are deduplicated (off only for the negative control).
+    pub dedup: bool,
+    /// Extra `serve` flags for every node.
+    pub extra_args: Vec<String>,
+    /// Start each node under `fiu-run`, so its disk syncs can be made to
+    /// fail (see [`Cluster::fiu_ctrl`]).
+    pub fiu: bool,
+    /// The nodes' `--log` filter; unset, the binary's default.
+    pub log: Option<String>,
+    /// How the name of the cluster's temporary folder begins.
+    pub folder_prefix: String,
+}
+
+/// Why the cluster could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// A port, folder or process could not be set up.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The failure.
+        source: std::io::Error,
+    },
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ClusterError {
+    let what = what.into();
+    move |source| ClusterError::Io { what, source }
+}
+
+/// One node: its addresses, data and process.
+#[derive(Debug)]
+pub struct NodeProcess {
+    /// Its id.
+    pub id: NodeId,
+    /// Its client address (`127.0.0.1:port`).
+    pub client: String,
+    /// The address its peer port listens on (`127.0.0.1:port`).
+    pub peer: String,
+    /// The proxy other nodes reach it through, when the cluster has peer
+    /// proxies (else they reach [`NodeProcess::peer`]).
+    pub peer_proxy: Option<SocketAddr>,
+    /// Its data directory.
+    pub data_dir: PathBuf,
+    /// Its process, from its start until it is killed or found exited.
+    pub child: Option<Child>,
+    /// Stopped with SIGSTOP and not yet continued.
+    pub paused: bool,
+    /// A command the node is started through (`nsenter ...`,
+    /// `fiu-run ...`), if any; the binary and its arguments follow it.
+    pub launcher: Vec<String>,
+    binary: PathBuf,
+    args: Vec<OsString>,
+    log: PathBuf,
+}
+
+impl NodeProcess {
+    /// The process id, while running.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Whether the process is running (possibly paused).
+    pub fn is_running(&mut self) -> bool {
+        match &mut self.child {
+            Some(child) => matches!(child.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    /// The file its standard output and error are appended to.
+    pub fn log_file(&self) -> &Path {
+        &self.log
+    }
+
+    /// Starts the process on its data directory, unless it is running.
+    pub fn start(&mut self) -> std::io::Result<()> {
+        if self.is_running() {
+            return Ok(());
+        }
+        let log = File::options().create(true).append(true).open(&self.log)?;
+        let mut command = match self.launcher.split_first() {
+            Some((program, args)) => {
+                let mut command = Command::new(program);
+                command.args(args).arg(&self.binary);
+                command
+            }
+            None => Command::new(&self.binary),
+        };
+        command
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        self.child = Some(command.spawn()?);
+        self.paused = false;
+        Ok(())
+    }
+
+    /// Sends `signal` to the process; whether it was delivered.
+    pub(crate) fn send(&self, signal: Signal) -> bool {
+        let Some(pid) = self.pid().and_then(|pid| i32::try_from(pid).ok()) else {
+            return false;
+        };
+        kill(Pid::from_raw(pid), signal).is_ok()
+    }
+
+    /// SIGKILLs the process (continuing it first, if paused) and reaps it.
+    pub fn kill(&mut self) {
+        self.send(Signal::SIGCONT);
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.paused = false;
+    }
+
+    /// SIGSTOPs the process; whether it was stopped.
+    pub fn pause(&mut self) -> bool {
+        let stopped = self.send(Signal::SIGSTOP);
+        if stopped {
+            self.paused = true;
+        }
+        stopped
+    }
+
+    /// SIGCONTs the process.
+    pub fn resume(&mut self) {
+        self.send(Signal::SIGCONT);
+        self.paused = false;
+    }
+
+    /// The last `lines` lines of its log.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let tail: Vec<&str> = text.lines().rev().take(lines).collect();
+        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+    }
+}
+
+impl Drop for NodeProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A cluster's folder, with the nodes' data directories and logs: removed
+/// when the cluster is dropped, unless kept.
+#[derive(Debug)]
+pub struct ClusterDir {
+    path: PathBuf,
+    temp: Option<tempfile::TempDir>,
+}
+
+impl ClusterDir {
+    /// Where it is.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Keeps it after the cluster is dropped; returns where it is.
+    pub fn keep(&mut self) -> PathBuf {
+        if let Some(temp) = self.temp.take() {
+            let _ = temp.keep();
+        }
+        self.path.clone()
+    }
+}
+
+/// A local cluster of `oncekv serve` processes.
+#[derive(Debug)]
+pub struct Cluster {
+    /// The nodes, ids 1, 2, ... in order.
+    pub nodes: Vec<NodeProcess>,
+    /// The folder of their data and logs (dropped after the nodes).
+    pub dir: ClusterDir,
+    partitions: Partitions,
+    /// Processes that exited on their own: node, exit code, description.
+    exits: Vec<(NodeId, Option<i32>, String)>,
+}
+
+/// A free loopback port (bound, then released for a node to take).
+pub(crate) fn free_address() -> std::io::Result<SocketAddr> {
+    TcpListener::bind("127.0.0.1:0")?.local_addr()
+}
+
+impl Cluster {
+    /// Plans the nodes of `options` on free loopback ports, in a new
+    /// temporary folder, and starts none of them ([`Cluster::start_all`]
+    /// or [`NodeProcess::start`] does).
+    pub fn plan(options: &ClusterOptions) -> Result<Cluster, ClusterError> {
+        Cluster::plan_with(options, None)
+    }
+
+    /// Starts the nodes of `options`. Does not wait for a leader.
+    pub fn start(options: &ClusterOptions) -> Result<Cluster, ClusterError> {
+        let mut cluster = Cluster::plan(options)?;
+        cluster.start_all()?;
+        Ok(cluster)
+    }
+
+    /// Starts the nodes of `options` behind peer proxies (on the current
+    /// tokio runtime), so that [`Cluster::partitions`] can cut their
+    /// links. Does not wait for a leader.
+    pub async fn start_partitionable(options: &ClusterOptions) -> Result<Cluster, ClusterError> {
+        let mut proxies = Vec::new();
+        for _ in 0..options.nodes {
+            proxies.push(
+                PeerProxy::bind()
+                    .await
+                    .map_err(io("binding a peer proxy"))?,
+            );
+        }
+        let mut cluster = Cluster::plan_with(options, Some(proxies))?;
+        cluster.start_all()?;
+        Ok(cluster)
+    }
+
+    /// Plans the nodes. With `proxies` (one per node), each node
+    /// advertises its proxy as its peer address and calls its peers from
+    /// a source address of its own, and the proxies start forwarding.
+    fn plan_with(
+        options: &ClusterOptions,
+        proxies: Option<Vec<(PeerProxy, tokio::net::TcpListener)>>,
+    ) -> Result<Cluster, ClusterError> {
+        let temp = tempfile::Builder::new()
+            .prefix(&options.folder_prefix)
+            .tempdir()
+            .map_err(io("creating the cluster's folder"))?;
+        let dir = ClusterDir {
+            path: temp.path().to_path_buf(),
+            temp: Some(temp),
+        };
+        let ids: Vec<NodeId> = (1..=options.nodes as NodeId).collect();
+        let mut addresses = Vec::new();
+        for _ in &ids {
+            let client = free_address().map_err(io("finding a free port"))?;
+            let peer = free_address().map_err(io("finding a free port"))?;
+            addresses.push((client, peer));
+        }
+        let advertised: Vec<Option<SocketAddr>> = match &proxies {
+            Some(proxies) => proxies.iter().map(|(p, _)| Some(p.address())).collect(),
+            None => vec![None; ids.len()],
+        };
+        let initial: Vec<String> = ids
+            .iter()
+            .zip(&addresses)
+            .zip(&advertised)
+            .map(|((id, (client, peer)), proxy)| {
+                format!("{id}={}/{client}", proxy.unwrap_or(*peer))
+            })
+            .collect();
+        let initial = initial.join(",");
+        let launcher: Vec<String> = if options.fiu {
+            let control = dir.path().join("fiu-ctrl");
+            ["fiu-run", "-x", "-f"]
+                .iter()
+                .map(|s| (*s).to_string())
+                .chain([control.display().to_string()])
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let mut nodes = Vec::new();
+        for ((&id, &(client, peer)), &proxy) in ids.iter().zip(&addresses).zip(&advertised) {
+            let data_dir = dir.path().join(format!("node-{id}"));
+            let mut args: Vec<OsString> = vec![
+                "serve".into(),
+                "--id".into(),
+                id.to_string().into(),
+                "--data-dir".into(),
+                data_dir.clone().into(),
+                "--listen-client".into(),
+                client.to_string().into(),
+                "--listen-peer".into(),
+                peer.to_string().into(),
+            ];
+            if let Some(proxy) = proxy {
+                args.extend(["--advertise-peer".into(), proxy.to_string().into()]);
+            }
+            args.extend(["--initial-cluster".into(), initial.clone().into()]);
+            if proxy.is_some() {
+                args.extend(["--peer-source-ip".into(), source_ip(id).to_string().into()]);
+            }
+            if let Some(log) = &options.log {
+                args.extend(["--log".into(), log.into()]);
+            }
+            args.extend(options.extra_args.iter().map(OsString::from));
+            if !options.dedup {
+                args.push("--unsafe-no-dedup".into());
+            }
+            nodes.push(NodeProcess {
+                id,
+                client: client.to_string(),
+                peer: peer.to_string(),
+                peer_proxy: proxy,
+                log: dir.path().join(format!("node-{id}.log")),
+                data_dir,
+                child: None,
+                paused: false,
+                launcher: launcher.clone(),
+                binary: options.binary.clone(),
+                args,
+            });
+        }
+        let partitions = Partitions::default();
+        if let Some(proxies) = proxies {
+            let ids = Arc::new(ids);
+            for ((_, listener), (&id, &(_, peer))) in
+                proxies.into_iter().zip(ids.iter().zip(&addresses))
+            {
+                PeerProxy::run(listener, id, peer, ids.clone(), partitions.clone());
+            }
+        }
+        Ok(Cluster {
+            nodes,
+            dir,
+            partitions,
+            exits: Vec::new(),
+        })
+    }
+
+    /// Starts every node that is not running.
+    pub fn start_all(&mut self) -> Result<(), ClusterError> {
+        let ids: Vec<NodeId> = self.nodes.iter().map(|n| n.id).collect();
+        for id in ids {
+            self.restart(id)
+                .map_err(io(format!("starting node {id}")))?;
+        }
+        Ok(())
+    }
+
+    /// The peer-link partitions (they cut links only between nodes started
+    /// by [`Cluster::start_partitionable`]).
+    pub fn partitions(&self) -> &Partitions {
+        &self.partitions
+    }
+
+    /// The base path of the nodes' `fiu-ctrl` pipes (in the cluster's
+    /// folder).
+    pub fn fiu_ctrl(&self) -> PathBuf {
+        self.dir.path().join("fiu-ctrl")
+    }
+
+    /// Node `id`, if there is one.
+    pub fn node_mut(&mut self, id: NodeId) -> Option<&mut NodeProcess> {
+        self.nodes.iter_mut().find(|n| n.id == id)
+    }
+
+    /// Starts node `id` (again), on the same data, unless it is running.
+    pub fn restart(&mut self, id: NodeId) -> std::io::Result<()> {
+        self.reap();
+        match self.node_mut(id) {
+            Some(node) => node.start(),
+            None => Ok(()),
+        }
+    }
+
+    /// SIGKILLs node `id` and reaps it.
+    pub fn kill(&mut self, id: NodeId) {
+        if let Some(node) = self.node_mut(id) {
+            node.kill();
+        }
+    }
+
+    /// SIGSTOPs node `id`.
+    pub fn pause(&mut self, id: NodeId) {
+        if let Some(node) = self.node_mut(id) {
+            node.pause();
+        }
+    }
+
+    /// SIGCONTs node `id`.
+    pub fn resume(&mut self, id: NodeId) {
+        if let Some(node) = self.node_mut(id) {
+            node.resume();
+        }
+    }
+
+    /// Resumes paused nodes, restarts dead ones and heals partitions.
+    pub fn heal(&mut self) -> std::io::Result<()> {
+        self.partitions.heal();
+        let ids: Vec<NodeId> = self.nodes.iter().map(|n| n.id).collect();
+        for id in ids {
+            self.resume(id);
+            self.restart(id)?;
+        }
+        Ok(())
+    }
+
+    /// Notes every process that exited on its own since the last look.
+    fn reap(&mut self) {
+        for node in &mut self.nodes {
+            if let Some(child) = &mut node.child
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                self.exits
+                    .push((node.id, status.code(), status.to_string()));
+                node.child = None;
+            }
+        }
+    }
+
+    /// Processes that exited on their own (not killed through the
+    /// cluster) so far: node, exit code, description.
+    pub fn exits(&mut self) -> Vec<(NodeId, Option<i32>, String)> {
+        self.reap();
+        self.exits.clone()
+    }
+
+    /// Kills every node.
+    pub fn stop_all(&mut self) {
+        for node in &mut self.nodes {
+            node.kill();
+        }
+    }
+
+    /// The tail of every node's log, for failure messages.
+    pub fn logs(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|n| format!("--- node {} ---\n{}", n.id, n.log_tail(30)))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+/// How long a node gets to come up before the run gives up on it.
+pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(20);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(nodes: usize) -> ClusterOptions {
+        ClusterOptions {
+            binary: PathBuf::from("/nonexistent/oncekv"),
+            nodes,
+            dedup: true,
+            extra_args: vec!["--heartbeat".into(), "50ms".into()],
+            fiu: false,
+            log: None,
+            folder_prefix: "oncekv-harness-test-".into(),
+        }
+    }
+
+    fn args(node: &NodeProcess) -> Vec<String> {
+        node.args
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    fn flag(node: &NodeProcess, name: &str) -> Option<String> {
+        let args = args(node);
+        let at = args.iter().position(|a| a == name)?;
+        args.get(at + 1).cloned()
+    }
+
+    #[test]
+    fn a_planned_node_serves_its_own_ports_and_data_and_knows_every_peer() {
+        let cluster = Cluster::plan(&options(3)).expect("plan");
+        let ids: Vec<NodeId> = cluster.nodes.iter().map(|n| n.id).collect();
+        assert_eq!(ids, [1, 2, 3]);
+        let expected_initial: Vec<String> = cluster
+            .nodes
+            .iter()
+            .map(|n| format!("{}={}/{}", n.id, n.peer, n.client))
+            .collect();
+        for node in &cluster.nodes {
+            assert!(node.child.is_none() && !node.paused && node.launcher.is_empty());
+            assert_eq!(args(node)[0], "serve");
+            assert_eq!(flag(node, "--id"), Some(node.id.to_string()));
+            assert_eq!(flag(node, "--listen-client"), Some(node.client.clone()));
+            assert_eq!(flag(node, "--listen-peer"), Some(node.peer.clone()));
+            assert_eq!(
+                flag(node, "--data-dir"),
+                Some(node.data_dir.display().to_string())
+            );
+            assert!(node.data_dir.starts_with(cluster.dir.path()));
+            assert_eq!(
+                flag(node, "--initial-cluster"),
+                Some(expected_initial.join(","))
+            );
+            assert_eq!(flag(node, "--heartbeat").as_deref(), Some("50ms"));
+            for absent in [
+                "--advertise-peer",
+                "--peer-source-ip",
+                "--log",
+                "--unsafe-no-dedup",
+            ] {
+                assert!(!args(node).iter().any(|a| a == absent), "{absent}");
+            }
+        }
+        let mut ports: Vec<&String> = cluster
+            .nodes
+            .iter()
+            .flat_map(|n| [&n.client, &n.peer])
+            .collect();
+        ports.sort();
+        ports.dedup();
+        assert_eq!(ports.len(), 6, "every address is its own");
+    }
+
+    #[tokio::test]
+    async fn a_partitionable_node_advertises_its_proxy_and_calls_from_its_own_address() {
+        let mut with = options(2);
+        with.dedup = false;
+        with.log = Some("info".into());
+        with.binary = PathBuf::from("/bin/true");
+        let cluster = Cluster::start_partitionable(&with).await.expect("start");
+        for node in &cluster.nodes {
+            let proxy = node.peer_proxy.expect("a peer proxy");
+            assert_eq!(flag(node, "--advertise-peer"), Some(proxy.to_string()));
+            assert_eq!(
+                flag(node, "--peer-source-ip"),
+                Some(source_ip(node.id).to_string())
+            );
+            assert!(
+                flag(node, "--initial-cluster")
+                    .is_some_and(|c| c.contains(&format!("{}={proxy}/{}", node.id, node.client)))
+            );
+            assert_eq!(flag(node, "--log").as_deref(), Some("info"));
+            assert_eq!(
+                args(node).last().map(String::as_str),
+                Some("--unsafe-no-dedup")
+            );
+        }
+    }
+
+    #[test]
+    fn under_fiu_a_node_starts_through_fiu_run() {
+        let mut with = options(1);
+        with.fiu = true;
+        let cluster = Cluster::plan(&with).expect("plan");
+        let control = cluster.fiu_ctrl().display().to_string();
+        assert_eq!(
+            cluster.nodes[0].launcher,
+            ["fiu-run", "-x", "-f", control.as_str()]
+        );
+    }
+
+    /// A launcher that ignores the binary and its arguments.
+    fn shell(script: &str) -> Vec<String> {
+        ["sh", "-c", script, "sh"].map(String::from).to_vec()
+    }
+
+    #[test]
+    fn processes_are_paused_resumed_killed_restarted_and_their_exits_noticed() {
+        let mut cluster = Cluster::plan(&options(2)).expect("plan");
+        cluster.nodes[0].launcher = shell("exec sleep 30");
+        cluster.nodes[1].launcher = shell("echo started; exit 5");
+        cluster.start_all().expect("start");
+        let pid = cluster.nodes[0].pid().expect("running");
+        assert!(cluster.nodes[0].pause() && cluster.nodes[0].paused);
+        cluster.resume(1);
+        assert!(!cluster.nodes[0].paused && cluster.nodes[0].is_running());
+        cluster.restart(1).expect("restart");
+        assert_eq!(
+            cluster.nodes[0].pid(),
+            Some(pid),
+            "a running node is left alone"
+        );
+        cluster.pause(1);
+        cluster.kill(1);
+        assert!(cluster.nodes[0].child.is_none() && !cluster.nodes[0].paused);
+        cluster.restart(1).expect("restart");
+        assert_ne!(cluster.nodes[0].pid(), Some(pid));
+
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let exits = loop {
+            let exits = cluster.exits();
+            if !exits.is_empty() || std::time::Instant::now() > deadline {
+                break exits;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert_eq!(exits.len(), 1);
+        assert_eq!((exits[0].0, exits[0].1), (2, Some(5)));
+        assert!(cluster.nodes[1].child.is_none());
+        assert!(cluster.logs().contains("--- node 2 ---\nstarted"));
+        let path = cluster.dir.path().to_path_buf();
+        drop(cluster);
+        assert!(!path.exists(), "the folder goes with the cluster");
+    }
+
+    #[test]
+    fn a_kept_folder_outlives_the_cluster() {
+        let mut cluster = Cluster::plan(&options(1)).expect("plan");
+        let path = cluster.dir.keep();
+        drop(cluster);
+        assert!(path.is_dir());
+        std::fs::remove_dir_all(path).expect("clean up");
+    }
+}

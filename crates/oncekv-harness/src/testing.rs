@@ -1,0 +1,321 @@
+//! The multi-process tests' view of a [`Cluster`]: [`start`] (or
+//! [`plan`]) `oncekv serve` processes of a given binary on free loopback
+//! ports in a temporary folder, kill, pause and restart them by PID
+//! ([`NodeProcess::spawn`], [`NodeProcess::kill`],
+//! [`NodeProcess::signal`]), and talk to them over the real gRPC API:
+//! status, state digests, execute and read requests, the leader, an
+//! outcome through leader changes, sessions ([`TestSession`]). Failures
+//! panic, with the nodes' logs where they help. Every wait is bounded
+//! ([`eventually`]); [`exclusive`] runs one cluster of a test binary at a
+//! time.
+
+use crate::cluster::{Cluster, ClusterOptions, NodeProcess, free_address};
+use oncekv_proto::convert;
+use oncekv_proto::v1::kv_client::KvClient;
+use oncekv_proto::v1::{self, ExecuteRequest, ExecuteResponse, ReadRequest, StatusRequest};
+use oncekv_state::{
+    Command, Origin, Outcome, Query, Reply, Request, RequestHeader, RequestId, Secret, Seq,
+    SessionId,
+};
+use std::path::Path;
+use std::time::{Duration, Instant};
+use tonic::transport::Channel;
+
+/// A free TCP port on 127.0.0.1.
+pub fn free_port() -> u16 {
+    free_address().expect("a free port").port()
+}
+
+/// A gRPC client of the node at `address`.
+pub async fn connect(address: &str) -> Result<KvClient<Channel>, String> {
+    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+        .map_err(|e| e.to_string())?
+        .connect_timeout(Duration::from_millis(500))
+        .timeout(Duration::from_secs(10));
+    // The HTTP/2 handshake with a paused process would wait forever.
+    let channel = tokio::time::timeout(Duration::from_secs(2), endpoint.connect())
+        .await
+        .map_err(|_| format!("{address}: connect timed out"))?
+        .map_err(|e| e.to_string())?;
+    Ok(KvClient::new(channel).max_decoding_message_size(64 << 20))
+}
+
+/// Sends a request to the node at `address`.
+pub async fn execute_on(address: &str, request: &Request) -> Result<ExecuteResponse, String> {
+    let mut client = connect(address).await.map_err(|e| e.to_string())?;
+    let wire: ExecuteRequest = convert::request_to_wire(request).map_err(|e| e.to_string())?;
+    client
+        .execute(wire)
+        .await
+        .map(|r| r.into_inner())
+        .map_err(|e| e.to_string())
+}
+
+/// Serialises the multi-process tests of one test binary (2 cores).
+pub static ONE_CLUSTER_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Takes the cluster lock.
+pub async fn exclusive() -> tokio::sync::MutexGuard<'static, ()> {
+    ONE_CLUSTER_AT_A_TIME.lock().await
+}
+
+/// Flags that make failover fast on loopback.
+pub const FAST: &[&str] = &[
+    "--heartbeat",
+    "50ms",
+    "--election-timeout",
+    "800ms",
+    "--tick-interval",
+    "200ms",
+];
+
+/// The options of a test cluster: `size` nodes of `binary` with extra
+/// `serve` flags, logging at `info`.
+pub fn options(binary: impl AsRef<Path>, size: u64, extra: &[&str]) -> ClusterOptions {
+    ClusterOptions {
+        binary: binary.as_ref().to_path_buf(),
+        nodes: usize::try_from(size).expect("a cluster size"),
+        dedup: true,
+        extra_args: extra.iter().map(|s| (*s).to_string()).collect(),
+        fiu: false,
+        log: Some("info".into()),
+        folder_prefix: "oncekv-test-".into(),
+    }
+}
+
+/// Starts `size` nodes of `binary` with extra `serve` flags.
+pub fn start(binary: impl AsRef<Path>, size: u64, extra: &[&str]) -> Cluster {
+    let mut cluster = plan(binary, size, extra);
+    for node in &mut cluster.nodes {
+        node.spawn();
+    }
+    cluster
+}
+
+/// Plans `size` nodes of `binary` with extra `serve` flags, starting none.
+pub fn plan(binary: impl AsRef<Path>, size: u64, extra: &[&str]) -> Cluster {
+    Cluster::plan(&options(binary, size, extra)).expect("a cluster's ports and folder")
+}
+
+impl Cluster {
+    /// Node `id`.
+    pub fn node(&mut self, id: u64) -> &mut NodeProcess {
+        self.node_mut(id).expect("node")
+    }
+
+    /// Waits until some live node reports itself leader; returns its id.
+    pub async fn leader(&self, timeout: Duration) -> u64 {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            for node in self.nodes.iter().filter(|n| n.child.is_some() && !n.paused) {
+                if let Ok(status) = node.status().await
+                    && status.is_leader
+                {
+                    return node.id;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("no leader within {timeout:?}\n{}", self.logs());
+    }
+
+    /// Sends `request` to the leader until it answers with an outcome,
+    /// following leadership changes. A request that is not on a session
+    /// or under a key is retried only when it was definitely not proposed.
+    pub async fn outcome(&self, request: &Request, timeout: Duration) -> Outcome {
+        let deduplicated = !matches!(request.origin, Origin::Plain);
+        let deadline = Instant::now() + timeout;
+        loop {
+            let leader = self
+                .leader(deadline.saturating_duration_since(Instant::now()))
+                .await;
+            let node = self
+                .nodes
+                .iter()
+                .find(|n| n.id == leader)
+                .expect("leader node");
+            match node.execute(request).await.map(|r| r.result) {
+                Ok(Some(v1::execute_response::Result::Outcome(outcome))) => {
+                    return convert::outcome_from_wire(outcome).expect("valid outcome");
+                }
+                Ok(Some(v1::execute_response::Result::NotLeader(_))) => {}
+                Ok(Some(v1::execute_response::Result::Unavailable(why))) if deduplicated => {
+                    eprintln!("retrying after: {}", why.reason);
+                }
+                Err(error) if deduplicated => eprintln!("retrying after: {error}"),
+                other => panic!("no outcome from node {leader}: {other:?}"),
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no outcome within {timeout:?}\n{}",
+                self.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+impl NodeProcess {
+    /// Starts the process (again) on its data.
+    pub fn spawn(&mut self) {
+        self.start().expect("spawn oncekv serve");
+    }
+
+    /// Sends a signal by its `kill` name: `-STOP`, `-CONT`, ...
+    pub fn signal(&mut self, signal: &str) {
+        self.paused = signal == "-STOP";
+        assert!(self.child.is_some(), "running");
+        let name = format!("SIG{}", signal.trim_start_matches('-'));
+        let sent = name
+            .parse::<nix::sys::signal::Signal>()
+            .is_ok_and(|signal| self.send(signal));
+        assert!(sent, "kill {signal} failed");
+    }
+
+    /// A gRPC client of this node.
+    pub async fn connect(&self) -> Result<KvClient<Channel>, String> {
+        connect(&self.client).await
+    }
+
+    /// What this node reports of itself.
+    pub async fn status(&self) -> Result<v1::StatusResponse, String> {
+        let mut client = self.connect().await.map_err(|e| e.to_string())?;
+        client
+            .status(StatusRequest {})
+            .await
+            .map(|r| r.into_inner())
+            .map_err(|e| e.to_string())
+    }
+
+    /// The digest of this node's state and the index it was taken at.
+    pub async fn state_digest(&self) -> Result<(Option<u64>, u64), String> {
+        let mut client = self.connect().await.map_err(|e| e.to_string())?;
+        client
+            .state_digest(v1::StateDigestRequest {})
+            .await
+            .map(|r| r.into_inner())
+            .map(|r| (r.applied_index, r.digest))
+            .map_err(|e| e.to_string())
+    }
+
+    /// Sends a request; returns the raw response.
+    pub async fn execute(&self, request: &Request) -> Result<ExecuteResponse, String> {
+        execute_on(&self.client, request).await
+    }
+
+    /// Sends a request and expects an outcome.
+    pub async fn outcome(&self, request: &Request) -> Outcome {
+        let response = self.execute(request).await.expect("execute");
+        match response.result {
+            Some(v1::execute_response::Result::Outcome(outcome)) => {
+                convert::outcome_from_wire(outcome).expect("valid outcome")
+            }
+            other => panic!("node {} gave no outcome: {other:?}", self.id),
+        }
+    }
+
+    /// Reads `query` on this node (`serializable`: from its own state,
+    /// without a read barrier).
+    pub async fn read(&self, query: &Query, serializable: bool) -> Result<Reply, String> {
+        let mut client = self.connect().await.map_err(|e| e.to_string())?;
+        let response = client
+            .read(ReadRequest {
+                query: Some(convert::query_to_wire(query)),
+                serializable,
+            })
+            .await
+            .map_err(|e| e.to_string())?
+            .into_inner();
+        match response.result {
+            Some(v1::read_response::Result::Reply(reply)) => {
+                convert::reply_from_wire(reply).map_err(|e| e.to_string())
+            }
+            other => Err(format!("{other:?}")),
+        }
+    }
+
+    /// The value of `key` on this replica (serializable read).
+    pub async fn local_value(&self, key: &[u8]) -> Option<Vec<u8>> {
+        match self.read(&Query::Get { key: key.to_vec() }, true).await {
+            Ok(Reply::Get { value }) => value,
+            _ => None,
+        }
+    }
+}
+
+static OPENS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// A session opened through the leader.
+#[derive(Clone, Copy, Debug)]
+pub struct TestSession {
+    pub id: SessionId,
+    pub secret: Secret,
+}
+
+impl TestSession {
+    /// Opens a session through the leader (under an idempotency key, so
+    /// the open is retried safely across leader changes).
+    pub async fn open(cluster: &Cluster, ttl_ms: u64, window: u32) -> TestSession {
+        let key = format!(
+            "open-{}-{}",
+            std::process::id(),
+            OPENS.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+        );
+        let open = Request {
+            origin: Origin::Key(oncekv_state::IdempotencyKey(key.into_bytes())),
+            command: Command::OpenSession {
+                ttl_ms,
+                window,
+                secret: Secret(0),
+            },
+        };
+        match cluster.outcome(&open, Duration::from_secs(15)).await {
+            Outcome::Applied(Reply::SessionOpened {
+                session, secret, ..
+            })
+            | Outcome::Replayed {
+                reply:
+                    Reply::SessionOpened {
+                        session, secret, ..
+                    },
+                ..
+            } => TestSession {
+                id: session,
+                secret,
+            },
+            other => panic!("session not opened: {other:?}"),
+        }
+    }
+
+    /// Request `seq` of this session (acknowledging everything below it).
+    pub fn request(&self, seq: u64, attempt: u32, command: Command) -> Request {
+        Request {
+            origin: Origin::Session(RequestHeader {
+                id: RequestId {
+                    session: self.id,
+                    seq: Seq(seq),
+                },
+                secret: self.secret,
+                first_incomplete: Seq(seq),
+                attempt,
+            }),
+            command,
+        }
+    }
+}
+
+/// Polls `check` until it returns `Some`, or panics after `timeout`.
+pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -9,7 +9,7 @@ use crate::connector::{Connector, TcpConnector};
 use crate::error::ClientError;
 use crate::random::{OsRandom, RandomSource, key_hex};
 use crate::retry::Backoff;
-use oncekv_proto::convert;
+use oncekv_proto::convert::{self, CallFailure};
 use oncekv_proto::v1::kv_client::KvClient;
 use oncekv_proto::v1::{self, execute_response, read_response};
 use oncekv_state::{Command, IdempotencyKey, Origin, Outcome, Query, Reply, Request, RequestId};
@@ -155,8 +155,18 @@ fn failed<T>(status: tonic::Status) -> Attempt<T> {
 }
 
 /// Follows a `NotLeader` answer: to the hinted leader, if one is named.
-fn redirect<T>(hint: v1::NotLeader) -> Attempt<T> {
-    Attempt::Redirect(Some(hint.leader_client_address).filter(|address| !address.is_empty()))
+/// What a call's `Failure` says about the attempt: the one place the
+/// client reads it.
+fn call_failed<T>(failure: v1::Failure) -> Attempt<T> {
+    match convert::failure_from_wire(failure) {
+        Ok(CallFailure::NotLeader {
+            leader_client_address,
+            ..
+        }) => Attempt::Redirect(leader_client_address),
+        Ok(CallFailure::Unavailable(reason)) => Attempt::MaybeSent(reason),
+        Ok(CallFailure::Invalid(reason)) => Attempt::Refused(ClientError::Invalid(reason)),
+        Err(error) => Attempt::MaybeSent(format!("undecodable failure: {error}")),
+    }
 }
 
 fn refused_by_transport(status: &tonic::Status) -> Option<ClientError> {
@@ -365,12 +375,8 @@ impl Client {
                                         Err(error) => Attempt::MaybeSent(error.to_string()),
                                     }
                                 }
-                                Some(execute_response::Result::NotLeader(hint)) => redirect(hint),
-                                Some(execute_response::Result::Unavailable(why)) => {
-                                    Attempt::MaybeSent(why.reason)
-                                }
-                                Some(execute_response::Result::Invalid(why)) => {
-                                    Attempt::Refused(ClientError::Invalid(why.reason))
+                                Some(execute_response::Result::Failure(failure)) => {
+                                    call_failed(failure)
                                 }
                                 None => Attempt::MaybeSent("empty response".into()),
                             }
@@ -442,13 +448,7 @@ impl Client {
                                     Err(error) => Attempt::MaybeSent(error.to_string()),
                                 }
                             }
-                            Some(read_response::Result::NotLeader(hint)) => redirect(hint),
-                            Some(read_response::Result::Unavailable(why)) => {
-                                Attempt::MaybeSent(why.reason)
-                            }
-                            Some(read_response::Result::Invalid(why)) => {
-                                Attempt::Refused(ClientError::Invalid(why.reason))
-                            }
+                            Some(read_response::Result::Failure(failure)) => call_failed(failure),
                             None => Attempt::MaybeSent("empty response".into()),
                         },
                         Err(status) => failed(status),
@@ -531,11 +531,7 @@ impl Client {
                     match call.await {
                         Ok(response) => match response.into_inner().result {
                             Some(Membership::Members(members)) => Attempt::Done(members.members),
-                            Some(Membership::NotLeader(hint)) => redirect(hint),
-                            Some(Membership::Unavailable(why)) => Attempt::MaybeSent(why.reason),
-                            Some(Membership::Invalid(why)) => {
-                                Attempt::Refused(ClientError::Invalid(why.reason))
-                            }
+                            Some(Membership::Failure(failure)) => call_failed(failure),
                             None => Attempt::MaybeSent("empty response".into()),
                         },
                         Err(status) => failed(status),

@@ -303,8 +303,11 @@ impl Shared {
         }
     }
 
-    fn rewrite_hint(&self, hint: &mut v1::NotLeader) {
-        self.rewrite(&mut hint.leader_client_address);
+    /// Points a leader hint in a failure at the leader's proxy.
+    fn rewrite_hint(&self, failure: &mut v1::Failure) {
+        if let Some(v1::failure::Kind::NotLeader(hint)) = &mut failure.kind {
+            self.rewrite(&mut hint.leader_client_address);
+        }
     }
 
     fn identity(&self, request: &ExecuteRequest) -> (RequestIdentity, u32) {
@@ -347,8 +350,8 @@ impl Kv for Forwarder {
                 return Err(upstream_status(status));
             }
         };
-        if let Some(v1::execute_response::Result::NotLeader(hint)) = &mut response.result {
-            shared.rewrite_hint(hint);
+        if let Some(v1::execute_response::Result::Failure(failure)) = &mut response.result {
+            shared.rewrite_hint(failure);
         }
         let (answer, committed) = convert::answer(&response);
         let fault = *lock(&shared.fault);
@@ -385,8 +388,8 @@ impl Kv for Forwarder {
             .await
             .map_err(upstream_status)?
             .into_inner();
-        if let Some(v1::read_response::Result::NotLeader(hint)) = &mut response.result {
-            self.0.rewrite_hint(hint);
+        if let Some(v1::read_response::Result::Failure(failure)) = &mut response.result {
+            self.0.rewrite_hint(failure);
         }
         Ok(Response::new(response))
     }

@@ -4,6 +4,7 @@
 
 use oncekv_check::record::{Answer, Bytes, FailReason, Outcome, Reply};
 use oncekv_client::ClientError;
+use oncekv_proto::convert::CallFailure;
 use oncekv_proto::v1;
 use oncekv_state as state;
 use prost::Message;
@@ -125,14 +126,19 @@ pub fn answer(response: &v1::ExecuteResponse) -> (Answer, bool) {
                 Err(error) => transient(format!("undecodable outcome: {error}")),
             }
         }
-        Some(Wire::NotLeader(_)) => transient("not leader".into()),
-        Some(Wire::Unavailable(why)) => transient(format!("unavailable: {}", why.reason)),
-        Some(Wire::Invalid(_)) => (
-            Answer::Refused {
-                reason: FailReason::Invalid,
-            },
-            false,
-        ),
+        Some(Wire::Failure(failure)) => {
+            match oncekv_proto::convert::failure_from_wire(failure.clone()) {
+                Ok(CallFailure::NotLeader { .. }) => transient("not leader".into()),
+                Ok(CallFailure::Unavailable(reason)) => transient(format!("unavailable: {reason}")),
+                Ok(CallFailure::Invalid(_)) => (
+                    Answer::Refused {
+                        reason: FailReason::Invalid,
+                    },
+                    false,
+                ),
+                Err(error) => transient(format!("undecodable failure: {error}")),
+            }
+        }
         None => transient("empty response".into()),
     }
 }

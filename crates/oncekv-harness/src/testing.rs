@@ -10,7 +10,7 @@
 //! time.
 
 use crate::cluster::{Cluster, ClusterOptions, NodeProcess, free_address};
-use oncekv_proto::convert;
+use oncekv_proto::convert::{self, CallFailure};
 use oncekv_proto::v1::kv_client::KvClient;
 use oncekv_proto::v1::{self, ExecuteRequest, ExecuteResponse, ReadRequest, StatusRequest};
 use oncekv_state::{
@@ -138,9 +138,14 @@ impl Cluster {
                 Ok(Some(v1::execute_response::Result::Outcome(outcome))) => {
                     return convert::outcome_from_wire(outcome).expect("valid outcome");
                 }
-                Ok(Some(v1::execute_response::Result::NotLeader(_))) => {}
-                Ok(Some(v1::execute_response::Result::Unavailable(why))) if deduplicated => {
-                    eprintln!("retrying after: {}", why.reason);
+                Ok(Some(v1::execute_response::Result::Failure(failure))) => {
+                    match convert::failure_from_wire(failure) {
+                        Ok(CallFailure::NotLeader { .. }) => {}
+                        Ok(CallFailure::Unavailable(why)) if deduplicated => {
+                            eprintln!("retrying after: {why}");
+                        }
+                        other => panic!("no outcome from node {leader}: {other:?}"),
+                    }
                 }
                 Err(error) if deduplicated => eprintln!("retrying after: {error}"),
                 other => panic!("no outcome from node {leader}: {other:?}"),
@@ -317,5 +322,15 @@ where
         }
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Why an execute call was not carried out, if it was not.
+pub fn failure(response: &ExecuteResponse) -> Option<CallFailure> {
+    match &response.result {
+        Some(v1::execute_response::Result::Failure(failure)) => {
+            convert::failure_from_wire(failure.clone()).ok()
+        }
+        _ => None,
     }
 }

@@ -357,6 +357,56 @@ fn lease_info_to_wire(lease: &LeaseInfo) -> v1::LeaseInfo {
     }
 }
 
+/// Why a call was not carried out: the wire's [`v1::Failure`], the one
+/// error shape of every response.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CallFailure {
+    /// Not the leader: nothing was proposed there.
+    NotLeader {
+        /// The leader's id, if known.
+        leader_id: Option<u64>,
+        /// Where clients reach the leader, if known.
+        leader_client_address: Option<String>,
+    },
+    /// Transient: the request may or may not apply.
+    Unavailable(String),
+    /// Refused before proposing: never applied.
+    Invalid(String),
+}
+
+/// A call failure to the wire.
+pub fn failure_to_wire(failure: CallFailure) -> v1::Failure {
+    use v1::failure::Kind;
+    let kind = match failure {
+        CallFailure::NotLeader {
+            leader_id,
+            leader_client_address,
+        } => Kind::NotLeader(v1::NotLeader {
+            leader_id,
+            leader_client_address: leader_client_address.unwrap_or_default(),
+        }),
+        CallFailure::Unavailable(reason) => Kind::Unavailable(v1::Unavailable { reason }),
+        CallFailure::Invalid(reason) => Kind::Invalid(v1::Invalid { reason }),
+    };
+    v1::Failure { kind: Some(kind) }
+}
+
+/// A call failure from the wire.
+pub fn failure_from_wire(failure: v1::Failure) -> Result<CallFailure> {
+    use v1::failure::Kind;
+    Ok(
+        match failure.kind.ok_or(ConvertError::Missing("failure.kind"))? {
+            Kind::NotLeader(hint) => CallFailure::NotLeader {
+                leader_id: hint.leader_id,
+                leader_client_address: Some(hint.leader_client_address)
+                    .filter(|address| !address.is_empty()),
+            },
+            Kind::Unavailable(why) => CallFailure::Unavailable(why.reason),
+            Kind::Invalid(why) => CallFailure::Invalid(why.reason),
+        },
+    )
+}
+
 /// A reply for the wire.
 pub fn reply_to_wire(reply: &Reply) -> v1::Reply {
     use v1::reply::Kind;

@@ -250,3 +250,29 @@ fn malformed_wire_input_is_an_error() {
     };
     assert!(outcome_from_wire(no_reply).is_err());
 }
+
+#[test]
+fn call_failures_round_trip_and_an_empty_one_is_an_error() {
+    use oncekv_proto::convert::{CallFailure, failure_from_wire, failure_to_wire};
+    for failure in [
+        CallFailure::NotLeader {
+            leader_id: Some(3),
+            leader_client_address: Some("127.0.0.1:7379".into()),
+        },
+        CallFailure::NotLeader {
+            leader_id: None,
+            leader_client_address: None,
+        },
+        CallFailure::Unavailable("no quorum".into()),
+        CallFailure::Invalid("key must be 1..=16 bytes, got 0".into()),
+    ] {
+        assert_eq!(
+            failure_from_wire(failure_to_wire(failure.clone())),
+            Ok(failure)
+        );
+    }
+    assert_eq!(
+        failure_from_wire(v1::Failure { kind: None }),
+        Err(ConvertError::Missing("failure.kind"))
+    );
+}

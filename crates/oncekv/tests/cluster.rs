@@ -8,7 +8,7 @@ use oncekv_state::{
     Command, IdempotencyKey, Malformed, Origin, Outcome, Query, Reply, Request, Secret, SessionId,
 };
 use std::time::{Duration, Instant};
-use support::{Cluster, FAST, TestSession, eventually, exclusive, execute_on};
+use support::{CallFailure, Cluster, FAST, TestSession, eventually, exclusive, execute_on};
 
 const ELECTION: Duration = Duration::from_secs(15);
 
@@ -65,10 +65,8 @@ async fn a_retry_after_the_leader_dies_is_replayed_not_reapplied() {
         let answer = tokio::time::timeout(Duration::from_secs(5), lost).await;
         let not_leader = matches!(
             &answer,
-            Ok(Ok(Ok(v1::ExecuteResponse {
-                result: Some(v1::execute_response::Result::NotLeader(_)),
-                ..
-            })))
+            Ok(Ok(Ok(response)))
+                if matches!(support::failure(response), Some(CallFailure::NotLeader { .. }))
         );
         assert!(
             not_leader && sent < 3,
@@ -388,11 +386,13 @@ async fn bad_input_gets_clear_errors_and_the_node_keeps_serving() {
     // What is wrong whatever the state is refused before proposing: it
     // costs no log entry.
     let log_end = node.status().await.expect("status").last_log_index;
-    let refused =
-        |response: Result<v1::ExecuteResponse, String>| match response.expect("answered").result {
-            Some(v1::execute_response::Result::Invalid(why)) => why.reason,
-            other => panic!("not refused before proposing: {other:?}"),
-        };
+    let refused = |response: Result<v1::ExecuteResponse, String>| {
+        let response = response.expect("answered");
+        match support::failure(&response) {
+            Some(CallFailure::Invalid(why)) => why,
+            _ => panic!("not refused before proposing: {response:?}"),
+        }
+    };
     let seq_zero = refused(node.execute(&session.request(0, 1, put(b"k"))).await);
     assert!(
         seq_zero.contains(&Malformed::SeqZero.to_string()),
@@ -420,7 +420,7 @@ async fn bad_input_gets_clear_errors_and_the_node_keeps_serving() {
         .expect("answered")
         .into_inner();
     assert!(
-        matches!(empty.result, Some(v1::execute_response::Result::Invalid(_))),
+        matches!(support::failure(&empty), Some(CallFailure::Invalid(_))),
         "{empty:?}"
     );
     let short_secret = v1::ExecuteRequest {
@@ -441,10 +441,7 @@ async fn bad_input_gets_clear_errors_and_the_node_keeps_serving() {
         .expect("answered")
         .into_inner();
     assert!(
-        matches!(
-            answer.result,
-            Some(v1::execute_response::Result::Invalid(_))
-        ),
+        matches!(support::failure(&answer), Some(CallFailure::Invalid(_))),
         "{answer:?}"
     );
     // Still serving, and nothing was applied by the bad requests.

@@ -1,15 +1,18 @@
 //! [`KvService`]: maps `Kv` RPCs onto the [`Node`], and the node's answers
-//! and errors onto typed responses.
+//! onto typed responses. Every way a call can fail to be carried out is
+//! turned into the one wire `Failure` here ([`KvService::failure`]); a
+//! request shed before it was proposed is a gRPC status instead, as load
+//! shed by the transport is.
 
 use crate::node::Node;
 use crate::raft::consensus::WriteError;
-use oncekv_proto::convert::{self, outcome_to_wire, reply_to_wire};
+use oncekv_proto::convert::{self, CallFailure, failure_to_wire, outcome_to_wire, reply_to_wire};
 use oncekv_proto::v1::kv_server::Kv;
 use oncekv_proto::v1::{
-    AddMemberRequest, ExecuteRequest, ExecuteResponse, Invalid, Member, Members,
-    MembershipResponse, NotLeader, ReadRequest, ReadResponse, RemoveMemberRequest,
-    StateDigestRequest, StateDigestResponse, StatusRequest, StatusResponse, Unavailable,
-    execute_response, membership_response, read_response,
+    AddMemberRequest, ExecuteRequest, ExecuteResponse, Failure, Member, Members,
+    MembershipResponse, ReadRequest, ReadResponse, RemoveMemberRequest, StateDigestRequest,
+    StateDigestResponse, StatusRequest, StatusResponse, execute_response, membership_response,
+    read_response,
 };
 use tonic::{Request, Response, Status};
 
@@ -23,21 +26,6 @@ impl KvService {
     /// A service over `node`.
     pub fn new(node: Node) -> KvService {
         KvService { node }
-    }
-
-    fn not_leader(
-        &self,
-        leader_id: Option<u64>,
-        leader: Option<crate::raft::type_config::NodeInfo>,
-    ) -> NotLeader {
-        let leader_client_address = leader
-            .map(|info| info.client_address)
-            .or_else(|| leader_id.and_then(|id| self.node.client_address_of(id)))
-            .unwrap_or_default();
-        NotLeader {
-            leader_id,
-            leader_client_address,
-        }
     }
 
     fn members(&self) -> Vec<Member> {
@@ -54,38 +42,34 @@ impl KvService {
             })
             .collect()
     }
-}
 
-enum Failure {
-    NotLeader(NotLeader),
-    Unavailable(Unavailable),
-    Invalid(Invalid),
-}
-
-impl KvService {
-    /// What a failed write or read answers, or the gRPC status of a shed
-    /// request.
+    /// Why a call was not carried out, as the wire says it; a request the
+    /// node shed before proposing is a gRPC status instead.
     fn failure(&self, error: WriteError) -> Result<Failure, Status> {
-        Ok(match error {
+        let failure = match error {
             WriteError::NotLeader { leader_id, leader } => {
-                Failure::NotLeader(self.not_leader(leader_id, leader))
+                let leader_client_address = leader
+                    .map(|info| info.client_address)
+                    .or_else(|| leader_id.and_then(|id| self.node.client_address_of(id)));
+                CallFailure::NotLeader {
+                    leader_id,
+                    leader_client_address,
+                }
             }
-            WriteError::Unavailable(reason) => Failure::Unavailable(Unavailable { reason }),
-            WriteError::Invalid(why) => Failure::Invalid(Invalid {
-                reason: why.to_string(),
-            }),
+            WriteError::Unavailable(reason) => CallFailure::Unavailable(reason),
+            WriteError::Invalid(why) => CallFailure::Invalid(why.to_string()),
             WriteError::Overloaded(what) => {
                 let message = format!("overloaded ({what}): not proposed, retry later");
                 return Err(crate::transport::overloaded(what, message));
             }
-        })
+        };
+        Ok(failure_to_wire(failure))
     }
 }
 
-fn invalid(error: convert::ConvertError) -> Invalid {
-    Invalid {
-        reason: error.to_string(),
-    }
+/// A request refused before it reached the node.
+fn invalid(reason: impl Into<String>) -> Failure {
+    failure_to_wire(CallFailure::Invalid(reason.into()))
 }
 
 #[tonic::async_trait]
@@ -94,25 +78,17 @@ impl Kv for KvService {
         &self,
         request: Request<ExecuteRequest>,
     ) -> Result<Response<ExecuteResponse>, Status> {
-        let request = match convert::request_from_wire(request.into_inner()) {
-            Ok(request) => request,
-            Err(error) => {
-                let result = execute_response::Result::Invalid(invalid(error));
-                return Ok(Response::new(ExecuteResponse {
-                    result: Some(result),
-                    log_index: 0,
-                }));
-            }
-        };
-        let (result, log_index) = match self.node.execute(request).await {
-            Ok(executed) => (
-                execute_response::Result::Outcome(outcome_to_wire(&executed.outcome)),
-                executed.index.0,
+        let (result, log_index) = match convert::request_from_wire(request.into_inner()) {
+            Err(error) => (
+                execute_response::Result::Failure(invalid(error.to_string())),
+                0,
             ),
-            Err(error) => match self.failure(error)? {
-                Failure::NotLeader(hint) => (execute_response::Result::NotLeader(hint), 0),
-                Failure::Unavailable(why) => (execute_response::Result::Unavailable(why), 0),
-                Failure::Invalid(why) => (execute_response::Result::Invalid(why), 0),
+            Ok(request) => match self.node.execute(request).await {
+                Ok(executed) => (
+                    execute_response::Result::Outcome(outcome_to_wire(&executed.outcome)),
+                    executed.index.0,
+                ),
+                Err(error) => (execute_response::Result::Failure(self.failure(error)?), 0),
             },
         };
         Ok(Response::new(ExecuteResponse {
@@ -123,29 +99,15 @@ impl Kv for KvService {
 
     async fn read(&self, request: Request<ReadRequest>) -> Result<Response<ReadResponse>, Status> {
         let request = request.into_inner();
-        let query = match request.query.map(convert::query_from_wire) {
-            Some(Ok(query)) => query,
-            Some(Err(error)) => {
-                let result = read_response::Result::Invalid(invalid(error));
-                return Ok(Response::new(ReadResponse {
-                    result: Some(result),
-                }));
-            }
-            None => {
-                let result = read_response::Result::Invalid(Invalid {
-                    reason: "missing field query".into(),
-                });
-                return Ok(Response::new(ReadResponse {
-                    result: Some(result),
-                }));
-            }
-        };
-        let result = match self.node.read(&query, request.serializable).await {
-            Ok(reply) => read_response::Result::Reply(reply_to_wire(&reply)),
-            Err(error) => match self.failure(error)? {
-                Failure::NotLeader(hint) => read_response::Result::NotLeader(hint),
-                Failure::Unavailable(why) => read_response::Result::Unavailable(why),
-                Failure::Invalid(why) => read_response::Result::Invalid(why),
+        let query = request
+            .query
+            .ok_or(convert::ConvertError::Missing("query"))
+            .and_then(convert::query_from_wire);
+        let result = match query {
+            Err(error) => read_response::Result::Failure(invalid(error.to_string())),
+            Ok(query) => match self.node.read(&query, request.serializable).await {
+                Ok(reply) => read_response::Result::Reply(reply_to_wire(&reply)),
+                Err(error) => read_response::Result::Failure(self.failure(error)?),
             },
         };
         Ok(Response::new(ReadResponse {
@@ -209,10 +171,9 @@ impl Kv for KvService {
     ) -> Result<Response<MembershipResponse>, Status> {
         let request = request.into_inner();
         if request.peer_address.is_empty() || request.client_address.is_empty() {
-            let reason = "a member needs a peer address and a client address".to_string();
-            let result = membership_response::Result::Invalid(Invalid { reason });
+            let reason = "a member needs a peer address and a client address";
             return Ok(Response::new(MembershipResponse {
-                result: Some(result),
+                result: Some(membership_response::Result::Failure(invalid(reason))),
             }));
         }
         let info = crate::raft::type_config::NodeInfo {
@@ -241,11 +202,7 @@ impl KvService {
             Ok(()) => membership_response::Result::Members(Members {
                 members: self.members(),
             }),
-            Err(error) => match self.failure(error)? {
-                Failure::NotLeader(hint) => membership_response::Result::NotLeader(hint),
-                Failure::Unavailable(why) => membership_response::Result::Unavailable(why),
-                Failure::Invalid(why) => membership_response::Result::Invalid(why),
-            },
+            Err(error) => membership_response::Result::Failure(self.failure(error)?),
         };
         Ok(MembershipResponse {
             result: Some(result),

@@ -5,8 +5,9 @@
 
 pub use oncekv_harness::cluster::NodeProcess;
 pub use oncekv_harness::testing::{
-    FAST, TestSession, connect, eventually, exclusive, execute_on, free_port,
+    FAST, TestSession, connect, eventually, exclusive, execute_on, failure, free_port,
 };
+pub use oncekv_proto::convert::CallFailure;
 
 const BINARY: &str = env!("CARGO_BIN_EXE_oncekv");
 

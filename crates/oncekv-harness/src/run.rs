@@ -130,6 +130,10 @@ pub enum RunError {
     },
 }
 
+/// The exit code of a node whose storage failed (`oncekv serve`'s code 12
+/// in the exit code table of `oncekv --help`).
+const NODE_EXIT_STORAGE: i32 = 12;
+
 /// The nodes' client addresses, with their ids where known.
 type Nodes = Vec<(Option<NodeId>, String)>;
 
@@ -423,9 +427,9 @@ pub async fn run(config: &RunConfig, progress: &dyn Fn(Progress)) -> Result<RunS
     if let Some(cluster) = &cluster {
         let mut cluster = cluster.lock().unwrap_or_else(|p| p.into_inner());
         for (id, code, status) in cluster.exits() {
-            // Exit code 5: the node stopped on a failed log sync, which is
-            // what it must do under the fsync fault.
-            if code == Some(5) && faults.contains(&Fault::Fsync) {
+            // The node stopped on a failed log sync, which is what it must
+            // do under the fsync fault.
+            if code == Some(NODE_EXIT_STORAGE) && faults.contains(&Fault::Fsync) {
                 stopped_on_sync_failure += 1;
             } else {
                 crashed.push(format!("node {id} exited on its own ({status})"));

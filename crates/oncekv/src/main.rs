@@ -24,6 +24,7 @@ macro_rules! sayln {
 
 mod bench;
 mod commands;
+mod exit;
 mod serve;
 mod session_file;
 mod verify;
@@ -32,23 +33,7 @@ use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::process::ExitCode;
 
-const EXIT_CODES: &str = "\
-Quick start:
-  oncekv serve &                      # a single node on 127.0.0.1:7379
-  oncekv incr visits --idempotency-key k1
-  oncekv incr visits --idempotency-key k1   # a retry: the same answer, applied once
-  oncekv get visits
-  oncekv put config < config.json     # a value from standard input
-
-Exit codes of the client commands:
-  0  applied or replayed (or found, for reads)
-  1  other error (unreachable, invalid request)
-  2  usage error
-  3  definite rejection (CAS did not match, lease exists, key absent, ...)
-  4  session or sequence error (expired, stale, gap, unauthorized)
-  5  outcome unknown: the request may or may not have applied
-  6  overloaded: refused for now, not applied (a full table or budget, the
-     NOSPACE alarm, load shedding); retry later";
+const EXIT_CODES: &str = exit::TABLE;
 
 /// oncekv: a replicated, durable key-value store that applies every
 /// mutating request exactly once.

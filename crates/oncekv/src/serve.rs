@@ -3,6 +3,7 @@
 //! `--peer-*` limits bound each gRPC server (`ServerLimits`); their
 //! defaults are the server's own.
 
+use crate::exit;
 use anyhow::{Context, anyhow, bail};
 use clap::Args;
 use oncekv_server::node::NodeOptions;
@@ -31,14 +32,15 @@ client address is what clients are told to use in leader hints). It is used
 on the first start only; later starts resume from the data directory, which
 remembers its node id and cluster and refuses another.
 
-Exit codes:
+Exit codes (the table shared by every subcommand: oncekv --help):
   0  stopped cleanly (SIGINT or SIGTERM)
   1  failed while running
   2  usage error (bad flags, id not in --initial-cluster)
-  3  data directory unusable, or it belongs to another node or cluster
-  4  an address cannot be bound (in use, or not local)
-  5  consensus failed (a log write or sync failed, or the disk is full):
-     the node stopped without acknowledging unsynced data; restart it (after
+  10 data directory unusable (a damaged log: docs/operations.md), or it
+     belongs to another node or cluster
+  11 an address cannot be bound (in use, or not local)
+  12 storage failed (a log write or sync failed, or the disk is full): the
+     node stopped without acknowledging unsynced data; restart it (after
      freeing space) to recover";
 
 /// Flags of `oncekv serve`.
@@ -417,7 +419,7 @@ pub async fn run(args: ServeArgs) -> ExitCode {
         Ok(config) => config,
         Err(error) => {
             eprintln!("error: {error:#}");
-            return ExitCode::from(2);
+            return exit::code(exit::USAGE);
         }
     };
     let listeners = bind(args.listen_client, "clients")
@@ -426,7 +428,7 @@ pub async fn run(args: ServeArgs) -> ExitCode {
         Ok(listeners) => listeners,
         Err(error) => {
             eprintln!("error: {error}");
-            return ExitCode::from(4);
+            return exit::code(exit::ADDRESS);
         }
     };
     let client = oncekv_server::transport::tcp_incoming(client);
@@ -440,21 +442,17 @@ pub async fn run(args: ServeArgs) -> ExitCode {
     );
     match serve(config, client, peer, shutdown_signal()).await {
         Ok(()) => ExitCode::SUCCESS,
-        Err(error @ ServeError::Identity(_)) => {
+        Err(error @ (ServeError::Identity(_) | ServeError::Storage { .. })) => {
             eprintln!("error: {error}");
-            ExitCode::from(3)
-        }
-        Err(error @ ServeError::Storage { .. }) => {
-            eprintln!("error: {error}");
-            ExitCode::from(3)
+            exit::code(exit::DATA_REFUSED)
         }
         Err(error @ (ServeError::Fatal(_) | ServeError::DiskFull(_))) => {
             eprintln!("error: {error}");
-            ExitCode::from(5)
+            exit::code(exit::STORAGE)
         }
         Err(error) => {
             eprintln!("error: {error}");
-            ExitCode::FAILURE
+            exit::code(exit::ERROR)
         }
     }
 }

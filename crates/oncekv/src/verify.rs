@@ -32,12 +32,12 @@ nodes run with a small session table, so it fills and must refuse without
 evicting a live session). A kind that cannot run here is skipped with a
 message.
 
-Exit codes:
+Exit codes (the table shared by every subcommand: oncekv --help):
   0  pass: every checker passed and the dangerous paths were exercised
-  1  violation: a checker failed (or a node crashed)
   2  usage error
-  3  inconclusive: nothing failed, but something was undecided or not exercised
-  4  the run could not be carried out (cluster did not start, ...)";
+  7  violation: a checker failed (or a node crashed)
+  8  inconclusive: nothing failed, but something was undecided or not exercised
+  9  the run could not be carried out (cluster did not start, ...)";
 
 /// Flags of `oncekv verify`.
 #[derive(Debug, Args)]
@@ -75,9 +75,9 @@ pub struct VerifyArgs {
     unsafe_no_dedup: bool,
 }
 
-const EXIT_VIOLATION: u8 = 1;
-const EXIT_INCONCLUSIVE: u8 = 3;
-const EXIT_NOT_RUN: u8 = 4;
+use crate::exit::{
+    INCONCLUSIVE as EXIT_INCONCLUSIVE, NOT_RUN as EXIT_NOT_RUN, VIOLATION as EXIT_VIOLATION,
+};
 
 /// Runs `oncekv verify`. `endpoints_given`: whether `--endpoints` was set
 /// (then the workload runs against that cluster).

@@ -1,4 +1,4 @@
-//! A full disk: the node stops with a clear error and exit code 5, no
+//! A full disk: the node stops with a clear error and exit code 12, no
 //! acknowledged write is lost, and once space is freed the node restarts
 //! and serves every acknowledged write. The disk is a small tmpfs mounted
 //! in a mount namespace of the test's own, which ends with the test, so
@@ -163,7 +163,7 @@ async fn a_full_disk_stops_the_node_clearly_and_loses_no_acknowledged_write() {
     })
     .await;
     let log = cluster.logs();
-    assert_eq!(status.code(), Some(5), "{log}");
+    assert_eq!(status.code(), Some(12), "{log}");
     assert!(
         log.contains("disk holding the data directory is full"),
         "no clear message:\n{log}"

@@ -84,8 +84,8 @@ async fn a_flipped_bit_in_the_last_frame_stops_the_node_from_starting() {
     assert!(!status.success(), "started on a damaged log:\n{log}");
     assert_eq!(
         status.code(),
-        Some(3),
-        "exit code 3, data directory unusable:\n{log}"
+        Some(10),
+        "exit code 10, data directory unusable:\n{log}"
     );
     let named = format!(
         "log segment {} is damaged: the frame at byte {}",

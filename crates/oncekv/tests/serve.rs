@@ -56,7 +56,7 @@ fn startup_errors_say_what_to_fix_with_documented_exit_codes() {
         "--listen-peer",
         &peer,
     ]);
-    assert_eq!(code, 4, "{stderr}");
+    assert_eq!(code, 11, "{stderr}");
     assert!(
         stderr.contains(&taken) && stderr.contains("in use"),
         "{stderr}"
@@ -74,7 +74,7 @@ fn startup_errors_say_what_to_fix_with_documented_exit_codes() {
         "--listen-peer",
         &peer,
     ]);
-    assert_eq!(code, 3, "{stderr}");
+    assert_eq!(code, 10, "{stderr}");
     assert!(stderr.contains("data directory"), "{stderr}");
 
     // A data directory that belongs to another node id.
@@ -85,7 +85,7 @@ fn startup_errors_say_what_to_fix_with_documented_exit_codes() {
     )
     .expect("identity");
     let (code, stderr) = serve(&base);
-    assert_eq!(code, 3, "{stderr}");
+    assert_eq!(code, 10, "{stderr}");
     assert!(stderr.contains("belongs to node 7"), "{stderr}");
 
     // ... or to another cluster.
@@ -95,7 +95,7 @@ fn startup_errors_say_what_to_fix_with_documented_exit_codes() {
     )
     .expect("identity");
     let (code, stderr) = serve(&base);
-    assert_eq!(code, 3, "{stderr}");
+    assert_eq!(code, 10, "{stderr}");
     assert!(stderr.contains("cluster"), "{stderr}");
 }
 

@@ -85,7 +85,7 @@ fn nodes_without_dedup_are_caught() {
         "drop-reply,reset",
         "--unsafe-no-dedup",
     ]);
-    assert_eq!(code, 1, "expected a violation: {json:#}");
+    assert_eq!(code, 7, "expected a violation: {json:#}");
     assert_eq!(json["verdict"], "FAIL");
     assert_eq!(checker(&json, "exactly_once")["status"], "fail", "{json:#}");
 }
@@ -101,7 +101,7 @@ fn a_naive_retrying_client_is_caught() {
         "drop-reply,reset",
         "--naive-client",
     ]);
-    assert_eq!(code, 1, "expected a violation: {json:#}");
+    assert_eq!(code, 7, "expected a violation: {json:#}");
     assert_eq!(json["verdict"], "FAIL");
     assert_eq!(checker(&json, "exactly_once")["status"], "fail", "{json:#}");
 }

@@ -23,7 +23,7 @@ use workload::{Shape, Workload};
 use crate::commands::{Connection, EXIT_ERROR, Output};
 
 /// Exit code: the flags do not make a run.
-const EXIT_USAGE: u8 = 2;
+use crate::exit::USAGE as EXIT_USAGE;
 
 /// Largest key size accepted (oncekv's own limit is lower; it answers
 /// with an error per operation).

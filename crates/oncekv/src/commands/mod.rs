@@ -23,19 +23,11 @@ use cluster::{alarms, member, status};
 use output::{Printer, reply_fields, value_or_stdin};
 use session::{saved_session_handle, session};
 
-/// Exit code: applied, replayed or found.
-pub const EXIT_OK: u8 = 0;
-/// Exit code: another error.
-pub const EXIT_ERROR: u8 = 1;
-/// Exit code: a definite application-level "no".
-pub const EXIT_REJECTED: u8 = 3;
-/// Exit code: session or sequence error.
-pub const EXIT_SESSION: u8 = 4;
-/// Exit code: outcome unknown.
-pub const EXIT_UNKNOWN: u8 = 5;
-/// Exit code: refused for now, not applied (a full table or budget, the
-/// NOSPACE alarm, load shedding): retry later.
-pub const EXIT_OVERLOADED: u8 = 6;
+/// The exit codes client commands return (the table is [`crate::exit`]).
+pub use crate::exit::{
+    ERROR as EXIT_ERROR, OK as EXIT_OK, OVERLOADED as EXIT_OVERLOADED, REJECTED as EXIT_REJECTED,
+    SESSION as EXIT_SESSION, UNKNOWN as EXIT_UNKNOWN,
+};
 
 /// Output format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

@@ -242,112 +242,23 @@ pub async fn watch_leader<F, Fut>(
     }
 }
 
+/// The cluster a run works on, shared with the nemesis (`None` against
+/// an existing cluster).
+type SharedCluster = Option<Arc<Mutex<Cluster>>>;
+
 /// Runs one fault run to its verdict; `progress` is called about four
 /// times a second while the workload runs.
 pub async fn run(config: &RunConfig, progress: &dyn Fn(Progress)) -> Result<RunSummary, RunError> {
     let recorder = Arc::new(Recorder::new());
-    let mut skipped = Vec::new();
-    let mut faults = Vec::new();
-    for &fault in &config.faults {
-        let local = matches!(config.target, Target::Local { .. });
-        if fault.needs_processes() && !local {
-            skipped.push(format!(
-                "{fault}: needs the nodes' processes; skipped with --endpoints"
-            ));
-        } else if fault == Fault::Fsync && !fiu_available() {
-            skipped.push(format!(
-                "{fault}: fiu-run/fiu-ctrl not installed (Debian package fiu-utils); skipped"
-            ));
-        } else if !faults.contains(&fault) {
-            faults.push(fault);
-        }
-    }
-    let (cluster, real): (Option<Arc<Mutex<Cluster>>>, Nodes) = match &config.target {
-        Target::Local {
-            binary,
-            nodes,
-            dedup,
-        } => {
-            let cluster = Cluster::start_partitionable(&ClusterOptions {
-                binary: binary.clone(),
-                nodes: *nodes,
-                dedup: *dedup,
-                extra_args: node_flags(&faults),
-                fiu: faults.contains(&Fault::Fsync),
-                log: None,
-                folder_prefix: "oncekv-verify-".into(),
-            })
-            .await?;
-            let real = cluster
-                .nodes
-                .iter()
-                .map(|n| (Some(n.id), n.client.clone()))
-                .collect();
-            (Some(Arc::new(Mutex::new(cluster))), real)
-        }
-        Target::Endpoints(endpoints) => {
-            (None, endpoints.iter().map(|e| (None, e.clone())).collect())
-        }
-    };
+    let (faults, skipped) = runnable_faults(config);
+    let (cluster, real) = start_target(config, &faults).await?;
     let real_addresses: Vec<String> = real.iter().map(|(_, a)| a.clone()).collect();
-    let mut listeners = Vec::new();
-    for _ in &real {
-        listeners.push(
-            ProxyListener::bind()
-                .await
-                .map_err(|e| RunError::Setup(format!("binding a client proxy: {e}")))?,
-        );
-    }
-    let hints: HashMap<String, String> = real
-        .iter()
-        .zip(&listeners)
-        .map(|((_, address), listener)| (address.clone(), listener.address().to_string()))
-        .collect();
-    let hints = Arc::new(hints);
-    let mut proxies = Vec::new();
-    for (index, ((node, address), listener)) in real.iter().zip(listeners).enumerate() {
-        let seed = config.seed ^ (index as u64 + 1).wrapping_mul(0xa076_1d64_78bd_642f);
-        proxies.push(
-            ClientProxy::start(
-                listener,
-                *node,
-                address,
-                hints.clone(),
-                recorder.clone(),
-                seed,
-            )
-            .map_err(RunError::Setup)?,
-        );
-    }
+    let proxies = start_proxies(&real, config.seed, &recorder).await?;
     let proxy_addresses: Vec<String> = proxies.iter().map(|p| p.address().to_string()).collect();
-
-    let start = Instant::now();
-    let first = loop {
-        if let Some(found) = observe_leader(&real_addresses).await {
-            break found;
-        }
-        if start.elapsed() > STARTUP_TIMEOUT {
-            return Err(RunError::NoLeader {
-                within: STARTUP_TIMEOUT,
-                logs: keep_logs(cluster.as_deref()),
-            });
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let first = wait_for_leader(&real_addresses, cluster.as_deref()).await?;
     let node_ids: Vec<NodeId> = real.iter().filter_map(|(id, _)| *id).collect();
-    let names: Vec<&str> = faults.iter().map(|f| f.name()).collect();
-    let description = format!(
-        "{} clients ({:?} mode), faults [{}], {:?}{}",
-        config.workload.clients,
-        config.workload.mode,
-        names.join(","),
-        config.duration,
-        match &config.target {
-            Target::Local { dedup: false, .. } => ", dedup OFF (negative control)",
-            _ => "",
-        }
-    );
-    recorder.run_started(config.seed, node_ids, description);
+    recorder.run_started(config.seed, node_ids, describe(config, &faults));
+
     let leader = Arc::new(AtomicU64::new(first.0));
     let (stop_tx, stop) = watch::channel(false);
     let addresses = real_addresses.clone();
@@ -360,12 +271,7 @@ pub async fn run(config: &RunConfig, progress: &dyn Fn(Progress)) -> Result<RunS
         leader.clone(),
         stop.clone(),
     ));
-    let mut workload_options = config.workload.clone();
-    workload_options.seed = config.seed;
-    if matches!(config.target, Target::Endpoints(_)) && workload_options.prefix.is_empty() {
-        // A cluster in use may hold these keys: this run's own.
-        workload_options.prefix = format!("verify-{:016x}/", rand::random::<u64>());
-    }
+    let workload_options = workload_options(config);
     let clients = workload::start(
         &proxy_addresses,
         client_options(),
@@ -384,58 +290,24 @@ pub async fn run(config: &RunConfig, progress: &dyn Fn(Progress)) -> Result<RunS
         seed: config.seed,
     };
     let nemesis = tokio::spawn(nemesis.run(stop.clone()));
+    report_progress(config.duration, &recorder, progress).await;
 
-    let began = Instant::now();
-    while began.elapsed() < config.duration {
-        progress(Progress {
-            elapsed: began.elapsed(),
-            operations: recorder.completed(),
-            faults: recorder.faults(),
-        });
-        tokio::time::sleep(Duration::from_millis(250).min(config.duration)).await;
-    }
-    progress(Progress {
-        elapsed: config.duration,
-        operations: recorder.completed(),
-        faults: recorder.faults(),
-    });
     let _ = stop_tx.send(true);
     let _ = nemesis.await;
     let patience = workload_options.grace + Duration::from_secs(10);
     for client in clients {
         let _ = tokio::time::timeout(patience, client).await;
     }
-    // Let everything committed apply everywhere before reading.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let reader = Client::connect(real_addresses.clone(), client_options())
-        .map_err(|e| RunError::Setup(e.to_string()))?;
-    workload::record_final_values(
-        &reader,
-        &workload_options.final_keys(),
+    read_final_values(
+        &real_addresses,
+        &workload_options,
         &recorder,
-        Duration::from_secs(30),
+        cluster.as_deref(),
     )
-    .await
-    .map_err(|error| RunError::FinalRead {
-        error,
-        logs: keep_logs(cluster.as_deref()),
-    })?;
+    .await?;
     let _ = watcher.await;
 
-    let mut crashed = Vec::new();
-    let mut stopped_on_sync_failure = 0;
-    if let Some(cluster) = &cluster {
-        let mut cluster = cluster.lock().unwrap_or_else(|p| p.into_inner());
-        for (id, code, status) in cluster.exits() {
-            // The node stopped on a failed log sync, which is what it must
-            // do under the fsync fault.
-            if code == Some(NODE_EXIT_STORAGE) && faults.contains(&Fault::Fsync) {
-                stopped_on_sync_failure += 1;
-            } else {
-                crashed.push(format!("node {id} exited on its own ({status})"));
-            }
-        }
-    }
+    let (crashed, stopped_on_sync_failure) = node_exits(cluster.as_deref(), &faults);
     let record = Record::from_events(recorder.events())?;
     let verify_config = VerifyConfig {
         coverage: requirements(&faults, config.workload.mode),
@@ -465,6 +337,209 @@ pub async fn run(config: &RunConfig, progress: &dyn Fn(Progress)) -> Result<RunS
         }
     }
     Ok(summary)
+}
+
+/// The fault kinds this run can inject, each once, and why the others are
+/// skipped.
+fn runnable_faults(config: &RunConfig) -> (Vec<Fault>, Vec<String>) {
+    let mut skipped = Vec::new();
+    let mut faults = Vec::new();
+    let local = matches!(config.target, Target::Local { .. });
+    for &fault in &config.faults {
+        if fault.needs_processes() && !local {
+            skipped.push(format!(
+                "{fault}: needs the nodes' processes; skipped with --endpoints"
+            ));
+        } else if fault == Fault::Fsync && !fiu_available() {
+            skipped.push(format!(
+                "{fault}: fiu-run/fiu-ctrl not installed (Debian package fiu-utils); skipped"
+            ));
+        } else if !faults.contains(&fault) {
+            faults.push(fault);
+        }
+    }
+    (faults, skipped)
+}
+
+/// Starts the run's own cluster, or names the existing one's nodes.
+async fn start_target(
+    config: &RunConfig,
+    faults: &[Fault],
+) -> Result<(SharedCluster, Nodes), RunError> {
+    match &config.target {
+        Target::Local {
+            binary,
+            nodes,
+            dedup,
+        } => {
+            let cluster = Cluster::start_partitionable(&ClusterOptions {
+                binary: binary.clone(),
+                nodes: *nodes,
+                dedup: *dedup,
+                extra_args: node_flags(faults),
+                fiu: faults.contains(&Fault::Fsync),
+                log: None,
+                folder_prefix: "oncekv-verify-".into(),
+            })
+            .await?;
+            let real = cluster
+                .nodes
+                .iter()
+                .map(|n| (Some(n.id), n.client.clone()))
+                .collect();
+            Ok((Some(Arc::new(Mutex::new(cluster))), real))
+        }
+        Target::Endpoints(endpoints) => {
+            Ok((None, endpoints.iter().map(|e| (None, e.clone())).collect()))
+        }
+    }
+}
+
+/// A recording fault proxy in front of each node's client port; leader
+/// hints are rewritten to the proxies.
+async fn start_proxies(
+    real: &Nodes,
+    seed: u64,
+    recorder: &Arc<Recorder>,
+) -> Result<Vec<ClientProxy>, RunError> {
+    let mut listeners = Vec::new();
+    for _ in real {
+        listeners.push(
+            ProxyListener::bind()
+                .await
+                .map_err(|e| RunError::Setup(format!("binding a client proxy: {e}")))?,
+        );
+    }
+    let hints: HashMap<String, String> = real
+        .iter()
+        .zip(&listeners)
+        .map(|((_, address), listener)| (address.clone(), listener.address().to_string()))
+        .collect();
+    let hints = Arc::new(hints);
+    let mut proxies = Vec::new();
+    for (index, ((node, address), listener)) in real.iter().zip(listeners).enumerate() {
+        let seed = seed ^ (index as u64 + 1).wrapping_mul(0xa076_1d64_78bd_642f);
+        proxies.push(
+            ClientProxy::start(
+                listener,
+                *node,
+                address,
+                hints.clone(),
+                recorder.clone(),
+                seed,
+            )
+            .map_err(RunError::Setup)?,
+        );
+    }
+    Ok(proxies)
+}
+
+/// The first leader the nodes report, within the start-up time.
+async fn wait_for_leader(
+    addresses: &[String],
+    cluster: Option<&Mutex<Cluster>>,
+) -> Result<(NodeId, u64), RunError> {
+    let start = Instant::now();
+    loop {
+        if let Some(found) = observe_leader(addresses).await {
+            return Ok(found);
+        }
+        if start.elapsed() > STARTUP_TIMEOUT {
+            return Err(RunError::NoLeader {
+                within: STARTUP_TIMEOUT,
+                logs: keep_logs(cluster),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The run's description in its history.
+fn describe(config: &RunConfig, faults: &[Fault]) -> String {
+    let names: Vec<&str> = faults.iter().map(|f| f.name()).collect();
+    format!(
+        "{} clients ({:?} mode), faults [{}], {:?}{}",
+        config.workload.clients,
+        config.workload.mode,
+        names.join(","),
+        config.duration,
+        match &config.target {
+            Target::Local { dedup: false, .. } => ", dedup OFF (negative control)",
+            _ => "",
+        }
+    )
+}
+
+/// The workload's options for this run: its seed, and keys of its own on
+/// a cluster in use.
+fn workload_options(config: &RunConfig) -> WorkloadOptions {
+    let mut options = config.workload.clone();
+    options.seed = config.seed;
+    if matches!(config.target, Target::Endpoints(_)) && options.prefix.is_empty() {
+        // A cluster in use may hold these keys: this run's own.
+        options.prefix = format!("verify-{:016x}/", rand::random::<u64>());
+    }
+    options
+}
+
+/// Waits out the run, reporting progress about four times a second.
+async fn report_progress(duration: Duration, recorder: &Recorder, progress: &dyn Fn(Progress)) {
+    let began = Instant::now();
+    while began.elapsed() < duration {
+        progress(Progress {
+            elapsed: began.elapsed(),
+            operations: recorder.completed(),
+            faults: recorder.faults(),
+        });
+        tokio::time::sleep(Duration::from_millis(250).min(duration)).await;
+    }
+    progress(Progress {
+        elapsed: duration,
+        operations: recorder.completed(),
+        faults: recorder.faults(),
+    });
+}
+
+/// Reads the final values the checkers compare with the history, once
+/// everything committed has applied everywhere.
+async fn read_final_values(
+    addresses: &[String],
+    options: &WorkloadOptions,
+    recorder: &Recorder,
+    cluster: Option<&Mutex<Cluster>>,
+) -> Result<(), RunError> {
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let reader = Client::connect(addresses.to_vec(), client_options())
+        .map_err(|e| RunError::Setup(e.to_string()))?;
+    workload::record_final_values(
+        &reader,
+        &options.final_keys(),
+        recorder,
+        Duration::from_secs(30),
+    )
+    .await
+    .map_err(|error| RunError::FinalRead {
+        error,
+        logs: keep_logs(cluster),
+    })
+}
+
+/// Nodes that exited on their own (crashes), and how many stopped on a
+/// failed log sync as the fsync fault requires.
+fn node_exits(cluster: Option<&Mutex<Cluster>>, faults: &[Fault]) -> (Vec<String>, usize) {
+    let mut crashed = Vec::new();
+    let mut stopped_on_sync_failure = 0;
+    if let Some(cluster) = cluster {
+        let mut cluster = cluster.lock().unwrap_or_else(|p| p.into_inner());
+        for (id, code, status) in cluster.exits() {
+            if code == Some(NODE_EXIT_STORAGE) && faults.contains(&Fault::Fsync) {
+                stopped_on_sync_failure += 1;
+            } else {
+                crashed.push(format!("node {id} exited on its own ({status})"));
+            }
+        }
+    }
+    (crashed, stopped_on_sync_failure)
 }
 
 /// Keeps the cluster's folder for a post-mortem; says where.

@@ -4,6 +4,7 @@
 
 pub mod consensus;
 pub mod network;
+pub mod peer_checks;
 pub mod peer_service;
 pub mod runtime;
 pub mod segment_log;

@@ -21,6 +21,7 @@
 //! opens.
 
 use super::network::{VoteKind, decode, encode};
+use super::peer_checks::{self, PeerMessageRefused};
 use super::type_config::{Raft, TypeConfig};
 use crate::transport::{is_malformed_message, overloaded};
 use oncekv_proto::v1::raft_peer_server::RaftPeer;
@@ -361,6 +362,21 @@ fn bad_message(error: postcard::Error) -> Status {
     Status::invalid_argument(format!("undecodable raft message: {error}"))
 }
 
+/// A message refused before openraft sees it: logged, and INVALID_ARGUMENT
+/// to the sender.
+fn refused(refusal: PeerMessageRefused) -> Status {
+    tracing::warn!(%refusal, "peer message refused");
+    metrics::counter!("oncekv_peer_messages_refused_total").increment(1);
+    Status::invalid_argument(format!("refused raft message: {refusal}"))
+}
+
+impl PeerService {
+    fn metrics(&self) -> openraft::RaftMetrics<TypeConfig> {
+        let metrics = self.raft.metrics();
+        openraft::async_runtime::WatchReceiver::borrow_watched(&metrics).clone()
+    }
+}
+
 #[tonic::async_trait]
 impl RaftPeer for PeerService {
     async fn append_entries(
@@ -368,13 +384,20 @@ impl RaftPeer for PeerService {
         request: Request<RaftPayload>,
     ) -> Result<Response<RaftPayload>, Status> {
         let request = decode(&request.into_inner().data).map_err(bad_message)?;
+        peer_checks::check_append(&request, self.metrics().id).map_err(refused)?;
         reply(&self.raft.append_entries(request).await)
     }
 
     async fn vote(&self, request: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
         let result = match decode(&request.into_inner().data).map_err(bad_message)? {
-            VoteKind::Vote(vote) => self.raft.vote(vote).await,
-            VoteKind::PreVote(vote) => self.raft.pre_vote(vote).await,
+            VoteKind::Vote(vote) => {
+                peer_checks::check_term(&vote.vote).map_err(refused)?;
+                self.raft.vote(vote).await
+            }
+            VoteKind::PreVote(vote) => {
+                peer_checks::check_term(&vote.vote).map_err(refused)?;
+                self.raft.pre_vote(vote).await
+            }
         };
         reply(&result)
     }
@@ -394,6 +417,14 @@ impl RaftPeer for PeerService {
         let spool = self.spool.as_ref().ok_or(SnapshotRefused::NoSpool)?;
         let mut chunks = request.into_inner();
         let mut received = receive(spool, &mut chunks).await?;
+        let metrics = self.metrics();
+        peer_checks::check_snapshot(
+            &received.vote,
+            received.meta.last_log_id.as_ref(),
+            metrics.id,
+            &metrics,
+        )
+        .map_err(refused)?;
         let data = received
             .file
             .read_all()

@@ -1,4 +1,8 @@
-//! Incoming snapshots on a real node: a stream that ends short of the size
+//! The peer service of a real node. Forged or broken Raft messages (a vote
+//! of an impossible term, an append under an uncommitted vote or this
+//! node's own, entries out of order, a snapshot beyond its vote) are
+//! refused before consensus sees them, and the node keeps serving and
+//! restarts cleanly. Incoming snapshots: a stream that ends short of the size
 //! it announced (a sender that stopped half-way) or runs past it is
 //! refused, never installed; a size over the node's cap is refused at once;
 //! bytes that do not restore to the index they claim are refused before
@@ -29,7 +33,7 @@ async fn listener() -> (tokio::net::TcpListener, String) {
 /// A first chunk: a well-formed vote and snapshot description, `data`,
 /// and the size announced for the whole snapshot.
 fn first_chunk(data: &[u8], total_bytes: u64) -> SnapshotChunk {
-    let vote = VoteOf::<TypeConfig>::new(1, 2);
+    let vote = VoteOf::<TypeConfig>::new_committed(1, 2);
     let meta = SnapshotMetaOf::<TypeConfig>::default();
     SnapshotChunk {
         vote: postcard::to_allocvec(&vote).expect("vote"),
@@ -52,6 +56,8 @@ struct TestNode {
     stop: tokio::sync::oneshot::Sender<()>,
     task: tokio::task::JoinHandle<Result<(), oncekv_server::server::ServeError>>,
     peer: RaftPeerClient<Channel>,
+    client_address: String,
+    peer_address: String,
 }
 
 impl TestNode {
@@ -59,6 +65,37 @@ impl TestNode {
         let dir = tempfile::tempdir().expect("tempdir");
         let (clients, client_address) = listener().await;
         let (peers, peer_address) = listener().await;
+        TestNode::start_on(
+            dir,
+            (clients, client_address),
+            (peers, peer_address),
+            configure,
+        )
+        .await
+    }
+
+    /// The node again, on its data and addresses.
+    async fn restart(self) -> TestNode {
+        let (client_address, peer_address) =
+            (self.client_address.clone(), self.peer_address.clone());
+        let dir = self.stop().await;
+        let bind = |address: String| async move {
+            let listener = tokio::net::TcpListener::bind(&address)
+                .await
+                .expect("rebind");
+            (listener, address)
+        };
+        let clients = bind(client_address).await;
+        let peers = bind(peer_address).await;
+        TestNode::start_on(dir, clients, peers, |_| {}).await
+    }
+
+    async fn start_on(
+        dir: tempfile::TempDir,
+        (clients, client_address): (tokio::net::TcpListener, String),
+        (peers, peer_address): (tokio::net::TcpListener, String),
+        configure: impl FnOnce(&mut ServerConfig),
+    ) -> TestNode {
         let mut config = ServerConfig::single_node(dir.path(), &client_address, &peer_address);
         configure(&mut config);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -78,6 +115,8 @@ impl TestNode {
             stop,
             task,
             peer,
+            client_address,
+            peer_address,
         }
     }
 
@@ -95,13 +134,14 @@ impl TestNode {
         .map(tonic::Response::into_inner)
     }
 
-    async fn stop(self) {
+    async fn stop(self) -> tempfile::TempDir {
         let _ = self.stop.send(());
         tokio::time::timeout(Duration::from_secs(10), self.task)
             .await
             .expect("node stopped in time")
             .expect("node task")
             .expect("node ran without error");
+        self.dir
     }
 }
 
@@ -286,4 +326,135 @@ fn the_hand_encoded_vote_and_meta_of_the_process_tests_decode() {
     assert_eq!(vote, VoteOf::<TypeConfig>::new(1, 2));
     let meta: SnapshotMetaOf<TypeConfig> = postcard::from_bytes(&[0; 5]).expect("meta");
     assert_eq!(meta, SnapshotMetaOf::<TypeConfig>::default());
+}
+
+/// The shape of a vote message on the peer port (the node's own type is
+/// private to it; postcard encodes both alike).
+#[derive(serde::Serialize)]
+enum VoteKind {
+    Vote(openraft::raft::VoteRequest<TypeConfig>),
+}
+
+impl TestNode {
+    /// Waits until the node leads, then applies a PUT through its client
+    /// port: it serves.
+    async fn serves(&self) {
+        use oncekv_proto::v1::kv_client::KvClient;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut client = loop {
+            if let Ok(client) = KvClient::connect(format!("http://{}", self.client_address)).await {
+                break client;
+            }
+            assert!(Instant::now() < deadline, "client port never answered");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        let put = oncekv_state::Request::plain(oncekv_state::Command::Put {
+            key: b"k".to_vec(),
+            value: b"v".to_vec(),
+            lease: None,
+        });
+        let wire = oncekv_proto::convert::request_to_wire(&put).expect("encodes");
+        loop {
+            let answer = client
+                .execute(wire.clone())
+                .await
+                .expect("answered")
+                .into_inner();
+            if let Some(oncekv_proto::v1::execute_response::Result::Outcome(_)) = answer.result {
+                return;
+            }
+            assert!(Instant::now() < deadline, "no write applied: {answer:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+use openraft::entry::RaftEntry as _;
+use openraft::vote::RaftLeaderId as _;
+
+fn payload<T: serde::Serialize>(message: &T) -> RaftPayload {
+    RaftPayload {
+        data: postcard::to_allocvec(message).expect("encodes"),
+    }
+}
+
+fn log_id(term: u64, node: u64, index: u64) -> openraft::alias::LogIdOf<TypeConfig> {
+    openraft::alias::LogIdOf::<TypeConfig>::new(
+        openraft::vote::leader_id_adv::LeaderId::new(term, node),
+        index,
+    )
+}
+
+fn append(
+    vote: VoteOf<TypeConfig>,
+    prev: Option<u64>,
+    indexes: &[u64],
+) -> openraft::raft::AppendEntriesRequest<TypeConfig> {
+    openraft::raft::AppendEntriesRequest {
+        vote,
+        prev_log_id: prev.map(|index| log_id(1, 2, index)),
+        entries: indexes
+            .iter()
+            .map(|&index| openraft::alias::EntryOf::<TypeConfig>::new_blank(log_id(1, 2, index)))
+            .collect(),
+        leader_commit: None,
+    }
+}
+
+fn assert_refused(result: Result<tonic::Response<RaftPayload>, tonic::Status>, what: &str) {
+    match result {
+        Err(status) => assert_eq!(
+            status.code(),
+            tonic::Code::InvalidArgument,
+            "{what}: {status:?}"
+        ),
+        Ok(_) => panic!("{what}: accepted"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_raft_messages_are_refused_and_the_node_serves_and_restarts() {
+    let mut node = TestNode::start(|_| {}).await;
+    node.serves().await;
+    let request = openraft::raft::VoteRequest::<TypeConfig>::new(
+        VoteOf::<TypeConfig>::new(u64::MAX, 999),
+        None,
+    );
+    assert_refused(
+        node.peer.vote(payload(&VoteKind::Vote(request))).await,
+        "a vote of term u64::MAX",
+    );
+    let committed = VoteOf::<TypeConfig>::new_committed(1, 2);
+    for (what, forged) in [
+        (
+            "an append under an uncommitted vote",
+            append(VoteOf::<TypeConfig>::new(7, 2), None, &[0]),
+        ),
+        (
+            "an append under this node's own vote",
+            append(VoteOf::<TypeConfig>::new_committed(7, 1), None, &[0]),
+        ),
+        (
+            "entries that do not follow prev_log_id",
+            append(committed, Some(3), &[5, 6]),
+        ),
+        (
+            "an entry of a later leader than the vote",
+            append(VoteOf::<TypeConfig>::new_committed(0, 2), None, &[0]),
+        ),
+    ] {
+        assert_refused(node.peer.append_entries(payload(&forged)).await, what);
+    }
+    let mut beyond = first_chunk(&[], 0);
+    let meta = SnapshotMetaOf::<TypeConfig> {
+        last_log_id: Some(log_id(9, 2, 1_000)),
+        ..SnapshotMetaOf::<TypeConfig>::default()
+    };
+    beyond.meta = postcard::to_allocvec(&meta).expect("meta");
+    let refused = node.install(vec![beyond]).await.expect_err("refused");
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
+    node.serves().await;
+    let again = node.restart().await;
+    again.serves().await;
+    again.stop().await;
 }

@@ -1,0 +1,163 @@
+//! [`PeerMessageRefused`]: what the peer service refuses before openraft
+//! sees it. openraft asserts (and, for some properties, only in debug
+//! builds) what a protocol-following peer always sends; a forged or broken
+//! message that breaks one would crash the node. These checks refuse such a
+//! message instead, with INVALID_ARGUMENT: an `AppendEntries` must carry a
+//! committed vote of another node, entries that follow its `prev_log_id`
+//! one index at a time, and no entry of a later leader than the vote; a
+//! snapshot must be of a committed vote, hold no log id beyond that vote,
+//! and not contradict what this node has committed. (Only authenticating
+//! peers stops a well-formed forgery: that is mutual TLS.)
+
+use super::type_config::{NodeId, TypeConfig};
+use openraft::RaftMetrics;
+use openraft::alias::{LogIdOf, VoteOf};
+use openraft::raft::AppendEntriesRequest;
+use openraft::vote::RaftLeaderId;
+
+/// Why a peer message is refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PeerMessageRefused {
+    /// A term no cluster reaches (it would overflow when counted on).
+    #[error("term {0} is implausibly far ahead")]
+    TermTooLarge(u64),
+    /// Its vote is not committed: no leader replicates under such a vote.
+    #[error("the vote {0} is not committed: only a leader replicates")]
+    UncommittedVote(String),
+    /// Its vote names this node: a message from another node configured
+    /// with this node's id, or a forgery.
+    #[error("the vote {0} names this node as the leader")]
+    FromItself(String),
+    /// An entry is not at the index after the one before it.
+    #[error("entry at index {found} where index {expected} was due")]
+    OutOfOrder {
+        /// Its index.
+        found: u64,
+        /// The index due.
+        expected: u64,
+    },
+    /// An index that overflows.
+    #[error("log index overflow after {0}")]
+    IndexOverflow(u64),
+    /// An entry (or a snapshot's last entry) of a later leader than the
+    /// vote it is sent under.
+    #[error("log id {log_id} is beyond the vote {vote} it is sent under")]
+    BeyondVote {
+        /// The log id.
+        log_id: String,
+        /// The vote.
+        vote: String,
+    },
+    /// Entries whose leaders go back in time.
+    #[error("entry {0} is of an earlier leader than the entry before it")]
+    LeaderGoesBack(String),
+    /// A snapshot newer than this node's committed log, yet not beyond it:
+    /// it contradicts committed entries.
+    #[error("snapshot ending at {snapshot} contradicts the committed log ending at {committed}")]
+    ContradictsCommitted {
+        /// The snapshot's last log id.
+        snapshot: String,
+        /// This node's committed log id.
+        committed: String,
+    },
+}
+
+/// The largest term a message may carry: a cluster that elected a leader
+/// every millisecond would take millions of years to reach it, and counting
+/// on from it never overflows.
+pub const TERM_MAX: u64 = u64::MAX / 2;
+
+/// Checks a vote's term (any vote request or vote a message carries).
+pub fn check_term(vote: &VoteOf<TypeConfig>) -> Result<(), PeerMessageRefused> {
+    let term = vote.leader_id().term();
+    if term > TERM_MAX {
+        return Err(PeerMessageRefused::TermTooLarge(term));
+    }
+    Ok(())
+}
+
+fn committed_vote(vote: &VoteOf<TypeConfig>, me: NodeId) -> Result<(), PeerMessageRefused> {
+    check_term(vote)?;
+    if !vote.is_committed() {
+        return Err(PeerMessageRefused::UncommittedVote(vote.to_string()));
+    }
+    if *vote.leader_id().node_id() == me {
+        return Err(PeerMessageRefused::FromItself(vote.to_string()));
+    }
+    Ok(())
+}
+
+fn within_vote(
+    log_id: &LogIdOf<TypeConfig>,
+    vote: &VoteOf<TypeConfig>,
+) -> Result<(), PeerMessageRefused> {
+    if *log_id.committed_leader_id() > vote.leader_id().to_committed() {
+        return Err(PeerMessageRefused::BeyondVote {
+            log_id: log_id.to_string(),
+            vote: vote.to_string(),
+        });
+    }
+    Ok(())
+}
+
+/// Checks an `AppendEntries` for node `me`.
+pub fn check_append(
+    request: &AppendEntriesRequest<TypeConfig>,
+    me: NodeId,
+) -> Result<(), PeerMessageRefused> {
+    committed_vote(&request.vote, me)?;
+    let mut expected = match &request.prev_log_id {
+        None => 0,
+        Some(prev) => {
+            within_vote(prev, &request.vote)?;
+            prev.index()
+                .checked_add(1)
+                .ok_or(PeerMessageRefused::IndexOverflow(prev.index()))?
+        }
+    };
+    let mut previous = request.prev_log_id;
+    for entry in &request.entries {
+        let log_id = &entry.log_id;
+        if log_id.index() != expected {
+            return Err(PeerMessageRefused::OutOfOrder {
+                found: log_id.index(),
+                expected,
+            });
+        }
+        within_vote(log_id, &request.vote)?;
+        if previous
+            .as_ref()
+            .is_some_and(|before| before.committed_leader_id() > log_id.committed_leader_id())
+        {
+            return Err(PeerMessageRefused::LeaderGoesBack(log_id.to_string()));
+        }
+        expected = expected
+            .checked_add(1)
+            .ok_or(PeerMessageRefused::IndexOverflow(expected))?;
+        previous = Some(*log_id);
+    }
+    Ok(())
+}
+
+/// Checks a snapshot sent under `vote` and ending at `last` for node `me`,
+/// against what `metrics` says this node has committed.
+pub fn check_snapshot(
+    vote: &VoteOf<TypeConfig>,
+    last: Option<&LogIdOf<TypeConfig>>,
+    me: NodeId,
+    metrics: &RaftMetrics<TypeConfig>,
+) -> Result<(), PeerMessageRefused> {
+    committed_vote(vote, me)?;
+    let Some(last) = last else { return Ok(()) };
+    within_vote(last, vote)?;
+    if let Some(committed) = &metrics.local_committed
+        && last > committed
+        && last.index() <= committed.index()
+    {
+        return Err(PeerMessageRefused::ContradictsCommitted {
+            snapshot: last.to_string(),
+            committed: committed.to_string(),
+        });
+    }
+    Ok(())
+}

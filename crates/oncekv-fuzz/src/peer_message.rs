@@ -198,22 +198,36 @@ fn harness() -> &'static Harness {
 }
 
 /// Panics that a peer breaking the Raft protocol triggers inside openraft
-/// in a build with debug assertions (`debug_assert!`, compiled out of
-/// release builds): the file they are raised in and how their message
-/// starts. They
-/// are reported (docs/verification.md, "Fuzzing"), and counted in
-/// [`PeerStats::known_panics`] instead of failing the target, unless
-/// `ONCEKV_FUZZ_STRICT` is set; the node's consensus stops on them and the
-/// node is replaced.
+/// 0.10.0-alpha.37: the file they are raised in and how their message
+/// starts. openraft checks these properties of incoming messages with
+/// assertions instead of refusing the message; the peer service passes
+/// the messages on unchecked. They are reported (docs/verification.md,
+/// "Fuzzing") and counted in [`PeerStats::known_panics`] instead of failing
+/// the target, unless `ONCEKV_FUZZ_STRICT` is set; the node's consensus
+/// stops on them (a typed `ServeError::Fatal`) and the node is replaced.
+/// Reproducers are in `crates/oncekv-fuzz/corpus/peer_message/crash-*`.
 ///
-/// - An `AppendEntries` from a leader of a higher term whose entries
-///   conflict with entries this node has committed (a second history):
-///   `corpus/peer_message/crash-append-conflicting-with-committed`.
-/// - An `AppendEntries` carrying this node's own vote while it leads (a
-///   message from another node configured with the same id):
-///   `corpus/peer_message/crash-append-from-itself`.
-/// - An `AppendEntries` whose vote is not committed (a candidate's vote,
-///   which no leader sends): `corpus/peer_message/crash-append-uncommitted-vote`.
+/// `debug_assert!`, so in builds with debug assertions only (a release
+/// build goes on with the message as if it were well formed):
+///
+/// - an `AppendEntries` whose entries conflict with entries this node has
+///   committed (`crash-append-conflicting-with-committed`);
+/// - an `AppendEntries` carrying this node's own vote while it leads, as
+///   another node configured with the same id would send
+///   (`crash-append-from-itself`);
+/// - an `AppendEntries` whose vote is not committed, which no leader
+///   sends (`crash-append-uncommitted-vote`);
+/// - an `AppendEntries` whose first entry does not follow its
+///   `prev_log_id` (`crash-append-entries-not-after-prev`).
+///
+/// `assert!`, so in release builds too (a crash of a production node):
+///
+/// - an `InstallSnapshot` whose last log id is of a later term than the
+///   vote it is sent with (`crash-snapshot-beyond-its-vote`);
+/// - an `InstallSnapshot` whose last log id is of a later term than this
+///   node's committed log id but not at a greater index, as a node of an
+///   earlier incarnation of the cluster would send
+///   (`crash-snapshot-behind-committed`).
 pub const KNOWN_PANICS: &[(&str, &str)] = &[
     (
         "openraft-0.10.0-alpha.37/src/raft_state/log_state_reader.rs",
@@ -226,6 +240,14 @@ pub const KNOWN_PANICS: &[(&str, &str)] = &[
     (
         "openraft-0.10.0-alpha.37/src/engine/engine_impl.rs",
         "Expect the Leader vote to be committed: ",
+    ),
+    (
+        "openraft-0.10.0-alpha.37/src/engine/handler/following_handler/mod.rs",
+        "assertion failed: first_ent.index() == prev_log_id.next_index()",
+    ),
+    (
+        "openraft-0.10.0-alpha.37/src/engine/handler/following_handler/mod.rs",
+        "snapshot last log id ",
     ),
 ];
 

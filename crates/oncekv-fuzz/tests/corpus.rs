@@ -816,6 +816,24 @@ fn generate_peer_message_corpus() {
                 snapshot(&[first_chunk(snapshot_vote, snapshot_at, head, 1 << 20)]),
             ),
             ("snapshot-empty-stream", call(3, &[])),
+            (
+                "crash-snapshot-beyond-its-vote",
+                snapshot(&[first_chunk(
+                    VoteOf::<TypeConfig>::new_committed(12, 2),
+                    log_id::<TypeConfig>(13, 2, 300_000),
+                    &machine_at(300_000),
+                    machine_at(300_000).len() as u64,
+                )]),
+            ),
+            (
+                "crash-snapshot-behind-committed",
+                snapshot(&[first_chunk(
+                    VoteOf::<TypeConfig>::new_committed(14, 2),
+                    log_id::<TypeConfig>(14, 2, 1),
+                    &machine_at(1),
+                    machine_at(1).len() as u64,
+                )]),
+            ),
             ("random-1", noise(7, 120)),
             ("random-2", noise(8, 30)),
         ],

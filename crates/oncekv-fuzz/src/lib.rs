@@ -4,18 +4,18 @@
 //! run of the ordinary `cargo test` (`tests/smoke.rs`: the seed corpus in
 //! `corpus/<target>/`, then pseudo-random inputs from a fixed seed).
 //!
-//! - [`peer_message`]: `RaftPeer` messages (vote, append entries, transfer
+//! - [`peer_message()`]: `RaftPeer` messages (vote, append entries, transfer
 //!   leader, snapshot streams) decoded from the bytes and sent to a real
 //!   node in this process; it must never panic and must keep answering
 //!   client writes (with an outcome or a typed refusal).
-//! - [`snapshot_restore`]: `StateMachine::restore` of arbitrary bodies
+//! - [`snapshot_restore()`]: `StateMachine::restore` of arbitrary bodies
 //!   behind a valid header and checksum; `Ok` or a typed error, and a
 //!   restored machine holds its invariants, snapshots to bytes that restore
 //!   to the same machine, and applies commands.
-//! - [`segment_recovery`]: arbitrary segment files and vote files opened by
+//! - [`segment_recovery()`]: arbitrary segment files and vote files opened by
 //!   `SegmentLog`; `Ok` or a typed error, in bounded time, and a log that
 //!   opens reads back, reopens the same and takes an append.
-//! - [`client_request`]: `ExecuteRequest`s decoded from the bytes, converted,
+//! - [`client_request()`]: `ExecuteRequest`s decoded from the bytes, converted,
 //!   checked and applied to a state machine with small limits; invariants
 //!   and byte budgets hold after every apply.
 //!

@@ -51,12 +51,13 @@ pub enum PeerMessageRefused {
     /// Entries whose leaders go back in time.
     #[error("entry {0} is of an earlier leader than the entry before it")]
     LeaderGoesBack(String),
-    /// A snapshot newer than this node's committed log, yet not beyond it:
-    /// it contradicts committed entries.
-    #[error("snapshot ending at {snapshot} contradicts the committed log ending at {committed}")]
+    /// An entry, or a snapshot's last entry, of a later leader than this
+    /// node's committed log at an index it has committed: it rewrites
+    /// committed history.
+    #[error("log id {received} contradicts the committed log ending at {committed}")]
     ContradictsCommitted {
-        /// The snapshot's last log id.
-        snapshot: String,
+        /// The log id received.
+        received: String,
         /// This node's committed log id.
         committed: String,
     },
@@ -100,16 +101,36 @@ fn within_vote(
     Ok(())
 }
 
-/// Checks an `AppendEntries` for node `me`.
+/// A log id at an index this node has committed must be the committed one
+/// or an earlier one: a later leader's entry there rewrites committed history.
+fn agrees_with_committed(
+    log_id: &LogIdOf<TypeConfig>,
+    committed: Option<&LogIdOf<TypeConfig>>,
+) -> Result<(), PeerMessageRefused> {
+    match committed {
+        Some(committed) if log_id.index() <= committed.index() && log_id > committed => {
+            Err(PeerMessageRefused::ContradictsCommitted {
+                received: log_id.to_string(),
+                committed: committed.to_string(),
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Checks an `AppendEntries` for node `me`, whose log is committed up to
+/// `committed`.
 pub fn check_append(
     request: &AppendEntriesRequest<TypeConfig>,
     me: NodeId,
+    committed: Option<&LogIdOf<TypeConfig>>,
 ) -> Result<(), PeerMessageRefused> {
     committed_vote(&request.vote, me)?;
     let mut expected = match &request.prev_log_id {
         None => 0,
         Some(prev) => {
             within_vote(prev, &request.vote)?;
+            agrees_with_committed(prev, committed)?;
             prev.index()
                 .checked_add(1)
                 .ok_or(PeerMessageRefused::IndexOverflow(prev.index()))?
@@ -125,6 +146,7 @@ pub fn check_append(
             });
         }
         within_vote(log_id, &request.vote)?;
+        agrees_with_committed(log_id, committed)?;
         if previous
             .as_ref()
             .is_some_and(|before| before.committed_leader_id() > log_id.committed_leader_id())
@@ -150,14 +172,5 @@ pub fn check_snapshot(
     committed_vote(vote, me)?;
     let Some(last) = last else { return Ok(()) };
     within_vote(last, vote)?;
-    if let Some(committed) = &metrics.local_committed
-        && last > committed
-        && last.index() <= committed.index()
-    {
-        return Err(PeerMessageRefused::ContradictsCommitted {
-            snapshot: last.to_string(),
-            committed: committed.to_string(),
-        });
-    }
-    Ok(())
+    agrees_with_committed(last, metrics.local_committed.as_ref())
 }

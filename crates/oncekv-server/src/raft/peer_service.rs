@@ -384,7 +384,9 @@ impl RaftPeer for PeerService {
         request: Request<RaftPayload>,
     ) -> Result<Response<RaftPayload>, Status> {
         let request = decode(&request.into_inner().data).map_err(bad_message)?;
-        peer_checks::check_append(&request, self.metrics().id).map_err(refused)?;
+        let metrics = self.metrics();
+        peer_checks::check_append(&request, metrics.id, metrics.local_committed.as_ref())
+            .map_err(refused)?;
         reply(&self.raft.append_entries(request).await)
     }
 

@@ -70,7 +70,7 @@ pub fn check_or_record(dir: &Path, id: NodeId, cluster: &str) -> Result<bool, Id
         path: dir.to_path_buf(),
         source,
     };
-    std::fs::create_dir_all(dir).map_err(io)?;
+    crate::private_fs::create_dir(dir).map_err(io)?;
     let path = dir.join(IDENTITY_FILE);
     match std::fs::read_to_string(&path) {
         Ok(text) => {
@@ -113,7 +113,7 @@ pub fn check_or_record(dir: &Path, id: NodeId, cluster: &str) -> Result<bool, Id
                 path: tmp.clone(),
                 source,
             };
-            let mut file = std::fs::File::create(&tmp).map_err(io)?;
+            let mut file = crate::private_fs::create(&tmp).map_err(io)?;
             file.write_all(format!("id={id}\ncluster={cluster}\n").as_bytes())
                 .map_err(io)?;
             file.sync_all().map_err(io)?;

@@ -6,6 +6,7 @@ pub mod clock;
 pub mod grpc;
 pub mod identity;
 pub mod node;
+pub mod private_fs;
 pub mod raft;
 pub mod server;
 pub mod sync;

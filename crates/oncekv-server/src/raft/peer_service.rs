@@ -66,7 +66,7 @@ impl SnapshotSpool {
         limits: Limits,
         inline_io: bool,
     ) -> io::Result<SnapshotSpool> {
-        std::fs::create_dir_all(dir)?;
+        crate::private_fs::create_dir(dir)?;
         for entry in std::fs::read_dir(dir)? {
             let path = entry?.path();
             if path.is_file() {
@@ -125,7 +125,7 @@ impl SnapshotSpool {
     fn create(&self) -> io::Result<SpoolFile> {
         let number = self.next_file.fetch_add(1, Ordering::Relaxed);
         let path = self.dir.join(format!("snapshot-{number}.part"));
-        let file = std::fs::File::create(&path)?;
+        let file = crate::private_fs::create(&path)?;
         Ok(SpoolFile {
             path,
             file: Some(file),

@@ -83,7 +83,7 @@ fn invalid(message: impl Into<String>) -> io::Error {
 impl StateMachineStore {
     /// Opens the store in `dir`, resuming from the snapshot there if any.
     pub fn open(dir: &Path, limits: Limits) -> io::Result<StateMachineStore> {
-        std::fs::create_dir_all(dir)?;
+        crate::private_fs::create_dir(dir)?;
         // A snapshot whose write was cut off (a crash, a full disk) is not
         // the snapshot; give its space back.
         match std::fs::remove_file(dir.join(format!("{SNAPSHOT_FILE}.tmp"))) {
@@ -206,7 +206,7 @@ impl StateMachineStore {
         {
             use std::io::Write;
             // Written piece by piece: the data is not copied again.
-            let mut file = std::fs::File::create(&tmp)?;
+            let mut file = crate::private_fs::create(&tmp)?;
             file.write_all(SNAPSHOT_MAGIC)?;
             file.write_all(&(header.len() as u64).to_le_bytes())?;
             file.write_all(&header)?;

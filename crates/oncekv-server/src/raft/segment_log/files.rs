@@ -28,7 +28,7 @@ pub(super) fn cut(path: &Path, length: u64) -> io::Result<()> {
 
 /// Creates segment `number` with its magic, durably.
 pub(super) fn create_segment(dir: &Path, number: u64) -> io::Result<File> {
-    let mut file = OpenOptions::new()
+    let mut file = crate::private_fs::options()
         .create_new(true)
         .write(true)
         .open(segment_path(dir, number))?;
@@ -142,7 +142,7 @@ pub(super) fn write_vote(dir: &Path, vote: &Vote) -> io::Result<()> {
     let mut bytes = crc32fast::hash(&body).to_le_bytes().to_vec();
     bytes.extend_from_slice(&body);
     let tmp = dir.join(format!("{VOTE_FILE}.tmp"));
-    let mut file = File::create(&tmp)?;
+    let mut file = crate::private_fs::create(&tmp)?;
     file.write_all(&bytes)?;
     file.sync_all()?;
     std::fs::rename(&tmp, dir.join(VOTE_FILE))?;

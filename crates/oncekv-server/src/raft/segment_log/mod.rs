@@ -244,7 +244,7 @@ impl SegmentLog {
     }
 
     fn replay(dir: &Path) -> io::Result<(Memory, Segments)> {
-        std::fs::create_dir_all(dir)?;
+        crate::private_fs::create_dir(dir)?;
         let numbers = segment_numbers(dir)?;
         check_no_gaps(dir, &numbers)?;
         let mut memory = Memory {

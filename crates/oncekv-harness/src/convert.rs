@@ -85,6 +85,9 @@ pub fn error_outcome(error: &ClientError) -> Outcome {
         ClientError::Invalid(_) => failed(FailReason::Invalid),
         ClientError::Unreachable(_) => failed(FailReason::Unreachable),
         ClientError::Overloaded(_) => failed(FailReason::Overloaded),
+        ClientError::Unauthenticated(_) | ClientError::PermissionDenied(_) => {
+            failed(FailReason::PermissionDenied)
+        }
         ClientError::Config(_) => failed(FailReason::Other),
     }
 }
@@ -136,6 +139,12 @@ pub fn answer(response: &v1::ExecuteResponse) -> (Answer, bool) {
                     },
                     false,
                 ),
+                Ok(CallFailure::Unauthenticated(_) | CallFailure::PermissionDenied(_)) => (
+                    Answer::Refused {
+                        reason: FailReason::PermissionDenied,
+                    },
+                    false,
+                ),
                 Err(error) => transient(format!("undecodable failure: {error}")),
             }
         }
@@ -152,6 +161,7 @@ fn refusal_reason(outcome: &state::Outcome) -> FailReason {
         state::Outcome::SequenceGap { .. } => FailReason::SequenceGap,
         state::Outcome::Malformed(_) => FailReason::Malformed,
         state::Outcome::Overloaded(_) => FailReason::Overloaded,
+        state::Outcome::PermissionDenied { .. } => FailReason::PermissionDenied,
         state::Outcome::Applied(_) | state::Outcome::Replayed { .. } => FailReason::Other,
     }
 }

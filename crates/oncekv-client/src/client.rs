@@ -177,6 +177,7 @@ fn call_failed<T>(failure: v1::Failure) -> Attempt<T> {
             ..
         }) => Attempt::Redirect(leader_client_address),
         Ok(CallFailure::Unavailable(reason)) => Attempt::MaybeSent(reason),
+        Ok(CallFailure::NoLeader(reason)) => Attempt::NotSent(reason),
         Ok(CallFailure::Invalid(reason)) => Attempt::Refused(ClientError::Invalid(reason)),
         Ok(CallFailure::Unauthenticated(reason)) => Attempt::Unauthenticated(reason),
         Ok(CallFailure::PermissionDenied(reason)) => {

@@ -132,6 +132,7 @@ pub fn answer(response: &v1::ExecuteResponse) -> (Answer, bool) {
         Some(Wire::Failure(failure)) => {
             match oncekv_proto::convert::failure_from_wire(failure.clone()) {
                 Ok(CallFailure::NotLeader { .. }) => transient("not leader".into()),
+                Ok(CallFailure::NoLeader(reason)) => transient(format!("no leader: {reason}")),
                 Ok(CallFailure::Unavailable(reason)) => transient(format!("unavailable: {reason}")),
                 Ok(CallFailure::Invalid(_)) => (
                     Answer::Refused {

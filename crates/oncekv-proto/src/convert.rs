@@ -383,6 +383,9 @@ pub enum CallFailure {
     },
     /// Transient: the request may or may not apply.
     Unavailable(String),
+    /// No leader is known (the cluster has lost its quorum, or is electing
+    /// one): nothing was proposed; retry later or elsewhere.
+    NoLeader(String),
     /// Refused before proposing: never applied.
     Invalid(String),
     /// Authentication is enforced and the call named no valid user: never
@@ -403,7 +406,14 @@ pub fn failure_to_wire(failure: CallFailure) -> v1::Failure {
             leader_id,
             leader_client_address: leader_client_address.unwrap_or_default(),
         }),
-        CallFailure::Unavailable(reason) => Kind::Unavailable(v1::Unavailable { reason }),
+        CallFailure::Unavailable(reason) => Kind::Unavailable(v1::Unavailable {
+            reason,
+            not_proposed: false,
+        }),
+        CallFailure::NoLeader(reason) => Kind::Unavailable(v1::Unavailable {
+            reason,
+            not_proposed: true,
+        }),
         CallFailure::Invalid(reason) => Kind::Invalid(v1::Invalid { reason }),
         CallFailure::Unauthenticated(reason) => {
             Kind::Unauthenticated(v1::Unauthenticated { reason })
@@ -425,6 +435,7 @@ pub fn failure_from_wire(failure: v1::Failure) -> Result<CallFailure> {
                 leader_client_address: Some(hint.leader_client_address)
                     .filter(|address| !address.is_empty()),
             },
+            Kind::Unavailable(why) if why.not_proposed => CallFailure::NoLeader(why.reason),
             Kind::Unavailable(why) => CallFailure::Unavailable(why.reason),
             Kind::Invalid(why) => CallFailure::Invalid(why.reason),
             Kind::Unauthenticated(why) => CallFailure::Unauthenticated(why.reason),

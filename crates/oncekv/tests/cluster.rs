@@ -565,3 +565,46 @@ async fn concurrent_retries_of_one_request_apply_it_once() {
         })
     );
 }
+
+/// After losing its quorum a node says so (no leader, nothing proposed),
+/// rather than pointing nowhere, and serves again once a peer is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_quorum_a_node_answers_no_leader_and_recovers_with_it() {
+    let _one = exclusive().await;
+    let mut cluster = Cluster::start(3, FAST);
+    let leader = cluster.leader(ELECTION).await;
+    let follower = cluster
+        .nodes
+        .iter()
+        .map(|n| n.id)
+        .find(|id| *id != leader)
+        .expect("a follower");
+    let survivor = cluster
+        .nodes
+        .iter()
+        .map(|n| n.id)
+        .find(|id| *id != leader && *id != follower)
+        .expect("a survivor");
+    cluster.node(leader).kill();
+    cluster.node(follower).kill();
+    let request = keyed("no-quorum".into(), append("x;"));
+    let address = cluster.node(survivor).client.clone();
+    let answer = eventually(ELECTION, "the survivor to know it has no leader", || {
+        let address = address.clone();
+        let request = request.clone();
+        async move {
+            let response = execute_on(&address, &request).await.ok()?;
+            match support::failure(&response) {
+                Some(CallFailure::NoLeader(reason)) => Some(reason),
+                _ => None,
+            }
+        }
+    })
+    .await;
+    assert!(answer.contains("quorum"), "{answer}");
+    cluster.restart(follower).expect("restart a follower");
+    match cluster.outcome(&request, ELECTION).await {
+        Outcome::Applied(Reply::Append { length: 2 }) => {}
+        other => panic!("expected the append applied once a quorum is back, got {other:?}"),
+    }
+}

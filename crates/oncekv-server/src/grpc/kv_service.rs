@@ -48,6 +48,14 @@ impl KvService {
     /// node shed before proposing is a gRPC status instead.
     fn failure(&self, error: WriteError) -> Result<Failure, Status> {
         let failure = match error {
+            WriteError::NotLeader {
+                leader_id: None,
+                leader: None,
+            } => CallFailure::NoLeader(
+                "no leader is known: the cluster has lost its quorum or is electing a leader; \
+                 nothing was proposed, retry later"
+                    .to_string(),
+            ),
             WriteError::NotLeader { leader_id, leader } => {
                 let leader_client_address = leader
                     .map(|info| info.client_address)
@@ -78,6 +86,34 @@ fn refused(error: WriteError) -> Status {
         WriteError::PermissionDenied(why) => Status::permission_denied(why),
         other => Status::unavailable(other.to_string()),
     }
+}
+
+/// Checks that a member's address is `host:port` (a name, an IPv4
+/// address or a bracketed IPv6 address, and a port from 1 to 65535).
+fn check_address(what: &str, address: &str) -> Result<(), String> {
+    let bad = |why: &str| {
+        Err(format!(
+            "the {what} address {address:?} is not host:port: {why}"
+        ))
+    };
+    let Some((host, port)) = address.rsplit_once(':') else {
+        return bad("no port");
+    };
+    match port.parse::<u16>() {
+        Ok(0) | Err(_) => return bad("the port must be 1..=65535"),
+        Ok(_) => {}
+    }
+    if let Some(inner) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        if inner.parse::<std::net::Ipv6Addr>().is_err() {
+            return bad("not an IPv6 address in brackets");
+        }
+        return Ok(());
+    }
+    let name_char = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '.';
+    if host.is_empty() || host.len() > 253 || !host.chars().all(name_char) {
+        return bad("the host must be a name or an IP address");
+    }
+    Ok(())
 }
 
 /// A request refused before it reached the node.
@@ -206,8 +242,9 @@ impl Kv for KvService {
             return Ok(Response::new(self.membership_result(Err(error))?));
         }
         let request = request.into_inner();
-        if request.peer_address.is_empty() || request.client_address.is_empty() {
-            let reason = "a member needs a peer address and a client address";
+        let checked = check_address("peer", &request.peer_address)
+            .and_then(|()| check_address("client", &request.client_address));
+        if let Err(reason) = checked {
             return Ok(Response::new(MembershipResponse {
                 result: Some(membership_response::Result::Failure(invalid(reason))),
             }));
@@ -267,5 +304,35 @@ impl KvService {
         Ok(MembershipResponse {
             result: Some(result),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_address;
+
+    #[test]
+    fn a_member_address_is_host_and_port() {
+        for good in [
+            "127.0.0.1:7380",
+            "node-2.example:1",
+            "[::1]:7380",
+            "localhost:65535",
+        ] {
+            assert_eq!(check_address("peer", good), Ok(()), "{good}");
+        }
+        for bad in [
+            "",
+            "127.0.0.1",
+            "127.0.0.1:0",
+            "127.0.0.1:65536",
+            ":7380",
+            "a b:1",
+            "[zz]:1",
+            "http://x:1",
+            "host:port",
+        ] {
+            assert!(check_address("peer", bad).is_err(), "{bad:?}");
+        }
     }
 }

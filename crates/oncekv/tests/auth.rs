@@ -380,6 +380,20 @@ async fn the_command_line_manages_users_and_roles_and_exits_13_when_denied() {
     ));
     ok(run(&["user", "add", "alice", "--password", "alice-pw"], ""));
     ok(run(&["user", "grant-role", "alice", "app"], ""));
+    let (code, text) = run(
+        &[
+            "member",
+            "add",
+            "9",
+            "--peer",
+            "nonsense",
+            "--client",
+            "127.0.0.1:1",
+        ],
+        "",
+    );
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("not host:port"), "{text}");
     let roles = ok(run(&["role", "list"], ""));
     assert!(roles.contains("app: readwrite app/*"), "{roles}");
     ok(run(&["auth", "enable"], ""));

@@ -607,6 +607,30 @@ impl Client {
         Err(ClientError::Unreachable(last))
     }
 
+    /// Asks the node at `address` whether it is serving (the standard
+    /// `grpc.health.v1` check: it knows a leader and has applied what it
+    /// knows committed). `Ok(false)` when it answers NOT_SERVING.
+    pub async fn health(&self, address: &str) -> Result<bool, ClientError> {
+        use tonic_health::pb::health_check_response::ServingStatus;
+        let channel = self
+            .inner
+            .options
+            .connector
+            .channel(address)
+            .map_err(ClientError::Unreachable)?;
+        let mut request = tonic::Request::new(tonic_health::pb::HealthCheckRequest {
+            service: String::new(),
+        });
+        request.set_timeout(self.inner.options.attempt_timeout);
+        let answer = tonic_health::pb::health_client::HealthClient::new(channel)
+            .check(request)
+            .await
+            .map_err(|status| {
+                ClientError::Unreachable(format!("{address}: {}", status.message()))
+            })?;
+        Ok(answer.into_inner().status == ServingStatus::Serving as i32)
+    }
+
     /// Adds a member (through the leader).
     pub async fn add_member(
         &self,

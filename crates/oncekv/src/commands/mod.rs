@@ -18,11 +18,13 @@ use std::time::Duration;
 
 mod auth;
 mod cluster;
+mod endpoint;
 mod output;
 mod session;
 
 use auth::{AuthSwitch, RoleCommand, UserCommand};
 use cluster::{alarms, member, status};
+use endpoint::EndpointCommand;
 use output::{Printer, reply_fields, value_or_stdin};
 use session::{saved_session_handle, session};
 
@@ -204,6 +206,10 @@ pub enum ClientCommand {
     /// Whether the cluster enforces authentication and permissions.
     #[command(subcommand)]
     Auth(AuthSwitch),
+    /// Each endpoint on its own: health (`grpc.health.v1`) or status, in a
+    /// table.
+    #[command(subcommand)]
+    Endpoint(EndpointCommand),
 }
 
 /// Alarm commands.
@@ -473,6 +479,9 @@ pub async fn run(connection: &Connection, command: ClientCommand) -> anyhow::Res
         ClientCommand::User(command) => auth::user(&client, &printer, command).await?,
         ClientCommand::Role(command) => auth::role(&client, &printer, command).await,
         ClientCommand::Auth(command) => auth::auth(&client, &printer, command).await,
+        ClientCommand::Endpoint(command) => {
+            endpoint::endpoint(&client, &printer, &connection.endpoints, command).await
+        }
     })
 }
 

@@ -47,7 +47,7 @@ mod retry;
 mod session;
 
 pub use auth::{AuthInterceptor, Credentials};
-pub use client::{Client, ClientOptions, Completed};
+pub use client::{Client, ClientOptions, Completed, SavedSnapshot};
 pub use connector::{Connector, TcpConnector};
 pub use error::ClientError;
 pub use lease::LeaseKeeper;

@@ -61,6 +61,12 @@ def binary() -> pathlib.Path:
     return pathlib.Path(path) if path else REPO / "target" / "debug" / "oncekv"
 
 
+def node_env():
+    """The environment without ONCEKV_* settings, which `oncekv serve`
+    would take as flags."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("ONCEKV_")}
+
+
 class Node:
     def __init__(self, binary: pathlib.Path, node_id: int, folder: pathlib.Path):
         self.binary = binary
@@ -78,6 +84,7 @@ class Node:
             self.process = subprocess.Popen(
                 [str(self.binary), *self.args],
                 stdin=subprocess.DEVNULL,
+                env=node_env(),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,

@@ -16,12 +16,14 @@ def test_a_leader_killed_during_a_session_of_increments_gives_exactly_one_to_n(m
     leader = cluster.leader()
     with Client(cluster.endpoints, timeout=30, attempt_timeout=2) as client:
         session = client.open_session()
-        values, errors = [], []
+        values, attempts, errors = [], [], []
 
         def run():
             try:
                 for _ in range(N):
-                    values.append(session.incr("counter").value)
+                    result = session.incr("counter")
+                    attempts.append(result.attempts)
+                    values.append(result.value)
             except Exception as error:  # noqa: BLE001 - reported below
                 errors.append(error)
 
@@ -34,6 +36,8 @@ def test_a_leader_killed_during_a_session_of_increments_gives_exactly_one_to_n(m
         assert errors == [], cluster.logs()
         # Every reply distinct, in order, none lost and none applied twice.
         assert values == list(range(1, N + 1))
+        # The request after the kill found the leader gone and was resent.
+        assert max(attempts) > 1, attempts
         assert cluster.leader() is not leader
         assert client.get("counter") == str(N).encode()
         session.close()

@@ -27,7 +27,12 @@ stamp="$venv/.oncekv-installed"
 wanted="$(sha256sum "$here/pyproject.toml" | cut -d' ' -f1)"
 if [ "$(cat "$stamp" 2>/dev/null || true)" != "$wanted" ]; then
     echo "==> python: installing the package with its test extras"
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e "$here[test]"
+    if ! "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e "$here[test]" \
+        > "$venv/pip-install.log" 2>&1; then
+        cat "$venv/pip-install.log"
+        echo "==> python: pip install failed" >&2
+        exit 1
+    fi
     echo "$wanted" > "$stamp"
 fi
 "$venv/bin/python" "$here/generate.py"

@@ -438,10 +438,12 @@ class Client:
             return entry[1]
 
     def _forget_channel(self, address: str) -> None:
+        """Drops the channel to ``address`` so the next attempt dials anew.
+        It is not closed here: closing would cancel calls other threads have
+        in flight on it (turning them into maybe-sent); it closes once no
+        call holds it."""
         with self._lock:
-            entry = self._channels.pop(address, None)
-        if entry is not None:
-            entry[0].close()
+            self._channels.pop(address, None)
 
     def close(self) -> None:
         """Closes every connection."""

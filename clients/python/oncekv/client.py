@@ -422,6 +422,9 @@ class Client:
                     # One attempt is one send: the retry loop decides.
                     ("grpc.enable_retries", 0),
                     ("grpc.enable_http_proxy", 0),
+                    # A channel of its own connection: a forgotten channel's
+                    # successor dials anew instead of sharing it.
+                    ("grpc.use_local_subchannel_pool", 1),
                     ("grpc.keepalive_time_ms", 2000),
                     ("grpc.keepalive_timeout_ms", 3000),
                     ("grpc.keepalive_permit_without_calls", 1),

@@ -50,6 +50,23 @@ def eventually(condition: Callable[[], object], timeout: float, what: str, inter
         time.sleep(min(interval, max(0.0, deadline - time.monotonic())))
 
 
+def connections_to(address: str) -> int:
+    """How many TCP connections to ``address`` (an IPv4 ``host:port`` on
+    this machine) the server side holds, established or closed by the client
+    only (CLOSE_WAIT), from /proc/net/tcp. The kernel accepts them even
+    while the node is stopped, so a rise shows a client dialling again."""
+    port = int(address.rsplit(":", 1)[1])
+    count = 0
+    with open("/proc/net/tcp") as table:
+        next(table)
+        for line in table:
+            fields = line.split()
+            local, state = fields[1], fields[3]
+            if state in ("01", "08") and int(local.split(":")[1], 16) == port:
+                count += 1
+    return count
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
-from oncekv import Client, OutcomeUnknown
+from oncekv import Client, OutcomeUnknown, SessionExpired
 from oncekv.client import incr_command, put_command
+
+from conftest import connections_to, eventually
 
 
 def test_a_plain_mutation_that_may_have_been_sent_is_outcome_unknown(make_cluster):
@@ -66,3 +70,44 @@ def test_a_session_request_left_unknown_is_settled_by_its_sequence_number(make_c
         assert settled.value == 2
         assert session.incr("m").value == 3
         session.close()
+
+
+def test_a_session_expired_answer_after_an_attempt_that_may_have_applied_is_outcome_unknown(make_cluster):
+    # The Rust client's rule: a refusal that forgets the past (expired,
+    # stale, unauthorized) says nothing about an earlier attempt that may
+    # have applied, so the call ends with an unknown outcome.
+    cluster = make_cluster(1)
+    node = cluster.node(1)
+    with Client(cluster.endpoints, timeout=30, attempt_timeout=0.3) as client:
+        session = client.open_session(ttl_ms=200, keep_alive=False)
+        assert session.incr("e").value == 1
+        # Left idle, the session expires (the client has not heard).
+        eventually(lambda: cluster.status(node).sessions == 0, 20, "the session to expire")
+        before = connections_to(node.client)  # the client's, the fixture's
+        node.pause()
+        outcome = []
+
+        def second():
+            try:
+                outcome.append(session.incr("e"))
+            except Exception as error:  # noqa: BLE001 - checked below
+                outcome.append(error)
+
+        worker = threading.Thread(target=second)
+        try:
+            worker.start()
+            # The first attempt timed out (it may have been sent) and the
+            # client dialled again for the next.
+            eventually(lambda: connections_to(node.client) > before, 20, "the client dialling again")
+        finally:
+            node.resume()
+        worker.join(timeout=60)
+        assert not worker.is_alive()
+        (error,) = outcome
+        assert isinstance(error, OutcomeUnknown), error
+        assert error.request_id == (session.session_id, 2)
+        assert session.expired is False  # not reported as a definite expiry
+        assert client.get("e") == b"1"  # here it had not applied: unknown is honest
+        with pytest.raises(SessionExpired):
+            session.execute_seq(3, incr_command("e"))
+        assert session.expired is True

@@ -345,8 +345,10 @@ class Client:
     ``user``/``password``: log in (``Authenticate``) before the first call
     and again when the token expires. ``ca_cert`` (PEM bytes or a file):
     TLS, checking the nodes against it; ``cert``/``key``: a client
-    certificate (mutual TLS). Connections are made lazily; the client is
-    safe to use from several threads.
+    certificate (mutual TLS). ``token``: a token from an earlier login,
+    sent as it is (the Rust ``Credentials::Token``). ``backoff``: the delay
+    between retries. Connections are made lazily; the client is safe to use
+    from several threads.
     """
 
     def __init__(

@@ -37,10 +37,18 @@ if [ "$(cat "$stamp" 2>/dev/null || true)" != "$wanted" ]; then
 fi
 "$venv/bin/python" "$here/generate.py"
 
-bin="${ONCEKV_BIN:-$target/debug/oncekv}"
-if [ ! -x "$bin" ]; then
-    echo "==> python: $bin missing, building it"
-    (cd "$repo" && CARGO_TARGET_DIR="$target" cargo build -p oncekv --locked)
+if [ -n "${ONCEKV_BIN:-}" ]; then
+    bin="$ONCEKV_BIN"
+    if [ ! -x "$bin" ]; then
+        echo "==> python: ONCEKV_BIN=$bin is not an executable" >&2
+        exit 1
+    fi
+else
+    bin="$target/debug/oncekv"
+    if [ ! -x "$bin" ]; then
+        echo "==> python: $bin missing, building it"
+        (cd "$repo" && CARGO_TARGET_DIR="$target" cargo build -p oncekv --locked)
+    fi
 fi
 
 echo "==> python: pytest against $bin"

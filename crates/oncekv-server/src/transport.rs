@@ -224,7 +224,7 @@ pub fn limit_connections<IO, E>(
 }
 
 /// Serves the connections refused by [`limit_connections`] until
-/// `shutdown`: every request on them is answered with
+/// `shutdown` (over TLS if the listener has it, `tls`): every request on them is answered with
 /// [`overloaded`]`(`[`CONNECTIONS`]`)` (not handled, retry later), and
 /// each is closed after a moment, so a client learns that its request did
 /// not apply instead of finding its connection cut.
@@ -232,6 +232,7 @@ pub async fn answer_refused<IO>(
     refused: impl Stream<Item = Result<Counted<IO>, std::convert::Infallible>>,
     max: usize,
     listener: &'static str,
+    tls: Option<tonic::transport::ServerTlsConfig>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), tonic::transport::Error>
 where
@@ -254,7 +255,11 @@ where
             Ok::<_, std::convert::Infallible>(status.into_http::<Body>())
         })
     });
-    tonic::transport::Server::builder()
+    let server = match tls {
+        Some(tls) => tonic::transport::Server::builder().tls_config(tls)?,
+        None => tonic::transport::Server::builder(),
+    };
+    server
         .max_concurrent_streams(8)
         .max_connection_age(REFUSAL_ANSWERED_FOR)
         .max_connection_age_grace(REFUSAL_ANSWERED_FOR)

@@ -46,7 +46,10 @@ mod retry;
 mod session;
 
 pub use client::{Client, ClientOptions, Completed};
-pub use connector::{Connector, TcpConnector};
+pub use connector::{
+    Connector, TcpConnector, TlsConfigError, TlsConnectError, TlsConnector, TlsFiles,
+    explain_tls_error, strip_scheme,
+};
 pub use error::ClientError;
 pub use lease::LeaseKeeper;
 pub use oncekv_state::{Command, Outcome, Query, Rejection, Reply, RequestId};

@@ -16,6 +16,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 mod cluster;
+mod connect;
 mod output;
 mod session;
 
@@ -58,6 +59,9 @@ pub struct Connection {
     /// Give up (outcome unknown, for a write) after this long.
     #[arg(long, global = true, default_value = "15s", value_parser = humantime::parse_duration)]
     pub timeout: Duration,
+
+    #[command(flatten)]
+    pub tls: connect::TlsArgs,
 }
 
 /// How a mutating command is made exactly-once.
@@ -302,6 +306,7 @@ fn finish(printer: &Printer, result: Result<Completed, ClientError>) -> ExitCode
 pub async fn run(connection: &Connection, command: ClientCommand) -> anyhow::Result<ExitCode> {
     let options = ClientOptions {
         deadline: connection.timeout,
+        connector: connection.tls.connector(&connection.endpoints)?,
         ..ClientOptions::default()
     };
     let client = Client::connect(connection.endpoints.clone(), options)?;

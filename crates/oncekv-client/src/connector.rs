@@ -128,7 +128,9 @@ fn explain_rustls(error: &rustls::Error, host: &str) -> String {
         Error::InvalidCertificate(
             CertificateError::NotValidYet | CertificateError::NotValidYetContext { .. },
         ) => format!("the server's certificate is not valid yet ({error}): check the clocks"),
-        Error::InvalidCertificate(CertificateError::UnknownIssuer) => format!(
+        Error::InvalidCertificate(
+            CertificateError::UnknownIssuer | CertificateError::BadSignature,
+        ) => format!(
             "the server's certificate is not issued by the CA given (--cacert): unknown issuer, wrong CA? ({error})"
         ),
         Error::InvalidCertificate(

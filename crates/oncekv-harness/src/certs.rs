@@ -163,9 +163,19 @@ fn check_name(name: &str) -> Result<(), CertError> {
 pub fn create_ca(dir: &Path, days: u32) -> Result<CertFiles, CertError> {
     let files = ca_files(dir);
     none_exist(&files)?;
+    let key = KeyPair::generate()?;
     let mut params = CertificateParams::default();
     let mut name = DistinguishedName::new();
-    name.push(DnType::CommonName, "oncekv CA");
+    // Named after its key, so two CAs are told apart (by people, and by
+    // TLS: a certificate of another CA is then of an unknown issuer).
+    let tag: String = key
+        .public_key_raw()
+        .iter()
+        .rev()
+        .take(4)
+        .map(|byte| format!("{byte:02x}"))
+        .collect();
+    name.push(DnType::CommonName, format!("oncekv CA {tag}"));
     params.distinguished_name = name;
     params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
     params.key_usages = vec![
@@ -174,7 +184,6 @@ pub fn create_ca(dir: &Path, days: u32) -> Result<CertFiles, CertError> {
         KeyUsagePurpose::DigitalSignature,
     ];
     validity(&mut params, days);
-    let key = KeyPair::generate()?;
     let cert = params.self_signed(&key)?;
     write_pair(&files, &cert.pem(), &key)?;
     Ok(files)

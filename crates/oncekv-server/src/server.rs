@@ -22,7 +22,9 @@ use crate::raft::segment_log::SegmentLog;
 use crate::raft::state_machine_store::StateMachineStore;
 use crate::raft::type_config::{NodeId, NodeInfo};
 use crate::tls::{PeerTls, ServerTls};
-use crate::transport::{answer_refused, limit_connections, limit_requests};
+use crate::transport::{
+    answer_plaintext, answer_refused, limit_connections, limit_requests, sort_if_tls,
+};
 use oncekv_proto::v1::kv_server::KvServer;
 use oncekv_proto::v1::raft_peer_server::RaftPeerServer;
 use oncekv_state::Limits;
@@ -422,7 +424,30 @@ where
         limit_connections(client_incoming, limits.client.connections_max, "client");
     let peer_tls = config.peer_tls.as_ref().map(PeerTls::server_config);
     let client_tls = config.client_tls.as_ref().map(ServerTls::server_config);
+    // On a TLS port, a plaintext client is told so rather than cut off.
+    let (peer_incoming, peer_plaintext) = sort_if_tls(
+        peer_incoming,
+        peer_tls.is_some(),
+        crate::tls::HANDSHAKE_TIMEOUT,
+        signal(stopped.clone()),
+    );
+    let (client_incoming, client_plaintext) = sort_if_tls(
+        client_incoming,
+        client_tls.is_some(),
+        crate::tls::HANDSHAKE_TIMEOUT,
+        signal(stopped.clone()),
+    );
     let refusals = [
+        tokio::spawn(answer_plaintext(
+            peer_plaintext,
+            "peer",
+            signal(stopped.clone()),
+        )),
+        tokio::spawn(answer_plaintext(
+            client_plaintext,
+            "client",
+            signal(stopped.clone()),
+        )),
         tokio::spawn(answer_refused(
             peer_refused,
             limits.peer.connections_max,

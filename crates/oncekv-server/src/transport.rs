@@ -66,7 +66,7 @@ const TLS_HANDSHAKE_RECORD: u8 = 0x16;
 
 /// Plaintext connections to a TLS port answered at once, at most; more
 /// are closed unanswered.
-const PLAINTEXT_ANSWERED_MAX: usize = 16;
+pub const PLAINTEXT_ANSWERED_MAX: usize = 16;
 
 /// Refused connections answered at once, at most; more are closed
 /// unanswered.

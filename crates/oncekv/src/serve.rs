@@ -280,7 +280,8 @@ pub struct ServeArgs {
     client_ca_file: Option<PathBuf>,
 
     /// Mutual TLS on the peer port and to peers: this node's certificate,
-    /// which must carry the DNS name node-<id> [default: plaintext].
+    /// which must carry the DNS name node-ID, ID being --id [default:
+    /// plaintext].
     #[arg(long, env = "ONCEKV_PEER_CERT_FILE", value_name = "FILE", requires_all = ["peer_key_file", "peer_ca_file"], help_heading = "TLS")]
     peer_cert_file: Option<PathBuf>,
 

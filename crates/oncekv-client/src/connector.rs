@@ -197,6 +197,8 @@ pub fn strip_scheme(address: &str) -> &str {
 pub struct TlsConnector {
     config: Arc<rustls::ClientConfig>,
     has_certificate: bool,
+    /// A deadline for every call on its channels, if any.
+    call_timeout: Option<Duration>,
 }
 
 impl std::fmt::Debug for TlsConnector {
@@ -253,7 +255,15 @@ impl TlsConnector {
         Ok(TlsConnector {
             config: Arc::new(config),
             has_certificate,
+            call_timeout: None,
         })
+    }
+
+    /// Gives every call on its channels a deadline (the client sets its
+    /// own per attempt; this is for callers that do not).
+    pub fn with_call_timeout(mut self, timeout: Duration) -> TlsConnector {
+        self.call_timeout = Some(timeout);
+        self
     }
 
     /// Dials `address` (`host:port`), shakes hands and waits for the
@@ -311,8 +321,12 @@ impl Connector for TlsConnector {
     fn channel(&self, address: &str) -> Result<Channel, String> {
         let address = strip_scheme(address).to_string();
         // The URI is only HTTP/2's: the connector below does the TLS.
-        let endpoint = Endpoint::from_shared(format!("http://{address}"))
-            .map_err(|e| format!("bad address {address:?}: {e}"))?
+        let mut endpoint = Endpoint::from_shared(format!("http://{address}"))
+            .map_err(|e| format!("bad address {address:?}: {e}"))?;
+        if let Some(timeout) = self.call_timeout {
+            endpoint = endpoint.timeout(timeout);
+        }
+        let endpoint = endpoint
             .connect_timeout(TLS_CONNECT_TIMEOUT)
             .tcp_nodelay(true)
             .http2_keep_alive_interval(Duration::from_secs(2))

@@ -430,7 +430,11 @@ impl Cluster {
                 child: None,
                 paused: false,
                 launcher: launcher.clone(),
-                tls: tls.clone(),
+                // As the plaintext helpers: a paused node must not hold a
+                // test's call for ever.
+                tls: tls
+                    .clone()
+                    .map(|tls| tls.with_call_timeout(Duration::from_secs(10))),
                 binary: options.binary.clone(),
                 args,
             });

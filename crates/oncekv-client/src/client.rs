@@ -5,6 +5,7 @@
 //! session or under an idempotency key) or read-only are retried after
 //! they may have been sent.
 
+use crate::auth::{AuthInterceptor, Credentials, TokenSlot};
 use crate::connector::{Connector, TcpConnector};
 use crate::error::ClientError;
 use crate::random::{OsRandom, RandomSource, key_hex};
@@ -17,7 +18,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
+
+/// A client of one node's `Kv` service, carrying the client's token.
+pub(crate) type Rpc = KvClient<InterceptedService<Channel, AuthInterceptor>>;
 
 /// How the client retries.
 #[derive(Clone, Debug)]
@@ -34,6 +39,9 @@ pub struct ClientOptions {
     pub connector: Arc<dyn Connector>,
     /// Largest message sent or received, in bytes.
     pub message_bytes_max: usize,
+    /// Who the client is, for a cluster that enforces authentication
+    /// (`None`: nobody, or the client certificate the connector presents).
+    pub credentials: Option<Credentials>,
 }
 
 impl Default for ClientOptions {
@@ -45,6 +53,7 @@ impl Default for ClientOptions {
             random: Arc::new(OsRandom),
             connector: Arc::new(TcpConnector),
             message_bytes_max: 64 * 1024 * 1024,
+            credentials: None,
         }
     }
 }
@@ -68,6 +77,7 @@ struct Inner {
     options: ClientOptions,
     leader: Mutex<Option<String>>,
     channels: Mutex<HashMap<String, Channel>>,
+    token: TokenSlot,
 }
 
 /// A connection to an oncekv cluster.
@@ -97,6 +107,9 @@ enum Attempt<T> {
     /// attempt; retried after a pause until the deadline.
     Busy(ClientError),
     Refused(ClientError),
+    /// Not carried out: the call named no valid user (a missing or
+    /// expired token). Logging in again may help.
+    Unauthenticated(String),
 }
 
 /// Locks `mutex`, taking the data of a poisoned lock as it is: the client's
@@ -164,7 +177,12 @@ fn call_failed<T>(failure: v1::Failure) -> Attempt<T> {
             ..
         }) => Attempt::Redirect(leader_client_address),
         Ok(CallFailure::Unavailable(reason)) => Attempt::MaybeSent(reason),
+        Ok(CallFailure::NoLeader(reason)) => Attempt::NotSent(reason),
         Ok(CallFailure::Invalid(reason)) => Attempt::Refused(ClientError::Invalid(reason)),
+        Ok(CallFailure::Unauthenticated(reason)) => Attempt::Unauthenticated(reason),
+        Ok(CallFailure::PermissionDenied(reason)) => {
+            Attempt::Refused(ClientError::PermissionDenied(reason))
+        }
         Err(error) => Attempt::MaybeSent(format!("undecodable failure: {error}")),
     }
 }
@@ -177,6 +195,12 @@ fn refused_by_transport(status: &tonic::Status) -> Option<ClientError> {
     match status.code() {
         tonic::Code::ResourceExhausted | tonic::Code::OutOfRange | tonic::Code::InvalidArgument => {
             Some(ClientError::Invalid(status.message().to_string()))
+        }
+        tonic::Code::PermissionDenied => {
+            Some(ClientError::PermissionDenied(status.message().to_string()))
+        }
+        tonic::Code::Unauthenticated => {
+            Some(ClientError::Unauthenticated(status.message().to_string()))
         }
         _ => None,
     }
@@ -194,12 +218,17 @@ impl Client {
         if endpoints.is_empty() {
             return Err(ClientError::Config("no endpoints given".into()));
         }
+        let token = TokenSlot::default();
+        if let Some(Credentials::Token(given)) = &options.credentials {
+            token.set(Some(given.clone()));
+        }
         Ok(Client {
             inner: Arc::new(Inner {
                 endpoints,
                 options,
                 leader: Mutex::new(None),
                 channels: Mutex::new(HashMap::new()),
+                token,
             }),
         })
     }
@@ -209,7 +238,7 @@ impl Client {
         &self.inner.options
     }
 
-    fn rpc(&self, address: &str) -> Result<KvClient<Channel>, String> {
+    fn rpc(&self, address: &str) -> Result<Rpc, String> {
         let channel = {
             let mut channels = lock(&self.inner.channels);
             match channels.get(address) {
@@ -222,7 +251,8 @@ impl Client {
             }
         };
         let limit = self.inner.options.message_bytes_max;
-        Ok(KvClient::new(channel)
+        let interceptor = AuthInterceptor::new(self.inner.token.clone());
+        Ok(KvClient::with_interceptor(channel, interceptor)
             .max_decoding_message_size(limit)
             .max_encoding_message_size(limit))
     }
@@ -256,11 +286,16 @@ impl Client {
         mut attempt: F,
     ) -> Result<(T, u32, bool), ClientError>
     where
-        F: FnMut(KvClient<Channel>, Duration, u32) -> Fut,
+        F: FnMut(Rpc, Duration, u32) -> Fut,
         Fut: std::future::Future<Output = Attempt<T>>,
     {
         let options = &self.inner.options;
         let deadline = Instant::now() + options.deadline;
+        let mut logged_in = false;
+        if self.needs_login() {
+            self.login(deadline).await?;
+            logged_in = true;
+        }
         let mut target = self.first_target();
         let mut attempts = 0u32;
         let mut retries = 0u32;
@@ -293,6 +328,18 @@ impl Client {
                     return Ok((value, attempts, maybe_sent));
                 }
                 Attempt::Refused(error) => return Err(error),
+                Attempt::Unauthenticated(reason) => {
+                    // Not carried out. A password logs in again, once per
+                    // call (the token expired or the password changed).
+                    let password =
+                        matches!(options.credentials, Some(Credentials::Password { .. }));
+                    if !password || logged_in {
+                        return Err(ClientError::Unauthenticated(reason));
+                    }
+                    self.inner.token.set(None);
+                    self.login(deadline).await?;
+                    logged_in = true;
+                }
                 Attempt::Busy(refusal) => {
                     *lock(&self.inner.leader) = Some(target.clone());
                     busy = Some(refusal);
@@ -331,6 +378,74 @@ impl Client {
                 }
             }
         }
+    }
+
+    fn needs_login(&self) -> bool {
+        matches!(
+            self.inner.options.credentials,
+            Some(Credentials::Password { .. })
+        ) && self.inner.token.get().is_none()
+    }
+
+    /// Logs in with the configured password and keeps the token: at any
+    /// node (each checks against the replicated users after a read
+    /// barrier), following leader hints, until `deadline`.
+    async fn login(&self, deadline: Instant) -> Result<(), ClientError> {
+        let Some(Credentials::Password { user, password }) = &self.inner.options.credentials else {
+            return Ok(());
+        };
+        let mut target = self.first_target();
+        let mut retries = 0;
+        let mut last_error = String::new();
+        while Instant::now() < deadline {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            let mut rpc = match self.rpc(&target) {
+                Ok(rpc) => rpc,
+                Err(error) => return Err(ClientError::Unreachable(error)),
+            };
+            let mut message = tonic::Request::new(v1::AuthenticateRequest {
+                user: user.clone(),
+                password: password.clone(),
+            });
+            message.set_timeout(self.inner.options.attempt_timeout.min(remaining));
+            let answer = match rpc.authenticate(message).await {
+                Ok(response) => match response.into_inner().result {
+                    Some(v1::authenticate_response::Result::Token(token)) => {
+                        self.inner.token.set(Some(token.token));
+                        return Ok(());
+                    }
+                    Some(v1::authenticate_response::Result::Failure(failure)) => {
+                        call_failed::<()>(failure)
+                    }
+                    None => Attempt::MaybeSent("empty response".into()),
+                },
+                Err(status) => failed(status),
+            };
+            match answer {
+                Attempt::Unauthenticated(reason) => {
+                    return Err(ClientError::Unauthenticated(reason));
+                }
+                Attempt::Refused(error) => return Err(error),
+                Attempt::Redirect(Some(leader)) if leader != target => target = leader,
+                Attempt::Redirect(_) => {
+                    last_error = format!("{target} is not the leader");
+                    target = self.next_target(&target);
+                    self.pause(&mut retries, deadline).await;
+                }
+                Attempt::NotSent(error) | Attempt::MaybeSent(error) => {
+                    last_error = format!("{target}: {error}");
+                    self.forget_channel(&target);
+                    target = self.next_target(&target);
+                    self.pause(&mut retries, deadline).await;
+                }
+                Attempt::Busy(error) => {
+                    last_error = error.to_string();
+                    self.pause(&mut retries, deadline).await;
+                }
+                Attempt::Done(()) => return Ok(()),
+            }
+        }
+        Err(ClientError::Unreachable(format!("login: {last_error}")))
     }
 
     async fn pause(&self, retries: &mut u32, deadline: Instant) {
@@ -470,16 +585,50 @@ impl Client {
             None => self.inner.endpoints.clone(),
         };
         let mut last = String::new();
+        if self.needs_login() {
+            self.login(Instant::now() + self.inner.options.deadline)
+                .await?;
+        }
         for address in candidates {
             let mut rpc = self.rpc(&address).map_err(ClientError::Unreachable)?;
             let mut message = tonic::Request::new(v1::StatusRequest {});
             message.set_timeout(self.inner.options.attempt_timeout);
             match rpc.status(message).await {
                 Ok(status) => return Ok(status.into_inner()),
-                Err(status) => last = format!("{address}: {}", status.message()),
+                Err(status) => match refused_by_transport(&status) {
+                    Some(
+                        denied @ (ClientError::PermissionDenied(_)
+                        | ClientError::Unauthenticated(_)),
+                    ) => return Err(denied),
+                    _ => last = format!("{address}: {}", status.message()),
+                },
             }
         }
         Err(ClientError::Unreachable(last))
+    }
+
+    /// Asks the node at `address` whether it is serving (the standard
+    /// `grpc.health.v1` check: it knows a leader and has applied what it
+    /// knows committed). `Ok(false)` when it answers NOT_SERVING.
+    pub async fn health(&self, address: &str) -> Result<bool, ClientError> {
+        use tonic_health::pb::health_check_response::ServingStatus;
+        let channel = self
+            .inner
+            .options
+            .connector
+            .channel(address)
+            .map_err(ClientError::Unreachable)?;
+        let mut request = tonic::Request::new(tonic_health::pb::HealthCheckRequest {
+            service: String::new(),
+        });
+        request.set_timeout(self.inner.options.attempt_timeout);
+        let answer = tonic_health::pb::health_client::HealthClient::new(channel)
+            .check(request)
+            .await
+            .map_err(|status| {
+                ClientError::Unreachable(format!("{address}: {}", status.message()))
+            })?;
+        Ok(answer.into_inner().status == ServingStatus::Serving as i32)
     }
 
     /// Adds a member (through the leader).
@@ -517,7 +666,7 @@ impl Client {
 
     async fn membership<F, Fut>(&self, mut call: F) -> Result<Vec<v1::Member>, ClientError>
     where
-        F: FnMut(KvClient<Channel>, Duration) -> Fut,
+        F: FnMut(Rpc, Duration) -> Fut,
         Fut: std::future::Future<
                 Output = Result<tonic::Response<v1::MembershipResponse>, tonic::Status>,
             >,
@@ -562,6 +711,7 @@ pub(crate) fn completed(
         Outcome::SequenceGap { expected } => return Err(ClientError::gap(expected)),
         Outcome::Malformed(why) => return Err(ClientError::Malformed(why.to_string())),
         Outcome::Overloaded(full) => return Err(ClientError::Overloaded(full)),
+        Outcome::PermissionDenied { reason } => return Err(ClientError::PermissionDenied(reason)),
     };
     match reply {
         Reply::Rejected(rejection) => Err(ClientError::Rejected(rejection)),

@@ -56,6 +56,15 @@ pub enum ClientError {
         /// How many times it was sent.
         attempts: u32,
     },
+    /// The cluster enforces authentication and this call named no valid
+    /// user (no credentials, a wrong password, an expired token): not
+    /// applied.
+    #[error("unauthenticated, not applied: {0}")]
+    Unauthenticated(String),
+    /// The user may not do this (a key outside its grants, an admin call,
+    /// another user's session): not applied.
+    #[error("permission denied, not applied: {0}")]
+    PermissionDenied(String),
     /// No node could be reached before anything was sent: not applied.
     #[error("no node reachable: {0}")]
     Unreachable(String),

@@ -37,6 +37,7 @@
 //! # }
 //! ```
 
+mod auth;
 mod client;
 mod connector;
 mod error;
@@ -45,6 +46,7 @@ mod random;
 mod retry;
 mod session;
 
+pub use auth::{AuthInterceptor, Credentials};
 pub use client::{Client, ClientOptions, Completed};
 pub use connector::{
     Connector, TcpConnector, TlsConfigError, TlsConnectError, TlsConnector, TlsFiles,

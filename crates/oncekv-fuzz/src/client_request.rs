@@ -76,6 +76,7 @@ pub fn applied_requests(data: &[u8]) -> u64 {
         let entry = Entry {
             index: LogIndex(index),
             time: ClusterTime(time),
+            principal: None,
             request,
         };
         let outcome = machine.apply(&entry);

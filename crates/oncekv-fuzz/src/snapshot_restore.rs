@@ -162,6 +162,7 @@ impl Driver {
         let entry = Entry {
             index: LogIndex(self.index),
             time: ClusterTime(self.time),
+            principal: None,
             request: Request { origin, command },
         };
         let outcome = self.machine.apply(&entry);

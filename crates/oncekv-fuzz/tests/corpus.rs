@@ -351,6 +351,7 @@ fn machine_after(limits: Limits, requests: &[(u8, Origin, Command)]) -> StateMac
         machine.apply(&Entry {
             index: LogIndex(index as u64 + 1),
             time: ClusterTime(time),
+            principal: None,
             request: Request {
                 origin: origin.clone(),
                 command: command.clone(),
@@ -407,6 +408,7 @@ fn normal(term: u64, index: u64, command: Command) -> EntryOf<TypeConfig> {
         log_id: log_id::<TypeConfig>(term, 1, index),
         payload: EntryPayload::Normal(Proposal {
             time: ClusterTime(index * 10),
+            principal: None,
             request: Request::plain(command),
         }),
     }
@@ -713,6 +715,7 @@ fn machine_at(index: u64) -> Vec<u8> {
     machine.apply(&Entry {
         index: LogIndex(index),
         time: ClusterTime(1_000),
+        principal: None,
         request: Request::plain(put(b"snapshot", b"installed")),
     });
     machine.snapshot()
@@ -737,6 +740,7 @@ fn generate_peer_message_corpus() {
                 log_id: log_id::<TypeConfig>(7, 2, 2),
                 payload: EntryPayload::Normal(Proposal {
                     time: ClusterTime(5),
+                    principal: None,
                     request: Request::plain(put(b"from", b"another leader")),
                 }),
             },

@@ -16,9 +16,9 @@ use oncekv_check::record::{Answer, NodeId, RequestIdentity};
 use oncekv_proto::v1::kv_client::KvClient;
 use oncekv_proto::v1::kv_server::{Kv, KvServer};
 use oncekv_proto::v1::{
-    self, AddMemberRequest, ExecuteRequest, ExecuteResponse, MembershipResponse, ReadRequest,
-    ReadResponse, RemoveMemberRequest, StateDigestRequest, StateDigestResponse, StatusRequest,
-    StatusResponse,
+    self, AddMemberRequest, AuthenticateRequest, AuthenticateResponse, ExecuteRequest,
+    ExecuteResponse, MembershipResponse, ReadRequest, ReadResponse, RemoveMemberRequest,
+    StateDigestRequest, StateDigestResponse, StatusRequest, StatusResponse,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -438,6 +438,17 @@ impl Kv for Forwarder {
         let mut upstream = self.0.upstream.clone();
         upstream
             .remove_member(with_timeout(request.into_inner()))
+            .await
+            .map_err(upstream_status)
+    }
+
+    async fn authenticate(
+        &self,
+        request: Request<AuthenticateRequest>,
+    ) -> Result<Response<AuthenticateResponse>, Status> {
+        let mut upstream = self.0.upstream.clone();
+        upstream
+            .authenticate(with_timeout(request.into_inner()))
             .await
             .map_err(upstream_status)
     }

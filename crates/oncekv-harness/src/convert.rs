@@ -85,6 +85,9 @@ pub fn error_outcome(error: &ClientError) -> Outcome {
         ClientError::Invalid(_) => failed(FailReason::Invalid),
         ClientError::Unreachable(_) => failed(FailReason::Unreachable),
         ClientError::Overloaded(_) => failed(FailReason::Overloaded),
+        ClientError::Unauthenticated(_) | ClientError::PermissionDenied(_) => {
+            failed(FailReason::PermissionDenied)
+        }
         ClientError::Config(_) => failed(FailReason::Other),
     }
 }
@@ -129,10 +132,17 @@ pub fn answer(response: &v1::ExecuteResponse) -> (Answer, bool) {
         Some(Wire::Failure(failure)) => {
             match oncekv_proto::convert::failure_from_wire(failure.clone()) {
                 Ok(CallFailure::NotLeader { .. }) => transient("not leader".into()),
+                Ok(CallFailure::NoLeader(reason)) => transient(format!("no leader: {reason}")),
                 Ok(CallFailure::Unavailable(reason)) => transient(format!("unavailable: {reason}")),
                 Ok(CallFailure::Invalid(_)) => (
                     Answer::Refused {
                         reason: FailReason::Invalid,
+                    },
+                    false,
+                ),
+                Ok(CallFailure::Unauthenticated(_) | CallFailure::PermissionDenied(_)) => (
+                    Answer::Refused {
+                        reason: FailReason::PermissionDenied,
                     },
                     false,
                 ),
@@ -152,6 +162,7 @@ fn refusal_reason(outcome: &state::Outcome) -> FailReason {
         state::Outcome::SequenceGap { .. } => FailReason::SequenceGap,
         state::Outcome::Malformed(_) => FailReason::Malformed,
         state::Outcome::Overloaded(_) => FailReason::Overloaded,
+        state::Outcome::PermissionDenied { .. } => FailReason::PermissionDenied,
         state::Outcome::Applied(_) | state::Outcome::Replayed { .. } => FailReason::Other,
     }
 }

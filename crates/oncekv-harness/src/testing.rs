@@ -162,7 +162,7 @@ impl Cluster {
                 }
                 Ok(Some(v1::execute_response::Result::Failure(failure))) => {
                     match convert::failure_from_wire(failure) {
-                        Ok(CallFailure::NotLeader { .. }) => {}
+                        Ok(CallFailure::NotLeader { .. } | CallFailure::NoLeader(_)) => {}
                         Ok(CallFailure::Unavailable(why)) if deduplicated => {
                             eprintln!("retrying after: {why}");
                         }

@@ -3,6 +3,9 @@
 //! returns a typed [`ConvertError`] instead of panicking.
 
 use crate::v1;
+
+mod auth;
+
 use oncekv_state::{
     ClusterTime, Command, IdempotencyKey, LeaseInfo, LogIndex, Malformed, Origin, Outcome,
     Overload, Query, Rejection, Reply, Request, RequestHeader, RequestId, Secret, Seq, SessionId,
@@ -115,6 +118,7 @@ fn command_from_wire(command: v1::Command) -> Result<Command> {
             Kind::LeaseRevoke(lease) => Command::LeaseRevoke { name: lease.name },
             Kind::Read(query) => Command::Read(query_from_wire(query)?),
             Kind::AlarmDisarm(_) => Command::AlarmDisarm,
+            Kind::Auth(change) => Command::Auth(auth::change_from_wire(change)?),
         },
     )
 }
@@ -184,6 +188,7 @@ fn command_to_wire(command: &Command) -> Result<v1::Command> {
         Command::LeaseRevoke { name } => Kind::LeaseRevoke(v1::LeaseRef { name: name.clone() }),
         Command::Read(query) => Kind::Read(query_to_wire(query)),
         Command::AlarmDisarm => Kind::AlarmDisarm(v1::Empty {}),
+        Command::Auth(change) => Kind::Auth(auth::change_to_wire(change)),
     };
     Ok(v1::Command { kind: Some(kind) })
 }
@@ -199,6 +204,7 @@ pub fn query_from_wire(query: v1::Query) -> Result<Query> {
                 limit: scan.limit,
             },
             Kind::LeaseList(_) => Query::LeaseList,
+            Kind::Auth(_) => Query::Auth,
         },
     )
 }
@@ -213,6 +219,7 @@ pub fn query_to_wire(query: &Query) -> v1::Query {
             limit: *limit,
         }),
         Query::LeaseList => Kind::LeaseList(v1::Empty {}),
+        Query::Auth => Kind::Auth(v1::Empty {}),
     };
     v1::Query { kind: Some(kind) }
 }
@@ -238,6 +245,9 @@ pub fn outcome_to_wire(outcome: &Outcome) -> v1::Outcome {
         }),
         Outcome::Malformed(malformed) => Kind::Malformed(malformed_to_wire(malformed)),
         Outcome::Overloaded(overload) => Kind::Overloaded(overload_to_wire(overload)),
+        Outcome::PermissionDenied { reason } => Kind::PermissionDenied(v1::PermissionDenied {
+            reason: reason.clone(),
+        }),
     };
     v1::Outcome { kind: Some(kind) }
 }
@@ -344,6 +354,9 @@ pub fn outcome_from_wire(outcome: v1::Outcome) -> Result<Outcome> {
             },
             Kind::Malformed(malformed) => Outcome::Malformed(malformed_from_wire(malformed)?),
             Kind::Overloaded(overloaded) => Outcome::Overloaded(overload_from_wire(&overloaded)?),
+            Kind::PermissionDenied(denied) => Outcome::PermissionDenied {
+                reason: denied.reason,
+            },
         },
     )
 }
@@ -370,8 +383,16 @@ pub enum CallFailure {
     },
     /// Transient: the request may or may not apply.
     Unavailable(String),
+    /// No leader is known (the cluster has lost its quorum, or is electing
+    /// one): nothing was proposed; retry later or elsewhere.
+    NoLeader(String),
     /// Refused before proposing: never applied.
     Invalid(String),
+    /// Authentication is enforced and the call named no valid user: never
+    /// applied.
+    Unauthenticated(String),
+    /// The call's user may not do this: never applied.
+    PermissionDenied(String),
 }
 
 /// A call failure to the wire.
@@ -385,8 +406,21 @@ pub fn failure_to_wire(failure: CallFailure) -> v1::Failure {
             leader_id,
             leader_client_address: leader_client_address.unwrap_or_default(),
         }),
-        CallFailure::Unavailable(reason) => Kind::Unavailable(v1::Unavailable { reason }),
+        CallFailure::Unavailable(reason) => Kind::Unavailable(v1::Unavailable {
+            reason,
+            not_proposed: false,
+        }),
+        CallFailure::NoLeader(reason) => Kind::Unavailable(v1::Unavailable {
+            reason,
+            not_proposed: true,
+        }),
         CallFailure::Invalid(reason) => Kind::Invalid(v1::Invalid { reason }),
+        CallFailure::Unauthenticated(reason) => {
+            Kind::Unauthenticated(v1::Unauthenticated { reason })
+        }
+        CallFailure::PermissionDenied(reason) => {
+            Kind::PermissionDenied(v1::PermissionDenied { reason })
+        }
     };
     v1::Failure { kind: Some(kind) }
 }
@@ -401,8 +435,11 @@ pub fn failure_from_wire(failure: v1::Failure) -> Result<CallFailure> {
                 leader_client_address: Some(hint.leader_client_address)
                     .filter(|address| !address.is_empty()),
             },
+            Kind::Unavailable(why) if why.not_proposed => CallFailure::NoLeader(why.reason),
             Kind::Unavailable(why) => CallFailure::Unavailable(why.reason),
             Kind::Invalid(why) => CallFailure::Invalid(why.reason),
+            Kind::Unauthenticated(why) => CallFailure::Unauthenticated(why.reason),
+            Kind::PermissionDenied(why) => CallFailure::PermissionDenied(why.reason),
         },
     )
 }
@@ -473,6 +510,8 @@ pub fn reply_to_wire(reply: &Reply) -> v1::Reply {
         Reply::AlarmDisarmed { was_raised } => Kind::AlarmDisarmed(v1::AlarmDisarmed {
             was_raised: *was_raised,
         }),
+        Reply::AuthChanged => Kind::AuthChanged(v1::Empty {}),
+        Reply::Auth(view) => Kind::Auth(auth::view_to_wire(view)),
     };
     v1::Reply { kind: Some(kind) }
 }
@@ -547,6 +586,8 @@ pub fn reply_from_wire(reply: v1::Reply) -> Result<Reply> {
             Kind::AlarmDisarmed(disarmed) => Reply::AlarmDisarmed {
                 was_raised: disarmed.was_raised,
             },
+            Kind::AuthChanged(_) => Reply::AuthChanged,
+            Kind::Auth(view) => Reply::Auth(auth::view_from_wire(view)?),
         },
     )
 }
@@ -587,6 +628,12 @@ fn rejection_to_wire(rejection: &Rejection) -> v1::Rejection {
         }
         Rejection::TooManyKeys { max } => Kind::TooManyKeys(v1::Max { max: *max }),
         Rejection::TooManyLeases { max } => Kind::TooManyLeases(v1::Max { max: *max }),
+        other => match auth::rejection_to_wire(other) {
+            Some(kind) => kind,
+            None => Kind::InvalidAuth(v1::Invalid {
+                reason: other.to_string(),
+            }),
+        },
     };
     v1::Rejection {
         kind: Some(kind),
@@ -634,6 +681,9 @@ fn rejection_from_wire(rejection: v1::Rejection) -> Result<Rejection> {
             },
             Kind::TooManyKeys(max) => Rejection::TooManyKeys { max: max.max },
             Kind::TooManyLeases(max) => Rejection::TooManyLeases { max: max.max },
+            other => {
+                auth::rejection_from_wire(other).ok_or(ConvertError::Missing("rejection.kind"))?
+            }
         },
     )
 }

@@ -14,3 +14,7 @@ pub mod convert;
 pub mod v1 {
     tonic::include_proto!("oncekv.v1");
 }
+
+/// The encoded file descriptor set of `oncekv.v1`, for gRPC server
+/// reflection (so `grpcurl` can list and call the services).
+pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("oncekv");

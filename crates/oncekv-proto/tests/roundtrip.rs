@@ -263,7 +263,8 @@ fn call_failures_round_trip_and_an_empty_one_is_an_error() {
             leader_id: None,
             leader_client_address: None,
         },
-        CallFailure::Unavailable("no quorum".into()),
+        CallFailure::Unavailable("not applied within 5000 ms".into()),
+        CallFailure::NoLeader("no leader".into()),
         CallFailure::Invalid("key must be 1..=16 bytes, got 0".into()),
     ] {
         assert_eq!(

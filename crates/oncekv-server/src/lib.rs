@@ -2,6 +2,7 @@
 //! state machine of `oncekv-state`, and the gRPC services for clients and
 //! peers.
 
+pub mod auth;
 pub mod clock;
 pub mod grpc;
 pub mod identity;

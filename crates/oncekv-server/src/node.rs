@@ -12,7 +12,8 @@ use crate::raft::consensus::{Consensus, RaftStatus, WriteError};
 use crate::raft::type_config::{Executed, NodeId, NodeInfo, Proposal};
 use crate::sync::lock;
 use oncekv_state::{
-    Command, LogIndex, Origin, Query, Reply, Request, RequestId, Secret, Stats, command_digest,
+    Command, LogIndex, Origin, Principal, Query, Reply, Request, RequestId, Secret, Stats,
+    command_digest,
 };
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -31,6 +32,8 @@ pub struct NodeOptions {
     /// Most session opens this node proposes per second (a burst of as
     /// many is allowed); more are refused as overloaded before proposing.
     pub session_opens_per_second: u32,
+    /// How long (in cluster time) a login token is accepted.
+    pub token_ttl: Duration,
 }
 
 impl Default for NodeOptions {
@@ -39,6 +42,7 @@ impl Default for NodeOptions {
             propose_timeout: Duration::from_secs(5),
             tick_interval: Duration::from_secs(1),
             session_opens_per_second: 1000,
+            token_ttl: Duration::from_secs(600),
         }
     }
 }
@@ -89,7 +93,7 @@ type InFlightResult = Option<Result<Executed, WriteError>>;
 /// Requests on sessions proposed here and not yet applied, by their whole
 /// header (dedup key and secret) and command digest: a caller joins only a
 /// request it could have sent itself.
-type InFlightKey = (RequestId, Secret, u64);
+type InFlightKey = (RequestId, Secret, u64, Option<Principal>);
 type InFlight = HashMap<InFlightKey, watch::Receiver<InFlightResult>>;
 
 struct Inner {
@@ -156,6 +160,11 @@ impl Node {
         self.inner.consensus.id()
     }
 
+    /// How long a login token is accepted.
+    pub fn token_ttl(&self) -> Duration {
+        self.inner.options.token_ttl
+    }
+
     /// The consensus handle (for the peer service).
     pub fn consensus(&self) -> &Consensus {
         &self.inner.consensus
@@ -193,7 +202,7 @@ impl Node {
         let expiring = self.inner.consensus.has_expiring_state();
         if idle
             && expiring
-            && let Err(error) = self.execute(Request::plain(Command::Tick)).await
+            && let Err(error) = self.execute(Request::plain(Command::Tick), None).await
         {
             tracing::debug!(%error, "tick not applied");
         }
@@ -212,24 +221,33 @@ impl Node {
     /// ([`WriteError::Invalid`]), and session opens beyond the configured
     /// rate too ([`WriteError::Overloaded`]): neither costs a log entry. A
     /// request on a session that is already in flight here, with the same
-    /// header and command, waits for that entry's result instead of being
-    /// proposed again.
-    pub async fn execute(&self, request: Request) -> Result<Executed, WriteError> {
+    /// header, command and principal, waits for that entry's result instead
+    /// of being proposed again. `principal` is who sent it (see
+    /// [`Node::authenticate`]); the state machine checks its permissions.
+    pub async fn execute(
+        &self,
+        mut request: Request,
+        principal: Option<Principal>,
+    ) -> Result<Executed, WriteError> {
         self.inner.limits.check_request(&request)?;
+        crate::auth::hash_passwords(&mut request.command).await?;
         if matches!(request.command, Command::OpenSession { .. })
             && !lock(&self.inner.session_opens).take()
         {
             return Err(WriteError::Overloaded("session-open-rate"));
         }
-        let key = match &request.origin {
-            Origin::Session(header) => {
-                Some((header.id, header.secret, command_digest(&request.command)))
-            }
+        let key: Option<InFlightKey> = match &request.origin {
+            Origin::Session(header) => Some((
+                header.id,
+                header.secret,
+                command_digest(&request.command),
+                principal.clone(),
+            )),
             _ => None,
         };
         let deadline = self.inner.options.propose_timeout;
-        if let Some(key) = key {
-            let joined = self.lock_in_flight().get(&key).cloned();
+        if let Some(key) = &key {
+            let joined = self.lock_in_flight().get(key).cloned();
             if let Some(receiver) = joined {
                 metrics::counter!("oncekv_retry_rendezvous_total").increment(1);
                 if let Some(result) = wait_for(receiver, deadline).await {
@@ -238,12 +256,12 @@ impl Node {
             }
         }
         let (sender, receiver) = watch::channel(None);
-        if let Some(key) = key {
-            self.lock_in_flight().insert(key, receiver.clone());
+        if let Some(key) = &key {
+            self.lock_in_flight().insert(key.clone(), receiver.clone());
         }
         let node = self.clone();
         tokio::spawn(async move {
-            let result = node.propose(request).await;
+            let result = node.propose(request, principal).await;
             let _ = sender.send(Some(result));
             if let Some(key) = key {
                 let mut in_flight = node.lock_in_flight();
@@ -264,7 +282,11 @@ impl Node {
         }
     }
 
-    async fn propose(&self, mut request: Request) -> Result<Executed, WriteError> {
+    async fn propose(
+        &self,
+        mut request: Request,
+        principal: Option<Principal>,
+    ) -> Result<Executed, WriteError> {
         let leadership = self.inner.consensus.leadership();
         if !leadership.is_leader {
             return Err(WriteError::NotLeader {
@@ -275,21 +297,32 @@ impl Node {
             });
         }
         // What the leader stamps on an entry, in one place: its cluster
-        // time, and a new session's secret.
+        // time, who sent it, a new session's secret and a new token key.
         let applied_time = self.inner.consensus.cluster_time();
         let time = self.inner.clock.stamp(leadership.term, applied_time);
-        if let Command::OpenSession { secret, .. } = &mut request.command {
-            *secret = Node::draw_secret();
+        match &mut request.command {
+            Command::OpenSession { secret, .. } => *secret = Node::draw_secret(),
+            Command::Auth(oncekv_state::AuthCommand::Enable { token_key }) => {
+                *token_key = crate::auth::draw_token_key();
+            }
+            _ => {}
         }
         *self.lock_last_proposal() = Instant::now();
         let command = request.command.name();
-        let result = self.inner.consensus.write(Proposal { time, request }).await;
+        let proposal = Proposal {
+            time,
+            principal,
+            request,
+        };
+        let result = self.inner.consensus.write(proposal).await;
         let outcome = match &result {
             Ok(executed) => executed.outcome.name(),
             Err(WriteError::NotLeader { .. }) => "not_leader",
             Err(WriteError::Unavailable(_)) => "unavailable",
             Err(WriteError::Invalid(_)) => "invalid",
             Err(WriteError::Overloaded(_)) => "overloaded",
+            Err(WriteError::Unauthenticated(_)) => "unauthenticated",
+            Err(WriteError::PermissionDenied(_)) => "permission_denied",
         };
         metrics::counter!("oncekv_requests_total", "operation" => command, "outcome" => outcome)
             .increment(1);
@@ -297,13 +330,23 @@ impl Node {
     }
 
     /// Answers a query: linearizable by read-index unless `serializable`
-    /// (then from this replica's applied state, possibly stale).
-    pub async fn read(&self, query: &Query, serializable: bool) -> Result<Reply, WriteError> {
+    /// (then from this replica's applied state, possibly stale), if
+    /// `principal` may read it.
+    pub async fn read(
+        &self,
+        query: &Query,
+        serializable: bool,
+        principal: Option<&Principal>,
+    ) -> Result<Reply, WriteError> {
         if !serializable {
             self.inner.consensus.read_barrier().await?;
         }
-        let reply = self.inner.consensus.read_applied(query);
-        Ok(reply)
+        self.inner.consensus.with_state(|state| {
+            state
+                .check_query(principal, query)
+                .map_err(WriteError::PermissionDenied)?;
+            Ok(state.read(query))
+        })
     }
 
     /// Consensus progress and state machine counts.

@@ -309,6 +309,9 @@ pub enum ServeError {
         /// The cause.
         source: tonic::transport::Error,
     },
+    /// The reflection service could not be built from the descriptors.
+    #[error("gRPC reflection: {0}")]
+    Reflection(String),
     /// A gRPC server failed.
     #[error("{service} service failed: {source}")]
     Transport {
@@ -475,8 +478,15 @@ where
                 .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX),
         )
         .serve_with_incoming_shutdown(peer_incoming, signal(stopped.clone()));
+    let reflection = crate::grpc::reflection_service()
+        .map_err(|error| ServeError::Reflection(error.to_string()))?;
     let client = grpc_server(&limits.client, client_tls, "client")?
         .layer(limit_requests(limits.client.in_flight_max, "client"))
+        .add_service(crate::grpc::health_service(
+            node.clone(),
+            signal(stopped.clone()),
+        ))
+        .add_service(reflection)
         .add_service(
             KvServer::new(KvService::new(node.clone()))
                 .max_decoding_message_size(config.client_message_bytes_max)

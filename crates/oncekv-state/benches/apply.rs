@@ -68,6 +68,7 @@ fn prepare(op: &str, mode: Mode, live: usize, ops: usize) -> (StateMachine, Vec<
         let entry = Entry {
             index: LogIndex(index),
             time: ClusterTime(0),
+            principal: None,
             request: Request::plain(open),
         };
         let Outcome::Applied(Reply::SessionOpened { session, .. }) = machine.apply(&entry) else {
@@ -104,6 +105,7 @@ fn prepare(op: &str, mode: Mode, live: usize, ops: usize) -> (StateMachine, Vec<
         entries.push(Entry {
             index: LogIndex(index),
             time: ClusterTime(i as u64 / 1000),
+            principal: None,
             request,
         });
     }

@@ -179,6 +179,7 @@ impl Driver {
         Entry {
             index: LogIndex(self.index),
             time: ClusterTime(self.index / 1000),
+            principal: None,
             request: Request { origin, command },
         }
     }

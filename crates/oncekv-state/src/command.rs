@@ -2,7 +2,10 @@
 //! [`Request`]), the request's [`Origin`] (plain, on a session, or under an
 //! idempotency key) and the [`Command`] itself.
 
-use crate::ids::{ClusterTime, IdempotencyKey, LogIndex, RequestId, Secret, Seq, SessionId};
+use crate::auth::AuthCommand;
+use crate::ids::{
+    ClusterTime, IdempotencyKey, LogIndex, Principal, RequestId, Secret, Seq, SessionId,
+};
 use serde::{Deserialize, Serialize};
 
 /// One entry of the replicated log, as the state machine applies it.
@@ -12,6 +15,9 @@ pub struct Entry {
     pub index: LogIndex,
     /// The cluster time the leader stamped on the entry.
     pub time: ClusterTime,
+    /// Who sent the request, as the leader authenticated it (`None` while
+    /// authentication is off, and for the leader's own ticks).
+    pub principal: Option<Principal>,
     /// The request it carries.
     pub request: Request,
 }
@@ -78,6 +84,8 @@ pub enum Query {
     },
     /// All live leases.
     LeaseList,
+    /// Whether authentication is enforced, the users and the roles.
+    Auth,
 }
 
 /// An operation of the state machine.
@@ -170,6 +178,8 @@ pub enum Command {
     /// Lower the `NOSPACE` alarm, so writes are accepted again (raised
     /// again by the next write that would pass the store's byte quota).
     AlarmDisarm,
+    /// Change users, roles or enforcement (admin only once enforced).
+    Auth(AuthCommand),
 }
 
 impl Command {
@@ -197,11 +207,12 @@ impl Command {
             Command::LeaseGrant { name, .. }
             | Command::LeaseKeepAlive { name }
             | Command::LeaseRevoke { name } => name.len(),
+            Command::Auth(auth) => return auth.payload_bytes(),
             Command::OpenSession { .. }
             | Command::KeepAlive { .. }
             | Command::CloseSession { .. }
             | Command::Tick
-            | Command::Read(Query::LeaseList)
+            | Command::Read(Query::LeaseList | Query::Auth)
             | Command::AlarmDisarm => 0,
         };
         bytes as u64
@@ -250,7 +261,9 @@ impl Command {
             Command::Read(Query::Get { .. }) => "get",
             Command::Read(Query::Scan { .. }) => "scan",
             Command::Read(Query::LeaseList) => "lease_list",
+            Command::Read(Query::Auth) => "auth_status",
             Command::AlarmDisarm => "alarm_disarm",
+            Command::Auth(auth) => auth.name(),
         }
     }
 }

@@ -107,6 +107,7 @@ impl<'a> Extend<&'a u8> for Fnv64 {
 /// the same dedup key. A session's secret is drawn by the leader for each
 /// attempt to open it, so it is left out: a retried open under one
 /// idempotency key is the same request, and gets the session it opened.
+/// So is the token key the leader draws into an auth enable.
 pub fn command_digest(command: &Command) -> u64 {
     let without_secret;
     let command = match command {
@@ -116,6 +117,12 @@ pub fn command_digest(command: &Command) -> u64 {
                 window: *window,
                 secret: crate::ids::Secret(0),
             };
+            &without_secret
+        }
+        Command::Auth(crate::auth::AuthCommand::Enable { .. }) => {
+            without_secret = Command::Auth(crate::auth::AuthCommand::Enable {
+                token_key: crate::ids::TokenKey([0; 32]),
+            });
             &without_secret
         }
         other => other,

@@ -1,9 +1,11 @@
 //! [`IdempotencyKeys`]: completion records of one-shot requests, filed under
 //! client-chosen keys, kept for a cluster-time TTL and bounded in number
 //! and bytes. A kept key is never evicted: when the table is full, a
-//! request under a new key is refused until the oldest keys expire.
+//! request under a new key is refused until the oldest keys expire. Keys
+//! are scoped by the principal that sent them: another principal's request
+//! under the same bytes is another key.
 
-use crate::ids::{ClusterTime, IdempotencyKey, LogIndex};
+use crate::ids::{ClusterTime, IdempotencyKey, LogIndex, Principal};
 use crate::invariant::{BrokenInvariant, Table};
 use crate::outcome::{KEY_ENTRY_OVERHEAD_BYTES, Overload};
 use crate::session::{CompletionRecord, NotExecuted};
@@ -13,6 +15,8 @@ use std::collections::BTreeMap;
 /// A completion record filed under an idempotency key.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyRecord {
+    /// Who sent the request (`None` while authentication is off).
+    pub owner: Option<Principal>,
     /// The key.
     pub key: IdempotencyKey,
     /// The recorded response.
@@ -24,19 +28,29 @@ pub struct KeyRecord {
 impl KeyRecord {
     /// The bytes it holds, as the byte budget counts them.
     pub fn weight_bytes(&self) -> u64 {
-        (self.key.0.len() as u64)
+        let owner = self.owner.as_ref().map_or(0, |p| p.0.len());
+        ((self.key.0.len() + owner) as u64)
             .saturating_mul(3)
             .saturating_add(self.record.weight_bytes())
             .saturating_add(KEY_ENTRY_OVERHEAD_BYTES)
     }
 }
 
+impl KeyRecord {
+    fn scoped(&self) -> ScopedKey {
+        (self.owner.clone(), self.key.clone())
+    }
+}
+
+/// A key as filed: its owner and its bytes.
+type ScopedKey = (Option<Principal>, IdempotencyKey);
+
 /// The kept idempotency keys, with an index by age. The index and the byte
 /// count are derived.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct IdempotencyKeys {
-    records: BTreeMap<IdempotencyKey, KeyRecord>,
-    by_age: BTreeMap<(ClusterTime, LogIndex), IdempotencyKey>,
+    records: BTreeMap<ScopedKey, KeyRecord>,
+    by_age: BTreeMap<(ClusterTime, LogIndex), ScopedKey>,
     bytes: u64,
 }
 
@@ -73,13 +87,13 @@ impl IdempotencyKeys {
     fn insert(&mut self, record: KeyRecord) {
         let age = (record.recorded_at, record.record.applied_index);
         self.bytes += record.weight_bytes();
-        self.by_age.insert(age, record.key.clone());
-        if let Some(old) = self.records.insert(record.key.clone(), record) {
+        self.by_age.insert(age, record.scoped());
+        if let Some(old) = self.records.insert(record.scoped(), record) {
             self.bytes -= old.weight_bytes();
         }
     }
 
-    fn remove_oldest(&mut self) -> Option<IdempotencyKey> {
+    fn remove_oldest(&mut self) -> Option<ScopedKey> {
         let (_, key) = self.by_age.pop_first()?;
         if let Some(old) = self.records.remove(&key) {
             self.bytes -= old.weight_bytes();
@@ -87,11 +101,16 @@ impl IdempotencyKeys {
         Some(key)
     }
 
-    /// What to answer a request under `key` that was already applied: its
-    /// record, or a mismatch when the key was used for another command.
-    /// `None` when the key is not kept.
-    pub fn lookup(&self, key: &IdempotencyKey, digest: u64) -> Option<NotExecuted> {
-        let kept = self.records.get(key)?;
+    /// What to answer a request of `owner` under `key` that was already
+    /// applied: its record, or a mismatch when the key was used for another
+    /// command. `None` when the key is not kept.
+    pub fn lookup(
+        &self,
+        owner: Option<&Principal>,
+        key: &IdempotencyKey,
+        digest: u64,
+    ) -> Option<NotExecuted> {
+        let kept = self.records.get(&(owner.cloned(), key.clone()))?;
         Some(if kept.record.digest == digest {
             NotExecuted::Replay(kept.record.clone())
         } else {
@@ -111,16 +130,23 @@ impl IdempotencyKeys {
         Ok(())
     }
 
-    /// Records a response under `key` (after [`IdempotencyKeys::check_room`]
-    /// found room for it).
-    pub fn record(&mut self, key: IdempotencyKey, record: CompletionRecord, now: ClusterTime) {
+    /// Records a response of `owner` under `key` (after
+    /// [`IdempotencyKeys::check_room`] found room for it).
+    pub fn record(
+        &mut self,
+        owner: Option<Principal>,
+        key: IdempotencyKey,
+        record: CompletionRecord,
+        now: ClusterTime,
+    ) {
         // Only a machine without dedup records a key twice.
-        if let Some(old) = self.records.remove(&key) {
+        if let Some(old) = self.records.remove(&(owner.clone(), key.clone())) {
             self.bytes -= old.weight_bytes();
             self.by_age
                 .remove(&(old.recorded_at, old.record.applied_index));
         }
         self.insert(KeyRecord {
+            owner,
             key,
             record,
             recorded_at: now,
@@ -166,15 +192,16 @@ impl IdempotencyKeys {
                 "idempotency key index out of step",
             ));
         }
-        for (key, kept) in &self.records {
-            if *key != kept.key || !key.is_well_formed() {
+        for (scoped, kept) in &self.records {
+            let key = &kept.key;
+            if *scoped != kept.scoped() || !key.is_well_formed() {
                 return Err(BrokenInvariant::new(
                     Table::IdempotencyKeys,
                     format!("idempotency key {key:?} filed wrongly"),
                 ));
             }
             let age = (kept.recorded_at, kept.record.applied_index);
-            if self.by_age.get(&age) != Some(key) {
+            if self.by_age.get(&age) != Some(scoped) {
                 return Err(BrokenInvariant::new(
                     Table::IdempotencyKeys,
                     format!("idempotency key {key:?} missing from its index"),

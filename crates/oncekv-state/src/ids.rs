@@ -71,6 +71,47 @@ impl fmt::Debug for Secret {
     }
 }
 
+impl Secret {
+    /// What the session table keeps instead of the secret: its SHA-256, so a
+    /// snapshot does not hand out live secrets.
+    pub fn hash(&self) -> SecretHash {
+        use sha2::Digest as _;
+        SecretHash(sha2::Sha256::digest(self.0.to_be_bytes()).into())
+    }
+}
+
+/// The SHA-256 of a session's [`Secret`]: what the state keeps.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SecretHash(pub [u8; 32]);
+
+impl fmt::Debug for SecretHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SecretHash(..)")
+    }
+}
+
+/// Who sent a request, as the node that received it authenticated it: a
+/// user's name. Requests carry none while authentication is off.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Principal(pub String);
+
+impl fmt::Display for Principal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The key that signs login tokens: drawn by the leader into the entry that
+/// enables authentication, so every replica checks tokens alike.
+#[derive(Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenKey(pub [u8; 32]);
+
+impl fmt::Debug for TokenKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("TokenKey(..)")
+    }
+}
+
 /// A client-chosen key (1..=128 bytes) that makes a one-shot request
 /// idempotent without a session.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

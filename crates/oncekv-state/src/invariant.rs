@@ -15,6 +15,8 @@ pub enum Table {
     Leases,
     /// The key-value data.
     Store,
+    /// Users and roles.
+    Auth,
 }
 
 impl fmt::Display for Table {
@@ -24,6 +26,7 @@ impl fmt::Display for Table {
             Table::IdempotencyKeys => "idempotency keys",
             Table::Leases => "leases",
             Table::Store => "store",
+            Table::Auth => "auth",
         })
     }
 }

@@ -5,7 +5,9 @@
 //! snapshot bytes. Deduplication is decided here and nowhere else: requests
 //! on a session are applied once per [`RequestId`] and their
 //! [`CompletionRecord`] answers every retry; one-shot requests do the same
-//! under an [`IdempotencyKey`].
+//! under an [`IdempotencyKey`]. Once authentication is enabled
+//! ([`AuthTable`]), each entry's [`Principal`] must hold a permission on
+//! every key it touches, and sessions and keys belong to their principal.
 //!
 //! This crate does no I/O, reads no clock and draws no random numbers: its
 //! only time is the [`ClusterTime`] carried in each entry, and every
@@ -17,7 +19,7 @@
 //! let mut machine = StateMachine::new(Limits::default());
 //! let secret = Secret(7);
 //! let open = Command::OpenSession { ttl_ms: 60_000, window: 1, secret };
-//! let entry = Entry { index: LogIndex(1), time: ClusterTime(0), request: Request::plain(open) };
+//! let entry = Entry { index: LogIndex(1), time: ClusterTime(0), principal: None, request: Request::plain(open) };
 //! let Outcome::Applied(Reply::SessionOpened { session, .. }) = machine.apply(&entry) else {
 //!     panic!("session not opened");
 //! };
@@ -31,12 +33,13 @@
 //!     origin: Origin::Session(header),
 //!     command: Command::Incr { key: b"c".to_vec(), by: 1 },
 //! };
-//! let first = machine.apply(&Entry { index: LogIndex(2), time: ClusterTime(5), request: incr.clone() });
-//! let retry = machine.apply(&Entry { index: LogIndex(3), time: ClusterTime(9), request: incr });
+//! let first = machine.apply(&Entry { index: LogIndex(2), time: ClusterTime(5), principal: None, request: incr.clone() });
+//! let retry = machine.apply(&Entry { index: LogIndex(3), time: ClusterTime(9), principal: None, request: incr });
 //! assert_eq!(first, Outcome::Applied(Reply::Incr { value: 1 }));
 //! assert_eq!(retry, Outcome::Replayed { reply: Reply::Incr { value: 1 }, applied_index: LogIndex(2) });
 //! ```
 
+mod auth;
 mod command;
 mod digest;
 mod idempotency;
@@ -50,10 +53,17 @@ mod outcome;
 mod session;
 mod snapshot;
 
+pub use auth::{
+    ADMIN_ROLE, Access, AuthCommand, AuthTable, AuthView, NAME_BYTES_MAX, PASSWORD_HASH_BYTES_MAX,
+    Permission, Role, User, UserView, check_name,
+};
 pub use command::{Command, Entry, Origin, Query, Request, RequestHeader};
 pub use digest::command_digest;
 pub use idempotency::{IdempotencyKeys, KeyRecord};
-pub use ids::{ClusterTime, IdempotencyKey, LogIndex, RequestId, Secret, Seq, SessionId};
+pub use ids::{
+    ClusterTime, IdempotencyKey, LogIndex, Principal, RequestId, Secret, SecretHash, Seq,
+    SessionId, TokenKey,
+};
 pub use invariant::{BrokenInvariant, Table};
 pub use kv::{KvPairs, KvStore, StoredValue, entry_weight_bytes};
 pub use lease::{Lease, Leases};

@@ -178,8 +178,9 @@ impl Limits {
             | Command::Tick
             | Command::LeaseKeepAlive { .. }
             | Command::LeaseRevoke { .. }
-            | Command::Read(Query::Scan { .. } | Query::LeaseList)
+            | Command::Read(Query::Scan { .. } | Query::LeaseList | Query::Auth)
             | Command::AlarmDisarm => {}
+            Command::Auth(change) => change.check(self.key_bytes_max)?,
         }
         Ok(())
     }

@@ -1,13 +1,14 @@
 //! [`StateMachine`]: applies log entries deterministically. It advances
 //! cluster time, expires sessions, idempotency keys and leases, decides
 //! deduplication (the only place it is decided), refuses what a full table
-//! or budget cannot take (never evicting anything live) and executes
-//! commands.
+//! or budget cannot take (never evicting anything live), enforces users'
+//! permissions once authentication is on, and executes commands.
 
+use crate::auth::{Access, AuthTable};
 use crate::command::{Command, Entry, Origin, Query, Request};
 use crate::digest::command_digest;
 use crate::idempotency::IdempotencyKeys;
-use crate::ids::{ClusterTime, LogIndex, SessionId};
+use crate::ids::{ClusterTime, LogIndex, Principal, SessionId};
 use crate::invariant::{BrokenInvariant, Table};
 use crate::kv::{KvStore, StoredValue, entry_weight_bytes, parse_counter};
 use crate::lease::Leases;
@@ -53,6 +54,7 @@ pub struct StateMachine {
     pub(crate) sessions: SessionTable,
     pub(crate) keys: IdempotencyKeys,
     pub(crate) leases: Leases,
+    pub(crate) auth: AuthTable,
     /// The `NOSPACE` alarm: raised by a write that would take the store
     /// past its byte quota; while raised, writes that grow the store are
     /// refused. Lowered only by [`Command::AlarmDisarm`].
@@ -74,6 +76,7 @@ impl StateMachine {
             sessions: SessionTable::default(),
             keys: IdempotencyKeys::default(),
             leases: Leases::default(),
+            auth: AuthTable::default(),
             no_space_alarm: false,
             dedup: true,
         }
@@ -125,6 +128,11 @@ impl StateMachine {
         &self.leases
     }
 
+    /// Users, roles and whether they are enforced.
+    pub fn auth(&self) -> &AuthTable {
+        &self.auth
+    }
+
     /// Counts that describe the state.
     pub fn stats(&self) -> Stats {
         Stats {
@@ -157,7 +165,7 @@ impl StateMachine {
     /// than a stopped one.
     pub fn apply(&mut self, entry: &Entry) -> Outcome {
         self.advance(entry.index, entry.time);
-        let outcome = self.apply_request(&entry.request, entry.index);
+        let outcome = self.apply_request(&entry.request, entry.principal.as_ref(), entry.index);
         self.debug_check();
         outcome
     }
@@ -194,16 +202,29 @@ impl StateMachine {
         }
     }
 
-    fn apply_request(&mut self, request: &Request, index: LogIndex) -> Outcome {
+    fn apply_request(
+        &mut self,
+        request: &Request,
+        principal: Option<&Principal>,
+        index: LogIndex,
+    ) -> Outcome {
         let command = &request.command;
         match &request.origin {
-            Origin::Plain => match self.space_refusal(command) {
-                Some(refused) => refused,
-                None => self.run(command, index),
-            },
+            Origin::Plain => {
+                if let Err(reason) = self.check_permission(principal, command) {
+                    return Outcome::PermissionDenied { reason };
+                }
+                match self.space_refusal(command) {
+                    Some(refused) => refused,
+                    None => self.run(command, principal, index),
+                }
+            }
             Origin::Session(header) => {
                 if command.is_session_control() {
                     return control_not_allowed(command);
+                }
+                if !self.owns_session(header.id.session, principal) {
+                    return Outcome::Unauthorized;
                 }
                 let digest = command_digest(command);
                 let budget = RecordBudget {
@@ -216,10 +237,13 @@ impl StateMachine {
                     Err(NotExecuted::Replay(record)) => return self.replay(record, command),
                     Err(NotExecuted::Refused(outcome)) => return outcome,
                 }
+                if let Err(reason) = self.check_permission(principal, command) {
+                    return Outcome::PermissionDenied { reason };
+                }
                 if let Some(refused) = self.space_refusal(command) {
                     return refused;
                 }
-                let outcome = self.run(command, index);
+                let outcome = self.run(command, principal, index);
                 if let Outcome::Applied(reply) = &outcome {
                     let record = record_of(command, reply, index, digest);
                     self.sessions.complete(header, record);
@@ -236,11 +260,14 @@ impl StateMachine {
                     return control_not_allowed(command);
                 }
                 let digest = command_digest(command);
-                match self.keys.lookup(key, digest) {
+                match self.keys.lookup(principal, key, digest) {
                     Some(NotExecuted::Replay(_)) if !self.dedup => {}
                     Some(NotExecuted::Replay(record)) => return self.replay(record, command),
                     Some(NotExecuted::Refused(outcome)) => return outcome,
                     None => {}
+                }
+                if let Err(reason) = self.check_permission(principal, command) {
+                    return Outcome::PermissionDenied { reason };
                 }
                 let limits = &self.limits;
                 if let Err(full) = self
@@ -252,13 +279,136 @@ impl StateMachine {
                 if let Some(refused) = self.space_refusal(command) {
                     return refused;
                 }
-                let outcome = self.run(command, index);
+                let outcome = self.run(command, principal, index);
                 if let Outcome::Applied(reply) = &outcome {
                     let record = record_of(command, reply, index, digest);
-                    self.keys.record(key.clone(), record, self.clock);
+                    self.keys
+                        .record(principal.cloned(), key.clone(), record, self.clock);
                 }
                 outcome
             }
+        }
+    }
+
+    /// Whether `principal` may use session `id`: always while authentication
+    /// is off; otherwise only its owner (an unknown session is left to
+    /// admission, which answers `SessionExpired`).
+    fn owns_session(&self, id: SessionId, principal: Option<&Principal>) -> bool {
+        !self.auth.is_enabled()
+            || self
+                .sessions
+                .get(id)
+                .is_none_or(|session| session.owner() == principal)
+    }
+
+    /// Whether `principal` may run `command` now (always while
+    /// authentication is off): `Err` says what is refused. A session's
+    /// ownership is checked separately ([`Outcome::Unauthorized`]).
+    pub fn check_permission(
+        &self,
+        principal: Option<&Principal>,
+        command: &Command,
+    ) -> Result<(), String> {
+        let auth = &self.auth;
+        if !auth.is_enabled() || matches!(command, Command::Tick) {
+            return Ok(());
+        }
+        let Some(user) = principal.filter(|p| auth.user(&p.0).is_some()) else {
+            return Err("authentication is enabled: log in as a user".to_string());
+        };
+        let key = |key: &[u8], need: Access| {
+            if auth.allows_key(Some(user), key, need) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "user {:?} has no {need} permission on key {:?}",
+                    user.0,
+                    String::from_utf8_lossy(key)
+                ))
+            }
+        };
+        let admin = |what: &str| {
+            if auth.is_admin(Some(user)) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{what} needs the admin role; user {:?} lacks it",
+                    user.0
+                ))
+            }
+        };
+        match command {
+            Command::Put { key: k, .. }
+            | Command::Delete { key: k }
+            | Command::Append { key: k, .. } => key(k, Access::Write),
+            Command::Incr { key: k, .. } | Command::Cas { key: k, .. } => key(k, Access::ReadWrite),
+            Command::LeaseRevoke { name } => match self.leases.get(name) {
+                Some(lease) => lease.keys.iter().try_for_each(|k| key(k, Access::Write)),
+                None => Ok(()),
+            },
+            Command::Read(query) => self.check_query(principal, query),
+            Command::AlarmDisarm => admin("disarming an alarm"),
+            Command::Auth(_) => admin("changing users, roles or authentication"),
+            Command::OpenSession { .. }
+            | Command::KeepAlive { .. }
+            | Command::CloseSession { .. }
+            | Command::Tick
+            | Command::LeaseGrant { .. }
+            | Command::LeaseKeepAlive { .. } => Ok(()),
+        }
+    }
+
+    /// Whether `principal` may read `query` now (always while
+    /// authentication is off): `Err` says what is refused.
+    pub fn check_query(&self, principal: Option<&Principal>, query: &Query) -> Result<(), String> {
+        let auth = &self.auth;
+        if !auth.is_enabled() {
+            return Ok(());
+        }
+        let Some(user) = principal.filter(|p| auth.user(&p.0).is_some()) else {
+            return Err("authentication is enabled: log in as a user".to_string());
+        };
+        let allowed = match query {
+            Query::Get { key } => auth.allows_key(Some(user), key, Access::Read),
+            Query::Scan { prefix, .. } => auth.allows_prefix(Some(user), prefix, Access::Read),
+            Query::LeaseList => true,
+            Query::Auth => auth.is_admin(Some(user)),
+        };
+        if allowed {
+            return Ok(());
+        }
+        Err(match query {
+            Query::Get { key } => format!(
+                "user {:?} has no read permission on key {:?}",
+                user.0,
+                String::from_utf8_lossy(key)
+            ),
+            Query::Scan { prefix, .. } => format!(
+                "user {:?} has no read permission on every key under prefix {:?}",
+                user.0,
+                String::from_utf8_lossy(prefix)
+            ),
+            Query::LeaseList | Query::Auth => format!(
+                "listing users and roles needs the admin role; user {:?} lacks it",
+                user.0
+            ),
+        })
+    }
+
+    /// A reply as `principal` may see it: the previous value a PUT or DELETE
+    /// returns is left out without read permission on the key.
+    fn visible_to(&self, principal: Option<&Principal>, command: &Command, reply: Reply) -> Reply {
+        let readable = |key: &[u8]| {
+            !self.auth.is_enabled() || self.auth.allows_key(principal, key, Access::Read)
+        };
+        match (command, reply) {
+            (Command::Put { key, .. }, Reply::Put { .. }) if !readable(key) => {
+                Reply::Put { previous: None }
+            }
+            (Command::Delete { key }, Reply::Delete { .. }) if !readable(key) => {
+                Reply::Delete { previous: None }
+            }
+            (_, reply) => reply,
         }
     }
 
@@ -330,7 +480,12 @@ impl StateMachine {
 
     /// Runs any command: session control yields an outcome of its own, the
     /// rest a reply.
-    fn run(&mut self, command: &Command, index: LogIndex) -> Outcome {
+    fn run(
+        &mut self,
+        command: &Command,
+        principal: Option<&Principal>,
+        index: LogIndex,
+    ) -> Outcome {
         let now = self.clock;
         match command {
             Command::OpenSession {
@@ -356,9 +511,10 @@ impl StateMachine {
                 }
                 let session = SessionId(index.0);
                 let sessions_max = limits.sessions_max;
+                let owner = principal.cloned();
                 if let Err(full) =
                     self.sessions
-                        .open(session, *secret, *ttl_ms, *window, now, sessions_max)
+                        .open(session, *secret, owner, *ttl_ms, *window, now, sessions_max)
                 {
                     return Outcome::Overloaded(full);
                 }
@@ -370,6 +526,9 @@ impl StateMachine {
                 })
             }
             Command::KeepAlive { session, secret } => {
+                if !self.owns_session(*session, principal) {
+                    return Outcome::Unauthorized;
+                }
                 match self.sessions.authenticate(*session, *secret, now) {
                     Ok(live) => Outcome::Applied(Reply::SessionKeptAlive {
                         ttl_ms: live.ttl_ms(),
@@ -378,6 +537,9 @@ impl StateMachine {
                 }
             }
             Command::CloseSession { session, secret } => {
+                if !self.owns_session(*session, principal) {
+                    return Outcome::Unauthorized;
+                }
                 if let Err(outcome) = self.sessions.authenticate(*session, *secret, now) {
                     return outcome;
                 }
@@ -389,7 +551,14 @@ impl StateMachine {
                 let was_raised = std::mem::replace(&mut self.no_space_alarm, false);
                 Outcome::Applied(Reply::AlarmDisarmed { was_raised })
             }
-            _ => Outcome::Applied(self.execute(command, index)),
+            Command::Auth(change) => match self.auth.apply(change, index) {
+                Ok(()) => Outcome::Applied(Reply::AuthChanged),
+                Err(rejection) => Outcome::Applied(Reply::Rejected(rejection)),
+            },
+            _ => {
+                let reply = self.execute(command, index);
+                Outcome::Applied(self.visible_to(principal, command, reply))
+            }
         }
     }
 
@@ -525,7 +694,8 @@ impl StateMachine {
             | Command::KeepAlive { .. }
             | Command::CloseSession { .. }
             | Command::Tick
-            | Command::AlarmDisarm => unreachable!("control commands are run, not executed"),
+            | Command::AlarmDisarm
+            | Command::Auth(_) => unreachable!("control commands are run, not executed"),
         }
     }
 
@@ -551,6 +721,7 @@ impl StateMachine {
             Query::LeaseList => Reply::Leases {
                 leases: self.leases.iter().map(|lease| lease.info()).collect(),
             },
+            Query::Auth => Reply::Auth(self.auth.view()),
         }
     }
 
@@ -593,6 +764,9 @@ impl StateMachine {
             limits.idempotency_keys_max,
         )?;
         self.leases.check_invariants(now, limits.leases_max)?;
+        self.auth
+            .check_invariants()
+            .map_err(|detail| BrokenInvariant::new(Table::Auth, detail))?;
         if self.kv.len() > limits.kv_keys_max {
             return Err(BrokenInvariant::new(
                 Table::Store,

@@ -42,6 +42,13 @@ pub enum Outcome {
     /// recorded, nothing evicted. Retry later (with the same sequence number
     /// or key).
     Overloaded(Overload),
+    /// Authentication is enforced and the request's principal may not do
+    /// this (a key outside its grants, an admin command, another principal's
+    /// session): not executed, not recorded.
+    PermissionDenied {
+        /// What was refused, in words.
+        reason: String,
+    },
 }
 
 impl Outcome {
@@ -65,6 +72,7 @@ impl Outcome {
             Outcome::SequenceGap { .. } => "sequence_gap",
             Outcome::Malformed(_) => "malformed",
             Outcome::Overloaded(_) => "overloaded",
+            Outcome::PermissionDenied { .. } => "permission_denied",
         }
     }
 }
@@ -266,6 +274,10 @@ pub enum Reply {
         /// Whether it was raised.
         was_raised: bool,
     },
+    /// Users, roles or enforcement changed.
+    AuthChanged,
+    /// Whether authentication is enforced, the users and the roles.
+    Auth(crate::auth::AuthView),
     /// A deterministic application-level "no": nothing changed, and the
     /// answer is cached like any other reply.
     Rejected(Rejection),
@@ -306,16 +318,34 @@ impl Reply {
             | Reply::LeaseRevoked { name, .. } => name.len() as u64,
             Reply::Leases { leases } => leases.iter().map(|l| l.name.len() as u64 + 32).sum(),
             Reply::Rejected(rejection) => rejection.weight_bytes(),
+            Reply::Auth(view) => auth_view_bytes(view),
             Reply::SessionOpened { .. }
             | Reply::SessionKeptAlive { .. }
             | Reply::SessionClosed
             | Reply::Ticked
             | Reply::Append { .. }
             | Reply::Incr { .. }
-            | Reply::AlarmDisarmed { .. } => 0,
+            | Reply::AlarmDisarmed { .. }
+            | Reply::AuthChanged => 0,
         };
         contents.saturating_add(ENTRY_OVERHEAD_BYTES)
     }
+}
+
+fn auth_view_bytes(view: &crate::auth::AuthView) -> u64 {
+    let users: usize = view
+        .users
+        .iter()
+        .map(|u| u.name.len() + u.roles.iter().map(String::len).sum::<usize>() + 16)
+        .sum();
+    let roles: usize = view
+        .roles
+        .iter()
+        .map(|(name, permissions)| {
+            name.len() + permissions.iter().map(|p| p.key.len() + 16).sum::<usize>()
+        })
+        .sum();
+    (users + roles) as u64
 }
 
 /// A lease as listed.
@@ -334,9 +364,13 @@ pub struct LeaseInfo {
 impl Rejection {
     fn weight_bytes(&self) -> u64 {
         match self {
-            Rejection::LeaseExists { name } | Rejection::LeaseNotFound { name } => {
-                name.len() as u64
-            }
+            Rejection::LeaseExists { name }
+            | Rejection::LeaseNotFound { name }
+            | Rejection::UserExists { name }
+            | Rejection::UserNotFound { name }
+            | Rejection::RoleExists { name }
+            | Rejection::RoleNotFound { name } => name.len() as u64,
+            Rejection::InvalidAuth { reason } => reason.len() as u64,
             _ => 0,
         }
     }
@@ -416,5 +450,65 @@ pub enum Rejection {
     TooManyLeases {
         /// The limit.
         max: u64,
+    },
+    /// A user of that name exists.
+    #[error("user {name:?} already exists")]
+    UserExists {
+        /// The name.
+        name: String,
+    },
+    /// No user of that name exists.
+    #[error("user {name:?} not found")]
+    UserNotFound {
+        /// The name.
+        name: String,
+    },
+    /// A role of that name exists (`admin` is built in).
+    #[error("role {name:?} already exists")]
+    RoleExists {
+        /// The name.
+        name: String,
+    },
+    /// No role of that name exists (or the user does not hold it).
+    #[error("role {name:?} not found")]
+    RoleNotFound {
+        /// The name.
+        name: String,
+    },
+    /// Authentication cannot be enforced without a user holding `admin`,
+    /// and while enforced the last such user cannot lose it.
+    #[error(
+        "no user would hold the admin role: add one (user add, user grant-role NAME admin) first"
+    )]
+    NoAdmin,
+    /// The built-in `admin` role allows everything and cannot change.
+    #[error("the admin role is built in: it allows everything and cannot be changed or deleted")]
+    BuiltInRole,
+    /// The role grants nothing on that key or prefix.
+    #[error("the role has no permission on that key or prefix")]
+    PermissionNotFound,
+    /// The maximum number of users exist.
+    #[error("too many users ({max})")]
+    TooManyUsers {
+        /// The limit.
+        max: u64,
+    },
+    /// The maximum number of roles exist (or a user holds its maximum).
+    #[error("too many roles ({max})")]
+    TooManyRoles {
+        /// The limit.
+        max: u64,
+    },
+    /// A role grants its maximum number of permissions.
+    #[error("too many permissions in the role ({max})")]
+    TooManyPermissions {
+        /// The limit.
+        max: u64,
+    },
+    /// A malformed name, password hash or permission.
+    #[error("{reason}")]
+    InvalidAuth {
+        /// What is wrong.
+        reason: String,
     },
 }

@@ -6,7 +6,7 @@
 //! bounded in count (its window) and in bytes (its budget and the table's).
 
 use crate::command::RequestHeader;
-use crate::ids::{ClusterTime, LogIndex, Secret, Seq, SessionId};
+use crate::ids::{ClusterTime, LogIndex, Principal, Secret, SecretHash, Seq, SessionId};
 use crate::invariant::{BrokenInvariant, Table};
 use crate::outcome::{Malformed, Outcome, Overload, Reply};
 use serde::{Deserialize, Serialize};
@@ -66,7 +66,11 @@ pub struct RecordBudget {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Session {
     id: SessionId,
-    secret: Secret,
+    /// The hash of its secret: the state never keeps the secret itself.
+    secret_hash: SecretHash,
+    /// Who opened it (while authentication is enforced, only they may use
+    /// it).
+    owner: Option<Principal>,
     ttl_ms: u64,
     window: u32,
     last_active: ClusterTime,
@@ -93,7 +97,8 @@ impl PartialEq for Session {
     /// Equal replicated state; where the lazy indexes file it does not count.
     fn eq(&self, other: &Session) -> bool {
         self.id == other.id
-            && self.secret == other.secret
+            && self.secret_hash == other.secret_hash
+            && self.owner == other.owner
             && self.ttl_ms == other.ttl_ms
             && self.window == other.window
             && self.last_active == other.last_active
@@ -109,6 +114,11 @@ impl Session {
     /// The session's id.
     pub fn id(&self) -> SessionId {
         self.id
+    }
+
+    /// Who opened it.
+    pub fn owner(&self) -> Option<&Principal> {
+        self.owner.as_ref()
     }
 
     /// Its idle time-to-live.
@@ -369,13 +379,15 @@ impl SessionTable {
         Some(session)
     }
 
-    /// Opens session `id` at `now`, unless `sessions_max` sessions are live:
-    /// then nothing changes and the refusal is returned. No live session is
-    /// ever evicted to make room.
+    /// Opens session `id` for `owner` at `now`, unless `sessions_max`
+    /// sessions are live: then nothing changes and the refusal is returned.
+    /// No live session is ever evicted to make room.
+    #[allow(clippy::too_many_arguments)]
     pub fn open(
         &mut self,
         id: SessionId,
         secret: Secret,
+        owner: Option<Principal>,
         ttl_ms: u64,
         window: u32,
         now: ClusterTime,
@@ -386,7 +398,8 @@ impl SessionTable {
         }
         self.insert(Session {
             id,
-            secret,
+            secret_hash: secret.hash(),
+            owner,
             ttl_ms,
             window,
             last_active: now,
@@ -410,7 +423,7 @@ impl SessionTable {
         let Some(session) = self.sessions.get_mut(&id) else {
             return Err(Outcome::SessionExpired);
         };
-        if session.secret != secret {
+        if session.secret_hash != secret.hash() {
             return Err(Outcome::Unauthorized);
         }
         session.last_active = session.last_active.max(now);

@@ -6,6 +6,7 @@
 //! (u64 LE), then the body in postcard. Derived indexes are not stored; they
 //! are rebuilt on restore.
 
+use crate::auth::AuthTable;
 use crate::digest::{Fnv64, fnv64};
 use crate::idempotency::{IdempotencyKeys, KeyRecord};
 use crate::ids::{ClusterTime, LogIndex};
@@ -19,7 +20,7 @@ use serde::{Deserialize, Serialize};
 
 const MAGIC: &[u8; 8] = b"OKVSNAP\0";
 /// The snapshot format this build writes and reads.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 const HEADER_BYTES: usize = 8 + 4 + 8;
 
 /// Why snapshot bytes could not be restored.
@@ -60,6 +61,7 @@ struct BodyRef<'a> {
     keys: Vec<&'a KeyRecord>,
     leases: Vec<&'a Lease>,
     no_space_alarm: bool,
+    auth: &'a AuthTable,
 }
 
 /// The body as read.
@@ -73,6 +75,7 @@ struct Body {
     keys: Vec<KeyRecord>,
     leases: Vec<Lease>,
     no_space_alarm: bool,
+    auth: AuthTable,
 }
 
 impl StateMachine {
@@ -86,6 +89,7 @@ impl StateMachine {
             keys: self.keys.iter().collect(),
             leases: self.leases.iter().collect(),
             no_space_alarm: self.no_space_alarm,
+            auth: &self.auth,
         }
     }
 
@@ -151,6 +155,7 @@ impl StateMachine {
             keys: IdempotencyKeys::from_records(body.keys),
             leases,
             no_space_alarm: body.no_space_alarm,
+            auth: body.auth,
             dedup: true,
         };
         machine

@@ -163,6 +163,7 @@ fn entries(steps: &[Step]) -> Vec<Entry> {
         };
         out.push(Entry {
             index,
+            principal: None,
             time: ClusterTime(time),
             request,
         });
@@ -319,7 +320,7 @@ proptest! {
         let mut index = 0;
         let mut apply = |machine: &mut StateMachine, request: Request| {
             index += 1;
-            machine.apply(&Entry { index: LogIndex(index), time: ClusterTime(index), request })
+            machine.apply(&Entry { index: LogIndex(index), time: ClusterTime(index), principal: None, request })
         };
         let mut clients: Vec<AppendClient> = Vec::new();
         for (i, window) in windows.iter().enumerate() {

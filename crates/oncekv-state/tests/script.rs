@@ -20,10 +20,16 @@
 //!   `idempotency_bytes_max`, `session_record_bytes_max`,
 //!   `record_bytes_max`, `store_bytes_max`, `scan_bytes_max`).
 //! - `nodedup`: switch deduplication off (the checkers' negative control).
+//! - `as USER` (`as -` for nobody): the principal of the following entries;
+//! - auth OPs: `auth-enable`, `auth-disable`, `auth-status`, `user-add U`,
+//!   `user-del U`, `user-passwd U`, `user-grant U R`, `user-revoke U R`,
+//!   `role-add R`, `role-del R`, `role-grant R read|write|readwrite K
+//!   [prefix]`, `role-revoke R K [prefix]`.
 
 use oncekv_state::{
-    ClusterTime, Command, Entry, IdempotencyKey, Limits, LogIndex, Origin, Outcome, Query, Reply,
-    Request, RequestHeader, RequestId, Secret, Seq, SessionId, StateMachine,
+    Access, AuthCommand, ClusterTime, Command, Entry, IdempotencyKey, Limits, LogIndex, Origin,
+    Outcome, Permission, Principal, Query, Reply, Request, RequestHeader, RequestId, Secret, Seq,
+    SessionId, StateMachine, TokenKey,
 };
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -33,6 +39,7 @@ struct Runner {
     machine: StateMachine,
     next_index: u64,
     time: u64,
+    principal: Option<Principal>,
     sessions: BTreeMap<String, (SessionId, Secret)>,
 }
 
@@ -50,6 +57,7 @@ impl Runner {
             machine: StateMachine::new(limits),
             next_index: 1,
             time: 0,
+            principal: None,
             sessions: BTreeMap::new(),
         }
     }
@@ -58,6 +66,7 @@ impl Runner {
         let entry = Entry {
             index: LogIndex(self.next_index),
             time: ClusterTime(self.time),
+            principal: self.principal.clone(),
             request,
         };
         self.next_index += 1;
@@ -89,6 +98,11 @@ impl Runner {
                 let machine =
                     std::mem::replace(&mut self.machine, StateMachine::new(Limits::default()));
                 self.machine = machine.without_dedup();
+                return Ok(None);
+            }
+            "as" => {
+                let name = rest.first().ok_or("as needs a user name or -")?;
+                self.principal = (*name != "-").then(|| Principal(name.to_string()));
                 return Ok(None);
             }
             "advance" => {
@@ -257,6 +271,48 @@ impl Runner {
             }
             "tick" => Command::Tick,
             "alarm-disarm" => Command::AlarmDisarm,
+            "auth-status" => Command::Read(Query::Auth),
+            "auth-enable" => Command::Auth(AuthCommand::Enable {
+                token_key: TokenKey([9; 32]),
+            }),
+            "auth-disable" => Command::Auth(AuthCommand::Disable),
+            "user-add" => Command::Auth(AuthCommand::UserAdd {
+                name: text(1)?,
+                password_hash: Some("$argon2id$test".into()),
+            }),
+            "user-del" => Command::Auth(AuthCommand::UserDelete { name: text(1)? }),
+            "user-passwd" => Command::Auth(AuthCommand::UserPasswd {
+                name: text(1)?,
+                password_hash: Some("$argon2id$new".into()),
+            }),
+            "user-grant" => Command::Auth(AuthCommand::UserGrantRole {
+                user: text(1)?,
+                role: text(2)?,
+            }),
+            "user-revoke" => Command::Auth(AuthCommand::UserRevokeRole {
+                user: text(1)?,
+                role: text(2)?,
+            }),
+            "role-add" => Command::Auth(AuthCommand::RoleAdd { name: text(1)? }),
+            "role-del" => Command::Auth(AuthCommand::RoleDelete { name: text(1)? }),
+            "role-grant" => Command::Auth(AuthCommand::RoleGrant {
+                role: text(1)?,
+                permission: Permission {
+                    access: match text(2)?.as_str() {
+                        "read" => Access::Read,
+                        "write" => Access::Write,
+                        "readwrite" => Access::ReadWrite,
+                        other => return Err(format!("unknown access {other}")),
+                    },
+                    key: arg(3)?,
+                    prefix: words.get(4) == Some(&"prefix"),
+                },
+            }),
+            "role-revoke" => Command::Auth(AuthCommand::RoleRevoke {
+                role: text(1)?,
+                key: arg(2)?,
+                prefix: words.get(3) == Some(&"prefix"),
+            }),
             other => return Err(format!("unknown operation {other}")),
         })
     }
@@ -350,6 +406,23 @@ fn render_reply(reply: &Reply) -> String {
         }
         Reply::Rejected(rejection) => format!("rejected: {rejection}"),
         Reply::AlarmDisarmed { was_raised } => format!("alarm-disarmed was_raised={was_raised}"),
+        Reply::AuthChanged => "auth-changed".into(),
+        Reply::Auth(view) => {
+            let mut out = format!("auth enabled={}", view.enabled);
+            for user in &view.users {
+                let _ = write!(out, " user:{}({})", user.name, user.roles.join(","));
+            }
+            for (role, permissions) in &view.roles {
+                let _ = write!(out, " role:{role}(");
+                for (i, p) in permissions.iter().enumerate() {
+                    let star = if p.prefix { "*" } else { "" };
+                    let sep = if i == 0 { "" } else { "," };
+                    let _ = write!(out, "{sep}{} {}{star}", p.access, bytes(&p.key));
+                }
+                out.push(')');
+            }
+            out
+        }
     }
 }
 
@@ -369,6 +442,7 @@ fn render(outcome: &Outcome) -> String {
         Outcome::SequenceGap { expected } => format!("sequence-gap expected={}", expected.0),
         Outcome::Malformed(why) => format!("malformed: {why}"),
         Outcome::Overloaded(why) => format!("overloaded {}: {why}", why.name()),
+        Outcome::PermissionDenied { reason } => format!("permission-denied: {reason}"),
     }
 }
 

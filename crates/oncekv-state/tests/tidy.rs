@@ -7,7 +7,7 @@
 
 use std::path::Path;
 
-const ALLOWED_DEPENDENCIES: &[&str] = &["serde", "postcard", "thiserror"];
+const ALLOWED_DEPENDENCIES: &[&str] = &["serde", "postcard", "thiserror", "sha2"];
 
 const FORBIDDEN: &[(&str, &str)] = &[
     ("HashMap", "hash-ordered iteration differs between replicas"),

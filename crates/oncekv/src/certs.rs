@@ -63,15 +63,13 @@ enum CertsCommand {
         #[arg(long, default_value_t = LEAF_DAYS_DEFAULT)]
         days: u32,
     },
-    /// Make a client certificate with Common Name NAME, signed by DIR's CA,
-    /// for a cluster serving with --client-ca-file.
+    /// Make a client certificate for the user given with --user NAME (its
+    /// Common Name: a cluster enforcing users takes it as that user),
+    /// signed by DIR's CA, for a cluster serving with --client-ca-file.
     CreateClient {
         /// Directory holding the CA, and to write to.
         #[arg(long)]
         dir: PathBuf,
-        /// The user the certificate stands for (its Common Name).
-        #[arg(long, value_name = "NAME")]
-        user: String,
         /// Days the certificate is valid.
         #[arg(long, default_value_t = LEAF_DAYS_DEFAULT)]
         days: u32,
@@ -83,8 +81,10 @@ fn made(files: &CertFiles) {
     sayln!("{}", files.key.display());
 }
 
-/// Runs `oncekv certs`; returns the documented exit code.
-pub fn run(args: CertsArgs) -> ExitCode {
+/// Runs `oncekv certs`; returns the documented exit code. `user` is the
+/// global `--user` flag (`USER[:PASSWORD]`; only USER is used), the user
+/// of `create-client`.
+pub fn run(args: CertsArgs, user: Option<&str>) -> ExitCode {
     let result: Result<CertFiles, CertError> = match &args.command {
         CertsCommand::CreateCa { dir, days } => create_ca(dir, *days),
         CertsCommand::CreateNode {
@@ -93,7 +93,13 @@ pub fn run(args: CertsArgs) -> ExitCode {
             hosts,
             days,
         } => create_node(dir, *id, hosts, *days),
-        CertsCommand::CreateClient { dir, user, days } => create_client(dir, user, *days),
+        CertsCommand::CreateClient { dir, days } => {
+            let Some(user) = user.and_then(|user| user.split(':').next()) else {
+                eprintln!("error: create-client needs --user NAME (the certificate's Common Name)");
+                return exit::code(exit::USAGE);
+            };
+            create_client(dir, user, *days)
+        }
     };
     match result {
         Ok(files) => {

@@ -35,6 +35,10 @@ pub const ADDRESS: u8 = 11;
 /// `serve`: storage failed while running (a log write or sync failed, or
 /// the disk is full); the node stopped without acknowledging unsynced data.
 pub const STORAGE: u8 = 12;
+/// Not authenticated, or not permitted: the cluster enforces
+/// authentication and the call named no valid user, or its user lacks the
+/// permission (a key outside its grants, an admin call). Not applied.
+pub const DENIED: u8 = 13;
 
 /// The table, as `--help` and the README print it.
 pub const TABLE: &str = "\
@@ -54,7 +58,9 @@ Exit codes (the same for every subcommand):
   10 serve: data directory unusable (damaged log, another node's data)
   11 serve: an address cannot be bound
   12 serve: storage failed (a log write or sync failed, or the disk is
-     full); restart it (after freeing space) to recover";
+     full); restart it (after freeing space) to recover
+  13 denied: not authenticated, or the user lacks the permission; not
+     applied";
 
 /// The exit code `code`.
 pub fn code(code: u8) -> ExitCode {
@@ -81,6 +87,7 @@ mod tests {
             DATA_REFUSED,
             ADDRESS,
             STORAGE,
+            DENIED,
         ];
         let listed: Vec<u8> = TABLE
             .lines()

@@ -96,7 +96,7 @@ fn main() -> ExitCode {
     };
     match cli.command {
         Commands::Serve(args) => runtime.block_on(serve::run(*args)),
-        Commands::Certs(args) => certs::run(args),
+        Commands::Certs(args) => certs::run(args, cli.connection.login.as_deref()),
         Commands::Bench(args) => {
             match runtime.block_on(bench::run(&cli.connection, args, endpoints_given)) {
                 Ok(code) => code,

@@ -181,6 +181,11 @@ pub struct ServeArgs {
     /// many is allowed); more are refused as overloaded before proposing.
     #[arg(long, default_value_t = NodeOptions::default().session_opens_per_second)]
     session_opens_per_second: u32,
+
+    /// How long a login token is accepted (in cluster time) once
+    /// authentication is enabled; clients log in again after it.
+    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+    auth_token_ttl: Duration,
     /// Most open client connections; one more is accepted and closed at once.
     #[arg(long, value_name = "N", default_value_t = CLIENT.connections_max)]
     client_max_connections: usize,
@@ -457,6 +462,7 @@ fn config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
             propose_timeout: args.request_timeout,
             tick_interval: args.tick_interval,
             session_opens_per_second: args.session_opens_per_second,
+            token_ttl: args.auth_token_ttl,
         },
         client_message_bytes_max: args.max_message_bytes,
         server_limits,

@@ -565,3 +565,148 @@ async fn concurrent_retries_of_one_request_apply_it_once() {
         })
     );
 }
+
+/// After losing its quorum a node says so (no leader, nothing proposed),
+/// rather than pointing nowhere, and serves again once a peer is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_quorum_a_node_answers_no_leader_and_recovers_with_it() {
+    let _one = exclusive().await;
+    let mut cluster = Cluster::start(3, FAST);
+    let leader = cluster.leader(ELECTION).await;
+    let follower = cluster
+        .nodes
+        .iter()
+        .map(|n| n.id)
+        .find(|id| *id != leader)
+        .expect("a follower");
+    let survivor = cluster
+        .nodes
+        .iter()
+        .map(|n| n.id)
+        .find(|id| *id != leader && *id != follower)
+        .expect("a survivor");
+    cluster.node(leader).kill();
+    cluster.node(follower).kill();
+    let request = keyed("no-quorum".into(), append("x;"));
+    let address = cluster.node(survivor).client.clone();
+    let answer = eventually(ELECTION, "the survivor to know it has no leader", || {
+        let address = address.clone();
+        let request = request.clone();
+        async move {
+            let response = execute_on(&address, &request).await.ok()?;
+            match support::failure(&response) {
+                Some(CallFailure::NoLeader(reason)) => Some(reason),
+                _ => None,
+            }
+        }
+    })
+    .await;
+    assert!(answer.contains("quorum"), "{answer}");
+    cluster.restart(follower).expect("restart a follower");
+    match cluster.outcome(&request, ELECTION).await {
+        Outcome::Applied(Reply::Append { length: 2 }) => {}
+        other => panic!("expected the append applied once a quorum is back, got {other:?}"),
+    }
+}
+
+/// `endpoint health` and `endpoint status` ask every member on its own
+/// (the standard gRPC health check, and status); a node without a quorum
+/// is reported unhealthy and the command exits 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endpoint_health_and_status_cover_every_member() {
+    let _one = exclusive().await;
+    let mut cluster = Cluster::start(3, FAST);
+    let leader = cluster.leader(ELECTION).await;
+    let endpoints: Vec<String> = cluster.nodes.iter().map(|n| n.client.clone()).collect();
+    let first = endpoints[0].clone();
+    let run = |args: &[&str], endpoints: &str| {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_oncekv"))
+            .args(args)
+            .args(["--endpoints", endpoints, "--timeout", "3s"])
+            .output()
+            .expect("run oncekv");
+        (
+            output.status.code().expect("exit code"),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+        )
+    };
+    let all = endpoints.join(",");
+    let (code, text) = eventually(ELECTION, "every member healthy", || {
+        let answer = run(&["endpoint", "health"], &all);
+        async move { (answer.0 == 0).then_some(answer) }
+    })
+    .await;
+    assert_eq!(code, 0);
+    assert_eq!(text.matches(" true ").count(), 3, "{text}");
+    let (code, text) = run(&["endpoint", "status", "--cluster"], &first);
+    assert_eq!(code, 0, "{text}");
+    assert_eq!(
+        text.lines().count(),
+        4,
+        "a header and a row per member: {text}"
+    );
+    assert!(text.contains("(this)"), "the leader says so: {text}");
+    let survivor = cluster
+        .nodes
+        .iter()
+        .map(|n| n.id)
+        .find(|id| *id != leader)
+        .expect("a follower");
+    for id in [1, 2, 3] {
+        if id != survivor {
+            cluster.node(id).kill();
+        }
+    }
+    let alone = cluster.node(survivor).client.clone();
+    let (code, text) = eventually(ELECTION, "the survivor to report itself unhealthy", || {
+        let answer = run(&["endpoint", "health"], &alone);
+        async move { (answer.0 == 1).then_some(answer) }
+    })
+    .await;
+    assert_eq!(code, 1);
+    assert!(text.contains("false"), "{text}");
+}
+
+/// Server reflection lists the services (so `grpcurl` can call them
+/// without the `.proto`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reflection_lists_the_services() {
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+    let _one = exclusive().await;
+    let mut cluster = Cluster::start(1, FAST);
+    cluster.leader(ELECTION).await;
+    let address = format!("http://{}", cluster.node(1).client);
+    let channel = tonic::transport::Endpoint::from_shared(address)
+        .expect("an address")
+        .connect()
+        .await
+        .expect("connect");
+    let mut client = ServerReflectionClient::new(channel);
+    let request = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut answers = client
+        .server_reflection_info(tokio_stream::iter([request]))
+        .await
+        .expect("reflection answers")
+        .into_inner();
+    let answer = answers
+        .message()
+        .await
+        .expect("an answer")
+        .expect("one message");
+    let Some(MessageResponse::ListServicesResponse(list)) = answer.message_response else {
+        panic!("not a service list: {answer:?}");
+    };
+    let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+    for service in ["oncekv.v1.Kv", "grpc.health.v1.Health"] {
+        assert!(
+            names.iter().any(|n| n == service),
+            "{service} missing from {names:?}"
+        );
+    }
+}

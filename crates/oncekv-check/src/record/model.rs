@@ -242,6 +242,9 @@ pub enum FailReason {
     Overloaded,
     /// A node that is not the leader refused it without proposing it.
     NotLeader,
+    /// Authentication is enforced and the caller named no valid user, or
+    /// its user may not do this.
+    PermissionDenied,
     /// Any other definite refusal.
     #[serde(other)]
     Other,
@@ -261,6 +264,7 @@ impl FailReason {
             Self::Unreachable => "unreachable",
             Self::Overloaded => "overloaded",
             Self::NotLeader => "not_leader",
+            Self::PermissionDenied => "permission_denied",
             Self::Other => "other",
         }
     }

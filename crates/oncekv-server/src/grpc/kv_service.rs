@@ -4,15 +4,16 @@
 //! request shed before it was proposed is a gRPC status instead, as load
 //! shed by the transport is.
 
+use crate::auth::Credentials;
 use crate::node::Node;
 use crate::raft::consensus::WriteError;
 use oncekv_proto::convert::{self, CallFailure, failure_to_wire, outcome_to_wire, reply_to_wire};
 use oncekv_proto::v1::kv_server::Kv;
 use oncekv_proto::v1::{
-    AddMemberRequest, ExecuteRequest, ExecuteResponse, Failure, Member, Members,
-    MembershipResponse, ReadRequest, ReadResponse, RemoveMemberRequest, StateDigestRequest,
-    StateDigestResponse, StatusRequest, StatusResponse, execute_response, membership_response,
-    read_response,
+    AddMemberRequest, AuthenticateRequest, AuthenticateResponse, ExecuteRequest, ExecuteResponse,
+    Failure, Member, Members, MembershipResponse, ReadRequest, ReadResponse, RemoveMemberRequest,
+    StateDigestRequest, StateDigestResponse, StatusRequest, StatusResponse, Token,
+    authenticate_response, execute_response, membership_response, read_response,
 };
 use tonic::{Request, Response, Status};
 
@@ -47,6 +48,14 @@ impl KvService {
     /// node shed before proposing is a gRPC status instead.
     fn failure(&self, error: WriteError) -> Result<Failure, Status> {
         let failure = match error {
+            WriteError::NotLeader {
+                leader_id: None,
+                leader: None,
+            } => CallFailure::NoLeader(
+                "no leader is known: the cluster has lost its quorum or is electing a leader; \
+                 nothing was proposed, retry later"
+                    .to_string(),
+            ),
             WriteError::NotLeader { leader_id, leader } => {
                 let leader_client_address = leader
                     .map(|info| info.client_address)
@@ -58,6 +67,8 @@ impl KvService {
             }
             WriteError::Unavailable(reason) => CallFailure::Unavailable(reason),
             WriteError::Invalid(why) => CallFailure::Invalid(why.to_string()),
+            WriteError::Unauthenticated(why) => CallFailure::Unauthenticated(why),
+            WriteError::PermissionDenied(why) => CallFailure::PermissionDenied(why),
             WriteError::Overloaded(what) => {
                 let message = format!("overloaded ({what}): not proposed, retry later");
                 return Err(crate::transport::overloaded(what, message));
@@ -65,6 +76,44 @@ impl KvService {
         };
         Ok(failure_to_wire(failure))
     }
+}
+
+/// An admin call's refusal, for the calls without a `Failure` field
+/// (status, state digest).
+fn refused(error: WriteError) -> Status {
+    match error {
+        WriteError::Unauthenticated(why) => Status::unauthenticated(why),
+        WriteError::PermissionDenied(why) => Status::permission_denied(why),
+        other => Status::unavailable(other.to_string()),
+    }
+}
+
+/// Checks that a member's address is `host:port` (a name, an IPv4
+/// address or a bracketed IPv6 address, and a port from 1 to 65535).
+fn check_address(what: &str, address: &str) -> Result<(), String> {
+    let bad = |why: &str| {
+        Err(format!(
+            "the {what} address {address:?} is not host:port: {why}"
+        ))
+    };
+    let Some((host, port)) = address.rsplit_once(':') else {
+        return bad("no port");
+    };
+    match port.parse::<u16>() {
+        Ok(0) | Err(_) => return bad("the port must be 1..=65535"),
+        Ok(_) => {}
+    }
+    if let Some(inner) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        if inner.parse::<std::net::Ipv6Addr>().is_err() {
+            return bad("not an IPv6 address in brackets");
+        }
+        return Ok(());
+    }
+    let name_char = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '.';
+    if host.is_empty() || host.len() > 253 || !host.chars().all(name_char) {
+        return bad("the host must be a name or an IP address");
+    }
+    Ok(())
 }
 
 /// A request refused before it reached the node.
@@ -78,12 +127,15 @@ impl Kv for KvService {
         &self,
         request: Request<ExecuteRequest>,
     ) -> Result<Response<ExecuteResponse>, Status> {
-        let (result, log_index) = match convert::request_from_wire(request.into_inner()) {
-            Err(error) => (
+        let principal = self.node.authenticate(&Credentials::of(&request));
+        let converted = convert::request_from_wire(request.into_inner());
+        let (result, log_index) = match (converted, principal) {
+            (Err(error), _) => (
                 execute_response::Result::Failure(invalid(error.to_string())),
                 0,
             ),
-            Ok(request) => match self.node.execute(request).await {
+            (Ok(_), Err(error)) => (execute_response::Result::Failure(self.failure(error)?), 0),
+            (Ok(request), Ok(principal)) => match self.node.execute(request, principal).await {
                 Ok(executed) => (
                     execute_response::Result::Outcome(outcome_to_wire(&executed.outcome)),
                     executed.index.0,
@@ -98,17 +150,25 @@ impl Kv for KvService {
     }
 
     async fn read(&self, request: Request<ReadRequest>) -> Result<Response<ReadResponse>, Status> {
+        let principal = self.node.authenticate(&Credentials::of(&request));
         let request = request.into_inner();
         let query = request
             .query
             .ok_or(convert::ConvertError::Missing("query"))
             .and_then(convert::query_from_wire);
-        let result = match query {
-            Err(error) => read_response::Result::Failure(invalid(error.to_string())),
-            Ok(query) => match self.node.read(&query, request.serializable).await {
-                Ok(reply) => read_response::Result::Reply(reply_to_wire(&reply)),
-                Err(error) => read_response::Result::Failure(self.failure(error)?),
-            },
+        let result = match (query, principal) {
+            (Err(error), _) => read_response::Result::Failure(invalid(error.to_string())),
+            (Ok(_), Err(error)) => read_response::Result::Failure(self.failure(error)?),
+            (Ok(query), Ok(principal)) => {
+                let read = self
+                    .node
+                    .read(&query, request.serializable, principal.as_ref())
+                    .await;
+                match read {
+                    Ok(reply) => read_response::Result::Reply(reply_to_wire(&reply)),
+                    Err(error) => read_response::Result::Failure(self.failure(error)?),
+                }
+            }
         };
         Ok(Response::new(ReadResponse {
             result: Some(result),
@@ -117,8 +177,11 @@ impl Kv for KvService {
 
     async fn status(
         &self,
-        _request: Request<StatusRequest>,
+        request: Request<StatusRequest>,
     ) -> Result<Response<StatusResponse>, Status> {
+        self.node
+            .require_admin(&Credentials::of(&request), "status")
+            .map_err(refused)?;
         let status = self.node.status();
         let raft = &status.raft;
         let leader_client_address = raft
@@ -156,8 +219,11 @@ impl Kv for KvService {
 
     async fn state_digest(
         &self,
-        _request: Request<StateDigestRequest>,
+        request: Request<StateDigestRequest>,
     ) -> Result<Response<StateDigestResponse>, Status> {
+        self.node
+            .require_admin(&Credentials::of(&request), "the state digest")
+            .map_err(refused)?;
         let (applied_index, digest) = self.node.state_digest().await;
         Ok(Response::new(StateDigestResponse {
             applied_index: applied_index.map(|index| index.0),
@@ -169,9 +235,16 @@ impl Kv for KvService {
         &self,
         request: Request<AddMemberRequest>,
     ) -> Result<Response<MembershipResponse>, Status> {
+        let admin = self
+            .node
+            .require_admin(&Credentials::of(&request), "changing membership");
+        if let Err(error) = admin {
+            return Ok(Response::new(self.membership_result(Err(error))?));
+        }
         let request = request.into_inner();
-        if request.peer_address.is_empty() || request.client_address.is_empty() {
-            let reason = "a member needs a peer address and a client address";
+        let checked = check_address("peer", &request.peer_address)
+            .and_then(|()| check_address("client", &request.client_address));
+        if let Err(reason) = checked {
             return Ok(Response::new(MembershipResponse {
                 result: Some(membership_response::Result::Failure(invalid(reason))),
             }));
@@ -188,8 +261,32 @@ impl Kv for KvService {
         &self,
         request: Request<RemoveMemberRequest>,
     ) -> Result<Response<MembershipResponse>, Status> {
+        let admin = self
+            .node
+            .require_admin(&Credentials::of(&request), "changing membership");
+        if let Err(error) = admin {
+            return Ok(Response::new(self.membership_result(Err(error))?));
+        }
         let result = self.node.remove_member(request.into_inner().id).await;
         Ok(Response::new(self.membership_result(result)?))
+    }
+
+    async fn authenticate(
+        &self,
+        request: Request<AuthenticateRequest>,
+    ) -> Result<Response<AuthenticateResponse>, Status> {
+        let request = request.into_inner();
+        let ttl = self.node.token_ttl();
+        let result = match self.node.login(&request.user, &request.password, ttl).await {
+            Ok((token, expires)) => authenticate_response::Result::Token(Token {
+                token,
+                expires_at_ms: expires.0,
+            }),
+            Err(error) => authenticate_response::Result::Failure(self.failure(error)?),
+        };
+        Ok(Response::new(AuthenticateResponse {
+            result: Some(result),
+        }))
     }
 }
 
@@ -207,5 +304,35 @@ impl KvService {
         Ok(MembershipResponse {
             result: Some(result),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_address;
+
+    #[test]
+    fn a_member_address_is_host_and_port() {
+        for good in [
+            "127.0.0.1:7380",
+            "node-2.example:1",
+            "[::1]:7380",
+            "localhost:65535",
+        ] {
+            assert_eq!(check_address("peer", good), Ok(()), "{good}");
+        }
+        for bad in [
+            "",
+            "127.0.0.1",
+            "127.0.0.1:0",
+            "127.0.0.1:65536",
+            ":7380",
+            "a b:1",
+            "[zz]:1",
+            "http://x:1",
+            "host:port",
+        ] {
+            assert!(check_address("peer", bad).is_err(), "{bad:?}");
+        }
     }
 }

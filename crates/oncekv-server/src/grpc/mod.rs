@@ -1,7 +1,10 @@
-//! The client API over gRPC: the `Kv` service. This is the one place that
+//! The client API over gRPC: the `Kv` service, and the standard health
+//! and reflection services beside it. This is the one place that
 //! builds `tonic::Status`; outcomes and transient errors travel as typed
 //! response fields, and a status means the message itself was refused.
 
+mod health;
 mod kv_service;
 
+pub use health::{health_service, reflection_service, serving};
 pub use kv_service::KvService;

@@ -68,6 +68,13 @@ pub enum WriteError {
     /// request (named); not applied, retry later.
     #[error("overloaded: {0}")]
     Overloaded(&'static str),
+    /// Authentication is enforced and the call named no valid user; not
+    /// applied.
+    #[error("unauthenticated: {0}")]
+    Unauthenticated(String),
+    /// The call's user may not do this; not applied.
+    #[error("permission denied: {0}")]
+    PermissionDenied(String),
 }
 
 /// Why consensus could not start.
@@ -235,9 +242,10 @@ impl Consensus {
         self.state.lock().machine.has_expiring_state()
     }
 
-    /// Answers a query from this replica's applied state.
-    pub fn read_applied(&self, query: &oncekv_state::Query) -> oncekv_state::Reply {
-        self.state.lock().machine.read(query)
+    /// Runs `f` on this replica's applied state, under its lock (keep it
+    /// short: applies wait).
+    pub fn with_state<R>(&self, f: impl FnOnce(&oncekv_state::StateMachine) -> R) -> R {
+        f(&self.state.lock().machine)
     }
 
     /// The applied state's counts.

@@ -292,6 +292,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                         let applied = Entry {
                             index,
                             time: proposal.time,
+                            principal: proposal.principal,
                             request: proposal.request,
                         };
                         Some(state.machine.apply(&applied))

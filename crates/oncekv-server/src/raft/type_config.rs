@@ -2,7 +2,7 @@
 //! ([`Proposal`]: a request stamped with cluster time), what applying it
 //! answers ([`Applied`]), and how a node is addressed ([`NodeInfo`]).
 
-use oncekv_state::{ClusterTime, LogIndex, Outcome, Request};
+use oncekv_state::{ClusterTime, LogIndex, Outcome, Principal, Request};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -28,11 +28,15 @@ impl fmt::Display for NodeInfo {
     }
 }
 
-/// What a leader proposes: a request and the cluster time it stamped on it.
+/// What a leader proposes: a request, the cluster time it stamped on it and
+/// who sent it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Proposal {
     /// The leader's cluster time when it proposed the entry.
     pub time: ClusterTime,
+    /// The user the leader authenticated (`None` while authentication is
+    /// off, and for the leader's own ticks).
+    pub principal: Option<Principal>,
     /// The request.
     pub request: Request,
 }

@@ -7,7 +7,8 @@ use crate::session_file::SessionFile;
 use anyhow::{Context as _, anyhow};
 use clap::{Args, Subcommand, ValueEnum};
 use oncekv_client::{
-    Client, ClientError, ClientOptions, Command, Completed, Query, Reply, Session, SessionOptions,
+    Client, ClientError, ClientOptions, Command, Completed, Credentials, Query, Reply, Session,
+    SessionOptions,
 };
 use oncekv_state::{Secret, SessionId};
 use serde_json::{Map, Value, json};
@@ -15,12 +16,16 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+mod auth;
 mod cluster;
 mod connect;
+mod endpoint;
 mod output;
 mod session;
 
+use auth::{AuthSwitch, RoleCommand, UserCommand};
 use cluster::{alarms, member, status};
+use endpoint::EndpointCommand;
 use output::{Printer, reply_fields, value_or_stdin};
 use session::{saved_session_handle, session};
 
@@ -62,6 +67,40 @@ pub struct Connection {
 
     #[command(flatten)]
     pub tls: connect::TlsArgs,
+
+    /// Log in as USER (when the cluster enforces authentication), with
+    /// USER:PASSWORD or the password in ONCEKV_PASSWORD.
+    #[arg(
+        id = "login",
+        long = "user",
+        global = true,
+        env = "ONCEKV_USER",
+        value_name = "USER[:PASSWORD]"
+    )]
+    pub login: Option<String>,
+}
+
+impl Connection {
+    /// The credentials `--user` gives, if any.
+    fn credentials(&self) -> anyhow::Result<Option<Credentials>> {
+        let Some(user) = &self.login else {
+            return Ok(None);
+        };
+        if user.contains(':') {
+            return Credentials::parse_user(user)
+                .map(Some)
+                .map_err(|e| anyhow!("--user: {e}"));
+        }
+        let password = std::env::var("ONCEKV_PASSWORD").map_err(|_| {
+            anyhow!(
+                "--user {user}: give the password as --user {user}:PASSWORD or in ONCEKV_PASSWORD"
+            )
+        })?;
+        Ok(Some(Credentials::Password {
+            user: user.clone(),
+            password,
+        }))
+    }
 }
 
 /// How a mutating command is made exactly-once.
@@ -161,6 +200,20 @@ pub enum ClientCommand {
     /// are then refused (exit 6) until keys are deleted and it is disarmed.
     #[command(subcommand)]
     Alarm(AlarmCommand),
+    /// Users and their passwords (once authentication is enabled, admin
+    /// only).
+    #[command(subcommand)]
+    User(UserCommand),
+    /// Roles: permissions to read, write or both on keys or key prefixes.
+    #[command(subcommand)]
+    Role(RoleCommand),
+    /// Whether the cluster enforces authentication and permissions.
+    #[command(subcommand)]
+    Auth(AuthSwitch),
+    /// Each endpoint on its own: health (`grpc.health.v1`) or status, in a
+    /// table.
+    #[command(subcommand)]
+    Endpoint(EndpointCommand),
 }
 
 /// Alarm commands.
@@ -307,6 +360,7 @@ pub async fn run(connection: &Connection, command: ClientCommand) -> anyhow::Res
     let options = ClientOptions {
         deadline: connection.timeout,
         connector: connection.tls.connector(&connection.endpoints)?,
+        credentials: connection.credentials()?,
         ..ClientOptions::default()
     };
     let client = Client::connect(connection.endpoints.clone(), options)?;
@@ -427,6 +481,12 @@ pub async fn run(connection: &Connection, command: ClientCommand) -> anyhow::Res
             &printer,
             mutate(&client, &once, Command::AlarmDisarm).await?,
         ),
+        ClientCommand::User(command) => auth::user(&client, &printer, command).await?,
+        ClientCommand::Role(command) => auth::role(&client, &printer, command).await,
+        ClientCommand::Auth(command) => auth::auth(&client, &printer, command).await,
+        ClientCommand::Endpoint(command) => {
+            endpoint::endpoint(&client, &printer, &connection.endpoints, command).await
+        }
     })
 }
 

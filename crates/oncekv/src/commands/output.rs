@@ -66,6 +66,8 @@ impl Printer {
             ClientError::Unreachable(_) => ("unreachable", EXIT_ERROR),
             ClientError::Config(_) => ("error", EXIT_ERROR),
             ClientError::Overloaded(_) => ("overloaded", EXIT_OVERLOADED),
+            ClientError::Unauthenticated(_) => ("unauthenticated", crate::exit::DENIED),
+            ClientError::PermissionDenied(_) => ("permission_denied", crate::exit::DENIED),
         };
         let mut fields = Map::new();
         fields.insert("outcome".into(), json!(outcome));
@@ -235,6 +237,12 @@ pub(super) fn reply_fields(reply: &Reply, fields: &mut Map<String, Value>) -> (S
                 "no alarm was raised"
             };
             (human.into(), EXIT_OK)
+        }
+        Reply::AuthChanged => ("OK".into(), EXIT_OK),
+        Reply::Auth(view) => {
+            fields.insert("enabled".into(), json!(view.enabled));
+            let state = if view.enabled { "enabled" } else { "disabled" };
+            (format!("authentication {state}"), EXIT_OK)
         }
         Reply::Rejected(rejection) => {
             fields.insert("error".into(), json!(rejection.to_string()));

@@ -1,0 +1,310 @@
+//! The access-control commands: `user` (users and their passwords), `role`
+//! (roles and the key permissions they grant) and `auth` (whether the
+//! cluster enforces them). Every change goes through the log exactly once
+//! (under an idempotency key); once authentication is enabled, changes and
+//! listings need the admin role.
+
+use super::output::Printer;
+use super::{EXIT_OK, finish};
+use anyhow::{Context as _, bail};
+use clap::{Subcommand, ValueEnum};
+use oncekv_client::{Client, ClientError, Command, Query, Reply};
+use oncekv_state::{ADMIN_ROLE, Access, AuthCommand, AuthView, Permission};
+use serde_json::{Map, Value, json};
+use std::io::BufRead as _;
+use std::process::ExitCode;
+
+/// User commands.
+#[derive(Debug, Subcommand)]
+pub enum UserCommand {
+    /// Add user NAME. Its password is the first line of standard input
+    /// unless given with --password (visible to other local users in the
+    /// process list) or left out with --no-password (a user who logs in
+    /// only with a client certificate whose Common Name is NAME).
+    Add {
+        name: String,
+        #[command(flatten)]
+        password: PasswordArgs,
+    },
+    /// Delete user NAME (its tokens stop working at once).
+    Delete { name: String },
+    /// Change the password of user NAME (its tokens stop working at once).
+    Passwd {
+        name: String,
+        #[command(flatten)]
+        password: PasswordArgs,
+    },
+    /// Give user USER role ROLE (`admin` is built in and allows everything).
+    GrantRole { user: String, role: String },
+    /// Take role ROLE from user USER.
+    RevokeRole { user: String, role: String },
+    /// List users and their roles.
+    List,
+}
+
+/// How a password is given.
+#[derive(Debug, clap::Args)]
+pub struct PasswordArgs {
+    /// The password (default: the first line of standard input).
+    #[arg(long, conflicts_with = "no_password")]
+    password: Option<String>,
+    /// No password: the user logs in only with a client certificate.
+    #[arg(long)]
+    no_password: bool,
+}
+
+impl PasswordArgs {
+    fn read(&self) -> anyhow::Result<Option<String>> {
+        if self.no_password {
+            return Ok(None);
+        }
+        if let Some(password) = &self.password {
+            return Ok(Some(password.clone()));
+        }
+        let mut line = String::new();
+        std::io::stdin()
+            .lock()
+            .read_line(&mut line)
+            .context("reading the password from standard input")?;
+        let password = line.trim_end_matches(['\r', '\n']).to_string();
+        if password.is_empty() {
+            bail!("no password on standard input (give --password, or --no-password)");
+        }
+        Ok(Some(password))
+    }
+}
+
+/// What a permission allows.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum AccessArg {
+    /// Get and scan.
+    Read,
+    /// Put, delete, append, and revoking a lease holding the key.
+    Write,
+    /// Both (INCR and CAS need both).
+    Readwrite,
+}
+
+impl From<AccessArg> for Access {
+    fn from(access: AccessArg) -> Access {
+        match access {
+            AccessArg::Read => Access::Read,
+            AccessArg::Write => Access::Write,
+            AccessArg::Readwrite => Access::ReadWrite,
+        }
+    }
+}
+
+/// Role commands.
+#[derive(Debug, Subcommand)]
+pub enum RoleCommand {
+    /// Add role NAME, granting nothing yet.
+    Add { name: String },
+    /// Delete role NAME (and take it from every user).
+    Delete { name: String },
+    /// Let ROLE read, write or both KEY, or every key starting with KEY
+    /// with --prefix (`--prefix ""` is every key).
+    Grant {
+        role: String,
+        #[arg(value_enum)]
+        access: AccessArg,
+        key: String,
+        #[arg(long)]
+        prefix: bool,
+    },
+    /// Remove ROLE's permission on KEY (or on the prefix KEY, with --prefix).
+    Revoke {
+        role: String,
+        key: String,
+        #[arg(long)]
+        prefix: bool,
+    },
+    /// List roles and their permissions.
+    List,
+}
+
+/// Enforcement commands.
+#[derive(Debug, Subcommand)]
+pub enum AuthSwitch {
+    /// Enforce authentication: every call then needs a user (`--user` or a
+    /// client certificate), keys need permissions, and membership, status
+    /// and auth changes need the admin role. Refused unless a user holds
+    /// `admin` (user add root; user grant-role root admin).
+    Enable,
+    /// Stop enforcing (admin only): every call is allowed again.
+    Disable,
+    /// Whether authentication is enforced.
+    Status,
+}
+
+async fn change(client: &Client, printer: &Printer, change: AuthCommand) -> ExitCode {
+    finish(
+        printer,
+        client.execute_once(Command::Auth(change), None).await,
+    )
+}
+
+async fn view(client: &Client) -> Result<AuthView, ClientError> {
+    match client.read(Query::Auth, false).await? {
+        Reply::Auth(view) => Ok(view),
+        other => Err(ClientError::Invalid(format!(
+            "unexpected answer to an auth listing: {other:?}"
+        ))),
+    }
+}
+
+fn permission_text(permission: &Permission) -> String {
+    let key = String::from_utf8_lossy(&permission.key);
+    let star = if permission.prefix { "*" } else { "" };
+    format!("{} {key}{star}", permission.access)
+}
+
+/// Runs a `user` command.
+pub(super) async fn user(
+    client: &Client,
+    printer: &Printer,
+    command: UserCommand,
+) -> anyhow::Result<ExitCode> {
+    Ok(match command {
+        UserCommand::Add { name, password } => {
+            let password_hash = password.read()?;
+            let add = AuthCommand::UserAdd {
+                name,
+                password_hash,
+            };
+            change(client, printer, add).await
+        }
+        UserCommand::Delete { name } => {
+            change(client, printer, AuthCommand::UserDelete { name }).await
+        }
+        UserCommand::Passwd { name, password } => {
+            let password_hash = password.read()?;
+            let passwd = AuthCommand::UserPasswd {
+                name,
+                password_hash,
+            };
+            change(client, printer, passwd).await
+        }
+        UserCommand::GrantRole { user, role } => {
+            change(client, printer, AuthCommand::UserGrantRole { user, role }).await
+        }
+        UserCommand::RevokeRole { user, role } => {
+            change(client, printer, AuthCommand::UserRevokeRole { user, role }).await
+        }
+        UserCommand::List => match view(client).await {
+            Ok(view) => {
+                let users: Vec<Value> = view
+                    .users
+                    .iter()
+                    .map(|u| json!({"name": u.name, "roles": u.roles, "password": u.has_password}))
+                    .collect();
+                let lines: Vec<String> = view
+                    .users
+                    .iter()
+                    .map(|u| format!("{} roles={}", u.name, u.roles.join(",")))
+                    .collect();
+                let mut fields = Map::new();
+                fields.insert("users".into(), Value::Array(users));
+                printer.emit(fields, lines.join("\n"));
+                ExitCode::from(EXIT_OK)
+            }
+            Err(error) => printer.error(&error),
+        },
+    })
+}
+
+/// Runs a `role` command.
+pub(super) async fn role(client: &Client, printer: &Printer, command: RoleCommand) -> ExitCode {
+    match command {
+        RoleCommand::Add { name } => change(client, printer, AuthCommand::RoleAdd { name }).await,
+        RoleCommand::Delete { name } => {
+            change(client, printer, AuthCommand::RoleDelete { name }).await
+        }
+        RoleCommand::Grant {
+            role,
+            access,
+            key,
+            prefix,
+        } => {
+            let permission = Permission {
+                access: access.into(),
+                key: key.into_bytes(),
+                prefix,
+            };
+            change(client, printer, AuthCommand::RoleGrant { role, permission }).await
+        }
+        RoleCommand::Revoke { role, key, prefix } => {
+            let key = key.into_bytes();
+            change(
+                client,
+                printer,
+                AuthCommand::RoleRevoke { role, key, prefix },
+            )
+            .await
+        }
+        RoleCommand::List => match view(client).await {
+            Ok(view) => {
+                let roles: Vec<Value> = view
+                    .roles
+                    .iter()
+                    .map(|(name, permissions)| {
+                        let list: Vec<Value> = permissions
+                            .iter()
+                            .map(|p| {
+                                json!({
+                                    "access": p.access.name(),
+                                    "key": String::from_utf8_lossy(&p.key),
+                                    "prefix": p.prefix,
+                                })
+                            })
+                            .collect();
+                        json!({"name": name, "permissions": list})
+                    })
+                    .collect();
+                let lines: Vec<String> = view
+                    .roles
+                    .iter()
+                    .map(|(name, permissions)| {
+                        if name == ADMIN_ROLE {
+                            return format!("{name}: everything (built in)");
+                        }
+                        let list: Vec<String> = permissions.iter().map(permission_text).collect();
+                        format!("{name}: {}", list.join(", "))
+                    })
+                    .collect();
+                let mut fields = Map::new();
+                fields.insert("roles".into(), Value::Array(roles));
+                printer.emit(fields, lines.join("\n"));
+                ExitCode::from(EXIT_OK)
+            }
+            Err(error) => printer.error(&error),
+        },
+    }
+}
+
+/// Runs an `auth` command.
+pub(super) async fn auth(client: &Client, printer: &Printer, command: AuthSwitch) -> ExitCode {
+    match command {
+        AuthSwitch::Enable => {
+            let enable = AuthCommand::Enable {
+                token_key: oncekv_state::TokenKey([0; 32]),
+            };
+            change(client, printer, enable).await
+        }
+        AuthSwitch::Disable => change(client, printer, AuthCommand::Disable).await,
+        AuthSwitch::Status => match view(client).await {
+            Ok(view) => {
+                let mut fields = Map::new();
+                fields.insert("enabled".into(), json!(view.enabled));
+                fields.insert("users".into(), json!(view.users.len()));
+                let state = if view.enabled { "enabled" } else { "disabled" };
+                printer.emit(
+                    fields,
+                    format!("authentication {state}, {} user(s)", view.users.len()),
+                );
+                ExitCode::from(EXIT_OK)
+            }
+            Err(error) => printer.error(&error),
+        },
+    }
+}

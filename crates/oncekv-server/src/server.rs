@@ -360,6 +360,22 @@ where
     E: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
 {
     config.server_limits.check()?;
+    // TLS is checked before anything starts, so a refusal stops nothing
+    // half-way.
+    let tls_configs = [
+        (
+            "client",
+            config.client_tls.as_ref().map(ServerTls::server_config),
+        ),
+        ("peer", config.peer_tls.as_ref().map(PeerTls::server_config)),
+    ];
+    for (service, tls) in tls_configs {
+        if let Some(tls) = tls {
+            tonic::transport::Server::builder()
+                .tls_config(tls)
+                .map_err(|source| ServeError::Tls { service, source })?;
+        }
+    }
     let cluster = match &config.initial_cluster {
         Some(members) => identity::describe_cluster(members),
         None => "joined".to_string(),

@@ -41,6 +41,7 @@ fn oncekv(args: &[&str]) -> (Option<i32>, String) {
         .env_remove("ONCEKV_CERT")
         .env_remove("ONCEKV_KEY")
         .env_remove("ONCEKV_ENDPOINTS")
+        .env_remove("ONCEKV_USER")
         .output()
         .expect("run oncekv");
     let text = format!(

@@ -1,6 +1,7 @@
 //! Project automation: `cargo xtask verify` runs every check CI runs
-//! (format, lints, tests, docs); `cargo xtask fix` applies the automatic
-//! fixes (format, clippy suggestions); `cargo xtask sim` runs a sweep of
+//! (format, lints, tests, docs, then the Python client's tests);
+//! `cargo xtask fix` applies the automatic fixes (format, clippy
+//! suggestions); `cargo xtask sim` runs a sweep of
 //! seeded simulations (crates/oncekv-sim); `cargo xtask build-bench`
 //! builds the release binary with `oncekv bench --target etcd`.
 //!
@@ -16,7 +17,8 @@ usage: cargo xtask <task>
 tasks:
   verify   check formatting, run clippy with -D warnings, run every test,
            build the docs with warnings denied (what CI runs); with the
-           etcd feature of oncekv, and clippy once more without it
+           etcd feature of oncekv, and clippy once more without it;
+           then the Python client's tests (clients/python/run-tests.sh)
   fix      format the code and apply clippy's automatic fixes
   build-bench
            build target/release/oncekv with the etcd feature
@@ -191,6 +193,25 @@ fn main() -> ExitCode {
             }
             Err(error) => {
                 eprintln!("==> {name}: could not run cargo: {error}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    if task.as_deref() == Some("verify") {
+        // The Python client's tests, against the binary the tests built.
+        let script = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../clients/python/run-tests.sh"
+        );
+        eprintln!("==> python client: {script}");
+        match Command::new(script).status() {
+            Ok(status) if status.success() => {}
+            Ok(status) => {
+                eprintln!("==> python client failed ({status})");
+                return ExitCode::FAILURE;
+            }
+            Err(error) => {
+                eprintln!("==> python client: could not run {script}: {error}");
                 return ExitCode::FAILURE;
             }
         }

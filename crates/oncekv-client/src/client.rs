@@ -58,6 +58,24 @@ impl Default for ClientOptions {
     }
 }
 
+/// A backup as [`Client::save_snapshot`] received it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SavedSnapshot {
+    /// The log index of the last entry the state includes.
+    pub applied_index: u64,
+    /// The state machine's snapshot bytes (their SHA-256 was checked).
+    pub state: Vec<u8>,
+}
+
+impl std::fmt::Debug for SavedSnapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SavedSnapshot")
+            .field("applied_index", &self.applied_index)
+            .field("bytes", &self.state.len())
+            .finish()
+    }
+}
+
 /// A reply and how it was obtained.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Completed {
@@ -629,6 +647,59 @@ impl Client {
                 ClientError::Unreachable(format!("{address}: {}", status.message()))
             })?;
         Ok(answer.into_inner().status == ServingStatus::Serving as i32)
+    }
+
+    /// A consistent copy of the whole state (a backup), from the leader:
+    /// the index it was taken at and its bytes, whose SHA-256 is checked.
+    pub async fn save_snapshot(&self) -> Result<SavedSnapshot, ClientError> {
+        use v1::save_snapshot_chunk::Kind;
+        let (saved, _, _) = self
+            .with_retries(true, None, |mut rpc, _timeout, _| async move {
+                // A large state takes longer than one attempt: no timeout
+                // per attempt here; the server's call timeout bounds it.
+                let mut stream = match rpc.save_snapshot(v1::SaveSnapshotRequest {}).await {
+                    Ok(response) => response.into_inner(),
+                    Err(status) => return failed(status),
+                };
+                let mut info: Option<v1::SnapshotInfo> = None;
+                let mut state = Vec::new();
+                loop {
+                    match stream.message().await {
+                        Ok(Some(chunk)) => match chunk.kind {
+                            Some(Kind::Failure(failure)) => return call_failed(failure),
+                            Some(Kind::Info(first)) => {
+                                let bytes = usize::try_from(first.bytes).unwrap_or(usize::MAX);
+                                state.reserve(bytes.min(1 << 30));
+                                info = Some(first);
+                            }
+                            Some(Kind::Data(data)) => state.extend_from_slice(&data),
+                            None => return Attempt::MaybeSent("empty snapshot chunk".into()),
+                        },
+                        Ok(None) => break,
+                        Err(status) => return failed(status),
+                    }
+                }
+                let Some(info) = info else {
+                    return Attempt::MaybeSent("the snapshot stream ended before its info".into());
+                };
+                let sha256 = {
+                    use sha2::Digest as _;
+                    sha2::Sha256::digest(&state).to_vec()
+                };
+                if state.len() as u64 != info.bytes || sha256 != info.sha256 {
+                    return Attempt::MaybeSent(format!(
+                        "the snapshot arrived damaged ({} of {} bytes, or a SHA-256 mismatch)",
+                        state.len(),
+                        info.bytes
+                    ));
+                }
+                Attempt::Done(SavedSnapshot {
+                    applied_index: info.applied_index,
+                    state,
+                })
+            })
+            .await?;
+        Ok(saved)
     }
 
     /// Adds a member (through the leader).

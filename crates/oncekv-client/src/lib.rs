@@ -47,7 +47,7 @@ mod retry;
 mod session;
 
 pub use auth::{AuthInterceptor, Credentials};
-pub use client::{Client, ClientOptions, Completed};
+pub use client::{Client, ClientOptions, Completed, SavedSnapshot};
 pub use connector::{
     Connector, TcpConnector, TlsConfigError, TlsConnectError, TlsConnector, TlsFiles,
     explain_tls_error, strip_scheme,

@@ -18,7 +18,8 @@ use oncekv_proto::v1::kv_server::{Kv, KvServer};
 use oncekv_proto::v1::{
     self, AddMemberRequest, AuthenticateRequest, AuthenticateResponse, ExecuteRequest,
     ExecuteResponse, MembershipResponse, ReadRequest, ReadResponse, RemoveMemberRequest,
-    StateDigestRequest, StateDigestResponse, StatusRequest, StatusResponse,
+    SaveSnapshotChunk, SaveSnapshotRequest, StateDigestRequest, StateDigestResponse, StatusRequest,
+    StatusResponse,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -440,6 +441,23 @@ impl Kv for Forwarder {
             .remove_member(with_timeout(request.into_inner()))
             .await
             .map_err(upstream_status)
+    }
+
+    type SaveSnapshotStream = std::pin::Pin<
+        Box<dyn tokio_stream::Stream<Item = Result<SaveSnapshotChunk, Status>> + Send>,
+    >;
+
+    async fn save_snapshot(
+        &self,
+        request: Request<SaveSnapshotRequest>,
+    ) -> Result<Response<Self::SaveSnapshotStream>, Status> {
+        let mut upstream = self.0.upstream.clone();
+        let stream = upstream
+            .save_snapshot(request.into_inner())
+            .await
+            .map_err(upstream_status)?
+            .into_inner();
+        Ok(Response::new(Box::pin(stream)))
     }
 
     async fn authenticate(

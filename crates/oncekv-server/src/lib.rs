@@ -3,6 +3,7 @@
 //! peers.
 
 pub mod auth;
+pub mod backup;
 pub mod clock;
 pub mod grpc;
 pub mod identity;

@@ -374,6 +374,34 @@ impl Node {
         }
     }
 
+    /// A consistent copy of the whole state, for a backup: on the leader,
+    /// after a read barrier (so it holds every acknowledged write); the
+    /// lock is held only to copy, the snapshot bytes are made off the async
+    /// threads, one backup or digest at a time.
+    pub async fn backup(&self) -> Result<crate::backup::Backup, WriteError> {
+        let leadership = self.inner.consensus.leadership();
+        if !leadership.is_leader {
+            return Err(WriteError::NotLeader {
+                leader_id: leadership.leader_id,
+                leader: leadership
+                    .leader_id
+                    .and_then(|id| self.inner.consensus.member(id)),
+            });
+        }
+        self.inner.consensus.read_barrier().await?;
+        let _one_at_a_time = self.inner.digesting.lock().await;
+        let copy = self.inner.consensus.state_copy();
+        let made = tokio::task::spawn_blocking(move || {
+            let applied_index = copy.last_applied().unwrap_or(LogIndex(0));
+            crate::backup::Backup {
+                applied_index,
+                state: copy.snapshot(),
+            }
+        })
+        .await;
+        made.map_err(|e| WriteError::Unavailable(format!("making the snapshot failed: {e}")))
+    }
+
     /// Adds a member (learner first, then voter).
     pub async fn add_member(&self, id: NodeId, info: NodeInfo) -> Result<(), WriteError> {
         self.inner.consensus.add_member(id, info).await

@@ -113,21 +113,17 @@ impl StateMachine {
             .finish()
     }
 
+    /// The limits snapshot bytes were taken under (after checking their
+    /// magic, format and checksum), so a new node can be started with them.
+    pub fn snapshot_limits(bytes: &[u8]) -> Result<Limits, SnapshotError> {
+        let encoded = checked_body(bytes)?;
+        let body: Body = postcard::from_bytes(encoded)?;
+        Ok(body.limits)
+    }
+
     /// Restores a state machine from snapshot bytes taken under `limits`.
     pub fn restore(limits: &Limits, bytes: &[u8]) -> Result<StateMachine, SnapshotError> {
-        if bytes.len() < HEADER_BYTES || &bytes[..8] != MAGIC {
-            return Err(SnapshotError::BadMagic);
-        }
-        let version = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
-        if version != FORMAT_VERSION {
-            return Err(SnapshotError::UnsupportedVersion { found: version });
-        }
-        let mut checksum = [0u8; 8];
-        checksum.copy_from_slice(&bytes[12..HEADER_BYTES]);
-        let encoded = &bytes[HEADER_BYTES..];
-        if fnv64(encoded) != u64::from_le_bytes(checksum) {
-            return Err(SnapshotError::ChecksumMismatch);
-        }
+        let encoded = checked_body(bytes)?;
         let body: Body = postcard::from_bytes(encoded)?;
         if body.limits != *limits {
             return Err(SnapshotError::LimitsMismatch);
@@ -163,4 +159,22 @@ impl StateMachine {
             .map_err(SnapshotError::Inconsistent)?;
         Ok(machine)
     }
+}
+
+/// The body of snapshot bytes, after checking magic, format and checksum.
+fn checked_body(bytes: &[u8]) -> Result<&[u8], SnapshotError> {
+    if bytes.len() < HEADER_BYTES || &bytes[..8] != MAGIC {
+        return Err(SnapshotError::BadMagic);
+    }
+    let version = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
+    if version != FORMAT_VERSION {
+        return Err(SnapshotError::UnsupportedVersion { found: version });
+    }
+    let mut checksum = [0u8; 8];
+    checksum.copy_from_slice(&bytes[12..HEADER_BYTES]);
+    let encoded = &bytes[HEADER_BYTES..];
+    if fnv64(encoded) != u64::from_le_bytes(checksum) {
+        return Err(SnapshotError::ChecksumMismatch);
+    }
+    Ok(encoded)
 }

@@ -323,7 +323,7 @@ const CLIENT: ListenerLimits = ListenerLimits::CLIENT_DEFAULT;
 const PEER: ListenerLimits = ListenerLimits::PEER_DEFAULT;
 
 /// Parses `ID=PEER/CLIENT,...`.
-fn parse_cluster(text: &str) -> anyhow::Result<BTreeMap<NodeId, NodeInfo>> {
+pub(crate) fn parse_cluster(text: &str) -> anyhow::Result<BTreeMap<NodeId, NodeInfo>> {
     let mut members = BTreeMap::new();
     for item in text
         .split(',')

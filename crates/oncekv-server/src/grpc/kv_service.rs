@@ -12,8 +12,9 @@ use oncekv_proto::v1::kv_server::Kv;
 use oncekv_proto::v1::{
     AddMemberRequest, AuthenticateRequest, AuthenticateResponse, ExecuteRequest, ExecuteResponse,
     Failure, Member, Members, MembershipResponse, ReadRequest, ReadResponse, RemoveMemberRequest,
-    StateDigestRequest, StateDigestResponse, StatusRequest, StatusResponse, Token,
-    authenticate_response, execute_response, membership_response, read_response,
+    SaveSnapshotChunk, SaveSnapshotRequest, SnapshotInfo, StateDigestRequest, StateDigestResponse,
+    StatusRequest, StatusResponse, Token, authenticate_response, execute_response,
+    membership_response, read_response, save_snapshot_chunk,
 };
 use tonic::{Request, Response, Status};
 
@@ -116,13 +117,74 @@ fn check_address(what: &str, address: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The SHA-256 of `bytes`.
+fn sha256(bytes: &[u8]) -> Vec<u8> {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(bytes).to_vec()
+}
+
 /// A request refused before it reached the node.
 fn invalid(reason: impl Into<String>) -> Failure {
     failure_to_wire(CallFailure::Invalid(reason.into()))
 }
 
+/// Bytes per `data` chunk of a streamed snapshot.
+const SNAPSHOT_CHUNK_BYTES: usize = 1024 * 1024;
+
+type SnapshotStream =
+    std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<SaveSnapshotChunk, Status>> + Send>>;
+
 #[tonic::async_trait]
 impl Kv for KvService {
+    type SaveSnapshotStream = SnapshotStream;
+
+    async fn save_snapshot(
+        &self,
+        request: Request<SaveSnapshotRequest>,
+    ) -> Result<Response<Self::SaveSnapshotStream>, Status> {
+        use save_snapshot_chunk::Kind;
+        let allowed = self
+            .node
+            .require_admin(&Credentials::of(&request), "saving a snapshot");
+        let backup = match allowed {
+            Ok(()) => self.node.backup().await,
+            Err(error) => Err(error),
+        };
+        let backup = match backup {
+            Ok(backup) => backup,
+            Err(error) => {
+                let failure = Ok(SaveSnapshotChunk {
+                    kind: Some(Kind::Failure(self.failure(error)?)),
+                });
+                return Ok(Response::new(Box::pin(futures_util::stream::iter([
+                    failure,
+                ]))));
+            }
+        };
+        let info = SnapshotInfo {
+            applied_index: backup.applied_index.0,
+            bytes: backup.state.len() as u64,
+            sha256: sha256(&backup.state),
+        };
+        let state = backup.state;
+        // Chunks are cut as they are sent: the state is held once.
+        let chunks = state.len().div_ceil(SNAPSHOT_CHUNK_BYTES);
+        let data = (0..chunks).map(move |i| {
+            let start = i * SNAPSHOT_CHUNK_BYTES;
+            let end = (start + SNAPSHOT_CHUNK_BYTES).min(state.len());
+            Ok(SaveSnapshotChunk {
+                kind: Some(Kind::Data(state[start..end].to_vec())),
+            })
+        });
+        let first = Ok(SaveSnapshotChunk {
+            kind: Some(Kind::Info(info)),
+        });
+        let messages = std::iter::once(first).chain(data);
+        Ok(Response::new(Box::pin(futures_util::stream::iter(
+            messages,
+        ))))
+    }
+
     async fn execute(
         &self,
         request: Request<ExecuteRequest>,

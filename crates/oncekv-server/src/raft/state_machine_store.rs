@@ -118,6 +118,22 @@ impl StateMachineStore {
         Ok(store)
     }
 
+    /// Makes `data` (state machine snapshot bytes) with `meta` the durable
+    /// snapshot of the store in `dir`, after checking that it restores
+    /// under `limits` to the index `meta` names: how a restored backup
+    /// seeds a new node.
+    pub fn seed(
+        dir: &Path,
+        limits: Limits,
+        meta: SnapshotMetaOf<TypeConfig>,
+        data: Vec<u8>,
+    ) -> io::Result<()> {
+        let mut store = StateMachineStore::open(dir, limits)?;
+        let snapshot = StoredSnapshot { meta, data };
+        store.load(&snapshot)?;
+        store.persist(&snapshot)
+    }
+
     /// Switches deduplication off, now and after every snapshot restore:
     /// the negative control of the fault checkers, never a deployment.
     pub fn without_dedup(mut self) -> StateMachineStore {

@@ -22,12 +22,14 @@ mod connect;
 mod endpoint;
 mod output;
 mod session;
+mod snapshot;
 
 use auth::{AuthSwitch, RoleCommand, UserCommand};
 use cluster::{alarms, member, status};
 use endpoint::EndpointCommand;
 use output::{Printer, reply_fields, value_or_stdin};
 use session::{saved_session_handle, session};
+use snapshot::SnapshotCommand;
 
 /// The exit codes client commands return (the table is [`crate::exit`]).
 pub use crate::exit::{
@@ -214,6 +216,10 @@ pub enum ClientCommand {
     /// table.
     #[command(subcommand)]
     Endpoint(EndpointCommand),
+    /// Backups: save the whole state from the leader, or seed a new
+    /// cluster's nodes from a saved file.
+    #[command(subcommand)]
+    Snapshot(SnapshotCommand),
 }
 
 /// Alarm commands.
@@ -484,6 +490,7 @@ pub async fn run(connection: &Connection, command: ClientCommand) -> anyhow::Res
         ClientCommand::User(command) => auth::user(&client, &printer, command).await?,
         ClientCommand::Role(command) => auth::role(&client, &printer, command).await,
         ClientCommand::Auth(command) => auth::auth(&client, &printer, command).await,
+        ClientCommand::Snapshot(command) => snapshot::snapshot(&client, &printer, command).await?,
         ClientCommand::Endpoint(command) => {
             endpoint::endpoint(&client, &printer, &connection.endpoints, command).await
         }

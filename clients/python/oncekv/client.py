@@ -1,0 +1,770 @@
+"""``Client``: leader discovery and the retry loop.
+
+A request goes to the node believed to lead; ``NotLeader`` hints redirect
+it, unreachable nodes are skipped in turn, and transient failures are
+retried with jittered backoff until the deadline. Only requests that are
+deduplicated (on a session or under an idempotency key) or read-only are
+retried after they may have been sent. This is a port of the Rust client
+(``crates/oncekv-client/src/client.rs``); the comments name its pieces.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import threading
+import time
+from typing import Callable, Dict, Iterable, List, Optional, Tuple, Union
+
+import grpc
+
+from oncekv._proto import kv_pb2 as pb
+from oncekv._proto import kv_pb2_grpc
+from oncekv.errors import (
+    ConfigError,
+    Invalid,
+    Malformed,
+    OncekvError,
+    OutcomeUnknown,
+    Overloaded,
+    PermissionDenied,
+    Rejected,
+    RequestMismatch,
+    SequenceGap,
+    SessionExpired,
+    Stale,
+    Unauthenticated,
+    Unauthorized,
+    Unreachable,
+)
+from oncekv.results import Completed, LeaseInfo, ScanResult
+
+Bytes = Union[bytes, str]
+
+#: The metadata key a server sets on a request it shed unhandled because a
+#: limit was full; its value names the limit.
+OVERLOADED_METADATA = "oncekv-overloaded"
+
+#: Largest message sent or received (as the Rust client).
+MESSAGE_BYTES_MAX = 64 * 1024 * 1024
+
+_random = secrets.SystemRandom()
+
+
+def _bytes(value: Bytes, what: str) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value).encode("ascii")
+    raise TypeError(f"{what} must be bytes or str, not {type(value).__name__}")
+
+
+def _key_hex() -> str:
+    """A fresh 128-bit key as 32 hex digits (the Rust client's ``key_hex``)."""
+    return secrets.token_hex(16)
+
+
+class Backoff:
+    """Exponential backoff: ``initial * 2^retry``, capped at ``maximum``, then
+    jitter (a random point between half and all of it)."""
+
+    def __init__(self, initial: float = 0.020, maximum: float = 1.0):
+        self.initial = initial
+        self.maximum = maximum
+
+    def delay(self, retry: int) -> float:
+        capped = min(self.initial * (1 << min(retry, 16)), self.maximum)
+        return capped * (0.5 + 0.5 * _random.random())
+
+
+# What one attempt learned (the Rust client's `Attempt`).
+_DONE = "done"  # payload: the value
+_REDIRECT = "redirect"  # definitely not proposed there; payload: a hint or None
+_NOT_SENT = "not_sent"  # not proposed: the node could not be reached, or shed it
+_MAYBE_SENT = "maybe_sent"  # may have been proposed
+_BUSY = "busy"  # refused for now by a full table: retried after a pause
+_REFUSED = "refused"  # a definite refusal; payload: the exception
+_UNAUTHENTICATED = "unauthenticated"  # no valid user; logging in again may help
+
+
+_NEVER_SENT_MARKERS = (
+    # Only a failed connect proves it; "connection reset", "socket closed"
+    # or a deadline may come after the request left.
+    "failed to connect",
+    "connection refused",
+    "connect failed",
+    "dns resolution failed",
+)
+
+
+def _never_sent(error: grpc.RpcError) -> bool:
+    """Whether a transport status means the request never left this client."""
+    if error.code() != grpc.StatusCode.UNAVAILABLE:
+        return False
+    text = (error.details() or "").lower()
+    return any(marker in text for marker in _NEVER_SENT_MARKERS)
+
+
+def _metadata(error: grpc.RpcError) -> List[Tuple[str, str]]:
+    entries = []
+    for getter in ("trailing_metadata", "initial_metadata"):
+        try:
+            entries.extend(getattr(error, getter)() or ())
+        except Exception:  # not a grpc.Call
+            pass
+    return entries
+
+
+def _shed_by_server(error: grpc.RpcError) -> Optional[str]:
+    """What was full, if the server shed the request unhandled: status
+    RESOURCE_EXHAUSTED carrying the ``oncekv-overloaded`` metadata entry
+    (never the message text). Such a request definitely did not apply."""
+    if error.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return None
+    for key, value in _metadata(error):
+        if key.lower() == OVERLOADED_METADATA:
+            return value.decode() if isinstance(value, bytes) else str(value)
+    return None
+
+
+def _refused_by_transport(error: grpc.RpcError) -> Optional[OncekvError]:
+    if _shed_by_server(error) is not None:
+        return None  # not a refusal of the message: it is retried later
+    code = error.code()
+    details = error.details() or ""
+    if code in (
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.OUT_OF_RANGE,
+        grpc.StatusCode.INVALID_ARGUMENT,
+    ):
+        return Invalid(details)
+    if code == grpc.StatusCode.PERMISSION_DENIED:
+        return PermissionDenied(details)
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        return Unauthenticated(details)
+    return None
+
+
+def _failed(error: grpc.RpcError):
+    """What a transport-level failure says about an attempt: not sent (could
+    not connect, or the server shed it unhandled), refused (message too
+    large or invalid), or maybe sent."""
+    details = error.details() or str(error.code())
+    if _never_sent(error):
+        return _NOT_SENT, details
+    full = _shed_by_server(error)
+    if full is not None:
+        return _NOT_SENT, f"server overloaded ({full} full), not handled"
+    refusal = _refused_by_transport(error)
+    if refusal is not None:
+        return _REFUSED, refusal
+    return _MAYBE_SENT, f"{error.code().name}: {details}"
+
+
+def _call_failed(failure: pb.Failure):
+    """What a call's ``Failure`` says about the attempt: the one place the
+    client reads it."""
+    kind = failure.WhichOneof("kind")
+    if kind == "not_leader":
+        return _REDIRECT, failure.not_leader.leader_client_address or None
+    if kind == "unavailable":
+        if failure.unavailable.not_proposed:
+            # No leader known: definitely not proposed, retry later or elsewhere.
+            return _NOT_SENT, failure.unavailable.reason
+        return _MAYBE_SENT, failure.unavailable.reason
+    if kind == "invalid":
+        return _REFUSED, Invalid(failure.invalid.reason)
+    if kind == "unauthenticated":
+        return _UNAUTHENTICATED, failure.unauthenticated.reason
+    if kind == "permission_denied":
+        return _REFUSED, PermissionDenied(failure.permission_denied.reason)
+    return _MAYBE_SENT, "undecodable failure"
+
+
+def _overloaded(message: pb.Overloaded) -> Overloaded:
+    kind = pb.OverloadKind.Name(message.kind)
+    return Overloaded(kind, message.max, message.reason)
+
+
+def _malformed(message: pb.Malformed) -> Malformed:
+    kind = pb.MalformedKind.Name(message.kind)
+    reason = message.reason or kind
+    if message.seq:
+        reason += f" (seq {message.seq}, first_incomplete {message.first_incomplete})"
+    return Malformed(kind, reason)
+
+
+def _rejected(rejection: pb.Rejection) -> Rejected:
+    return Rejected(rejection.WhichOneof("kind") or "unknown", rejection.message, rejection)
+
+
+def _optional(message, name: str):
+    return getattr(message, name) if message.HasField(name) else None
+
+
+def completed(outcome: pb.Outcome, index: int, attempts: int) -> Completed:
+    """Turns an outcome into what the caller is told (raising the typed
+    error of a refusal)."""
+    kind = outcome.WhichOneof("kind")
+    if kind == "applied":
+        reply, replayed, applied_index = outcome.applied, False, index
+    elif kind == "replayed":
+        reply, replayed = outcome.replayed.reply, True
+        applied_index = outcome.replayed.applied_index
+    elif kind == "session_expired":
+        raise SessionExpired()
+    elif kind == "unauthorized":
+        raise Unauthorized()
+    elif kind == "stale":
+        raise Stale(outcome.stale.floor)
+    elif kind == "request_mismatch":
+        raise RequestMismatch()
+    elif kind == "sequence_gap":
+        raise SequenceGap(outcome.sequence_gap.expected)
+    elif kind == "malformed":
+        raise _malformed(outcome.malformed)
+    elif kind == "overloaded":
+        raise _overloaded(outcome.overloaded)
+    elif kind == "permission_denied":
+        raise PermissionDenied(outcome.permission_denied.reason)
+    else:
+        raise OutcomeUnknown(None, attempts, f"an outcome this client does not know: {kind}")
+    return _completed_reply(reply, replayed, applied_index, attempts)
+
+
+def _completed_reply(reply: pb.Reply, replayed: bool, applied_index: int, attempts: int):
+    kind = reply.WhichOneof("kind")
+    if kind == "rejected":
+        raise _rejected(reply.rejected)
+    common = dict(replayed=replayed, applied_index=applied_index, attempts=attempts, kind=kind or "")
+    if kind in ("put", "get", "delete"):
+        return Completed(value=_optional(getattr(reply, kind), "value"), reply=reply, **common)
+    if kind == "append":
+        return Completed(value=reply.append.length, reply=reply, **common)
+    if kind == "incr":
+        return Completed(value=reply.incr.value, reply=reply, **common)
+    if kind == "cas":
+        current = _optional(reply.cas, "current")
+        return Completed(
+            value=reply.cas.swapped, swapped=reply.cas.swapped, current=current, reply=reply, **common
+        )
+    if kind == "lease_granted":
+        g = reply.lease_granted
+        return Completed(
+            value=g.expires_at_ms,
+            name=g.name,
+            ttl_ms=g.ttl_ms,
+            expires_at_ms=g.expires_at_ms,
+            reply=reply,
+            **common,
+        )
+    if kind == "lease_kept_alive":
+        k = reply.lease_kept_alive
+        return Completed(
+            value=k.expires_at_ms, name=k.name, expires_at_ms=k.expires_at_ms, reply=reply, **common
+        )
+    if kind == "lease_revoked":
+        r = reply.lease_revoked
+        return Completed(
+            value=r.keys_deleted, name=r.name, keys_deleted=r.keys_deleted, reply=reply, **common
+        )
+    if kind == "session_kept_alive":
+        return Completed(value=reply.session_kept_alive.ttl_ms, reply=reply, **common)
+    return Completed(value=None, reply=reply, **common)
+
+
+# Commands (the wire's `Command`), shared by Client and Session.
+
+
+def put_command(key: Bytes, value: Bytes, lease: Optional[str] = None) -> pb.Command:
+    put = pb.Put(key=_bytes(key, "key"), value=_bytes(value, "value"))
+    if lease is not None:
+        put.lease = lease
+    return pb.Command(put=put)
+
+
+def delete_command(key: Bytes) -> pb.Command:
+    return pb.Command(delete=pb.Delete(key=_bytes(key, "key")))
+
+
+def append_command(key: Bytes, value: Bytes) -> pb.Command:
+    return pb.Command(append=pb.Append(key=_bytes(key, "key"), value=_bytes(value, "value")))
+
+
+def incr_command(key: Bytes, by: int = 1) -> pb.Command:
+    return pb.Command(incr=pb.Incr(key=_bytes(key, "key"), by=int(by)))
+
+
+def cas_command(key: Bytes, expected: Optional[Bytes], new: Bytes) -> pb.Command:
+    cas = pb.Cas(key=_bytes(key, "key"), new_value=_bytes(new, "new value"))
+    if expected is not None:
+        cas.expected = _bytes(expected, "expected value")
+    return pb.Command(cas=cas)
+
+
+def lease_grant_command(name: str, ttl_ms: int) -> pb.Command:
+    return pb.Command(lease_grant=pb.LeaseGrant(name=name, ttl_ms=int(ttl_ms)))
+
+
+def lease_keep_alive_command(name: str) -> pb.Command:
+    return pb.Command(lease_keep_alive=pb.LeaseRef(name=name))
+
+
+def lease_revoke_command(name: str) -> pb.Command:
+    return pb.Command(lease_revoke=pb.LeaseRef(name=name))
+
+
+#: Commands that change nothing (the Rust `Command::is_mutating`).
+_READ_ONLY = ("read",)
+
+
+def is_mutating(command: pb.Command) -> bool:
+    return command.WhichOneof("kind") not in _READ_ONLY
+
+
+def _read_file(value) -> Optional[bytes]:
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        return value
+    with open(os.fspath(value), "rb") as f:
+        return f.read()
+
+
+class Client:
+    """A connection to an oncekv cluster.
+
+    ``endpoints``: client addresses (``host:port``, ``http://host:port`` or
+    ``https://host:port``), a list or a comma-separated string.
+    ``timeout``: longest time a call may take in all, retries included
+    (seconds). ``attempt_timeout``: longest wait for one attempt's answer.
+    ``user``/``password``: log in (``Authenticate``) before the first call
+    and again when the token expires. ``ca_cert`` (PEM bytes or a file):
+    TLS, checking the nodes against it; ``cert``/``key``: a client
+    certificate (mutual TLS). ``token``: a token from an earlier login,
+    sent as it is (the Rust ``Credentials::Token``). ``backoff``: the delay
+    between retries. Connections are made lazily; the client is safe to use
+    from several threads.
+    """
+
+    def __init__(
+        self,
+        endpoints: Union[str, Iterable[str]],
+        timeout: float = 15.0,
+        user: Optional[str] = None,
+        password: Optional[str] = None,
+        ca_cert=None,
+        cert=None,
+        key=None,
+        attempt_timeout: float = 3.0,
+        backoff: Optional[Backoff] = None,
+        token: Optional[str] = None,
+    ):
+        if isinstance(endpoints, str):
+            endpoints = [e for e in endpoints.split(",")]
+        endpoints = [e.strip() for e in endpoints if e and e.strip()]
+        if not endpoints:
+            raise ConfigError("no endpoints given")
+        tls = ca_cert is not None
+        self._endpoints: List[str] = []
+        for endpoint in endpoints:
+            if endpoint.startswith("https://"):
+                tls = True
+                endpoint = endpoint[len("https://") :]
+            elif endpoint.startswith("http://"):
+                endpoint = endpoint[len("http://") :]
+            self._endpoints.append(endpoint.rstrip("/"))
+        if (user is None) != (password is None):
+            raise ConfigError("give both user and password, or neither")
+        if (cert is None) != (key is None):
+            raise ConfigError("give both cert and key, or neither")
+        self._credentials = None
+        if tls:
+            self._credentials = grpc.ssl_channel_credentials(
+                root_certificates=_read_file(ca_cert),
+                private_key=_read_file(key),
+                certificate_chain=_read_file(cert),
+            )
+        elif cert is not None:
+            raise ConfigError("a client certificate needs TLS: give ca_cert or https:// endpoints")
+        self.timeout = float(timeout)
+        self.attempt_timeout = float(attempt_timeout)
+        self.backoff = backoff or Backoff()
+        self._user = user
+        self._password = password
+        self._lock = threading.Lock()
+        self._leader: Optional[str] = None
+        self._channels: Dict[str, Tuple[grpc.Channel, kv_pb2_grpc.KvStub]] = {}
+        self._token: Optional[str] = token
+        self._closed = False
+
+    # Connections.
+
+    @property
+    def endpoints(self) -> List[str]:
+        return list(self._endpoints)
+
+    @property
+    def uses_tls(self) -> bool:
+        return self._credentials is not None
+
+    def _stub(self, address: str) -> kv_pb2_grpc.KvStub:
+        with self._lock:
+            if self._closed:
+                raise ConfigError("the client is closed")
+            entry = self._channels.get(address)
+            if entry is None:
+                options = [
+                    ("grpc.max_send_message_length", MESSAGE_BYTES_MAX),
+                    ("grpc.max_receive_message_length", MESSAGE_BYTES_MAX),
+                    # One attempt is one send: the retry loop decides.
+                    ("grpc.enable_retries", 0),
+                    ("grpc.enable_http_proxy", 0),
+                    # A channel of its own connection: a forgotten channel's
+                    # successor dials anew instead of sharing it.
+                    ("grpc.use_local_subchannel_pool", 1),
+                    ("grpc.keepalive_time_ms", 2000),
+                    ("grpc.keepalive_timeout_ms", 3000),
+                    ("grpc.keepalive_permit_without_calls", 1),
+                    ("grpc.initial_reconnect_backoff_ms", 100),
+                    ("grpc.min_reconnect_backoff_ms", 100),
+                    ("grpc.max_reconnect_backoff_ms", 1000),
+                ]
+                if self._credentials is not None:
+                    channel = grpc.secure_channel(address, self._credentials, options=options)
+                else:
+                    channel = grpc.insecure_channel(address, options=options)
+                entry = (channel, kv_pb2_grpc.KvStub(channel))
+                self._channels[address] = entry
+            return entry[1]
+
+    def _forget_channel(self, address: str) -> None:
+        """Drops the channel to ``address`` so the next attempt dials anew.
+        It is not closed here: closing would cancel calls other threads have
+        in flight on it (turning them into maybe-sent); it closes once no
+        call holds it."""
+        with self._lock:
+            self._channels.pop(address, None)
+
+    def close(self) -> None:
+        """Closes every connection."""
+        with self._lock:
+            self._closed = True
+            channels, self._channels = list(self._channels.values()), {}
+        for channel, _ in channels:
+            channel.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _call_metadata(self):
+        token = self._token
+        return [("authorization", f"Bearer {token}")] if token else None
+
+    def _first_target(self) -> str:
+        with self._lock:
+            return self._leader or self._endpoints[0]
+
+    def _set_leader(self, leader: Optional[str]) -> None:
+        with self._lock:
+            self._leader = leader
+
+    def _next_target(self, current: str) -> str:
+        try:
+            position = self._endpoints.index(current)
+            return self._endpoints[(position + 1) % len(self._endpoints)]
+        except ValueError:
+            return self._endpoints[0]
+
+    def _pause(self, retries: List[int], deadline: float) -> None:
+        delay = self.backoff.delay(retries[0])
+        retries[0] += 1
+        time.sleep(max(0.0, min(delay, deadline - time.monotonic())))
+
+    # Authentication.
+
+    def _needs_login(self) -> bool:
+        return self._password is not None and self._token is None
+
+    def _login(self, deadline: float) -> None:
+        """Logs in with the configured password and keeps the token: at any
+        node, following leader hints, until ``deadline``."""
+        if self._password is None:
+            return
+        target = self._first_target()
+        retries = [0]
+        last_error = ""
+        while time.monotonic() < deadline:
+            remaining = deadline - time.monotonic()
+            stub = self._stub(target)
+            request = pb.AuthenticateRequest(user=self._user, password=self._password)
+            try:
+                response = stub.Authenticate(request, timeout=min(self.attempt_timeout, remaining))
+                result = response.WhichOneof("result")
+                if result == "token":
+                    self._token = response.token.token
+                    return
+                answer = _call_failed(response.failure) if result == "failure" else (
+                    _MAYBE_SENT,
+                    "empty response",
+                )
+            except grpc.RpcError as error:
+                answer = _failed(error)
+            kind, payload = answer
+            if kind == _UNAUTHENTICATED:
+                raise Unauthenticated(payload)
+            if kind == _REFUSED:
+                raise payload
+            if kind == _REDIRECT and payload and payload != target:
+                target = payload
+            elif kind == _REDIRECT:
+                last_error = f"{target} is not the leader"
+                target = self._next_target(target)
+                self._pause(retries, deadline)
+            elif kind in (_NOT_SENT, _MAYBE_SENT):
+                last_error = f"{target}: {payload}"
+                self._forget_channel(target)
+                target = self._next_target(target)
+                self._pause(retries, deadline)
+            else:  # _BUSY
+                last_error = str(payload)
+                self._pause(retries, deadline)
+        raise Unreachable(f"login: {last_error}")
+
+    # The retry loop.
+
+    def _with_retries(
+        self,
+        retry_safe: bool,
+        request_id: Optional[Tuple[int, int]],
+        attempt: Callable[[kv_pb2_grpc.KvStub, float, int], Tuple[str, object]],
+    ):
+        """Runs ``attempt`` against the leader until it is done, the deadline
+        passes, or it fails after maybe being sent when ``retry_safe`` is
+        off. Returns the value, the attempts made, and whether an attempt
+        before the last may have reached the cluster."""
+        deadline = time.monotonic() + self.timeout
+        logged_in = False
+        if self._needs_login():
+            self._login(deadline)
+            logged_in = True
+        target = self._first_target()
+        attempts = 0
+        retries = [0]
+        maybe_sent = False
+        last_error = ""
+        busy: Optional[OncekvError] = None
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                if maybe_sent:
+                    raise OutcomeUnknown(request_id, attempts, last_error)
+                if busy is not None:
+                    raise busy
+                raise Unreachable(last_error or "deadline passed")
+            attempts += 1
+            timeout = min(self.attempt_timeout, remaining)
+            kind, payload = attempt(self._stub(target), timeout, attempts)
+            if kind == _DONE:
+                self._set_leader(target)
+                return payload, attempts, maybe_sent
+            if kind == _REFUSED:
+                raise payload
+            if kind == _UNAUTHENTICATED:
+                # Not carried out. A password logs in again, once per call
+                # (the token expired or the password changed).
+                if self._password is None or logged_in:
+                    raise Unauthenticated(payload)
+                self._token = None
+                self._login(deadline)
+                logged_in = True
+            elif kind == _BUSY:
+                self._set_leader(target)
+                busy = payload
+                self._pause(retries, deadline)
+            elif kind == _REDIRECT:
+                last_error = f"{target} is not the leader"
+                if payload and payload != target:
+                    target = payload
+                else:
+                    self._pause(retries, deadline)
+                    target = self._next_target(target)
+                self._set_leader(None)
+            elif kind == _NOT_SENT:
+                last_error = f"{target}: {payload}"
+                self._forget_channel(target)
+                target = self._next_target(target)
+                self._pause(retries, deadline)
+            else:  # _MAYBE_SENT
+                maybe_sent = True
+                last_error = f"{target}: {payload}"
+                if not retry_safe:
+                    raise OutcomeUnknown(request_id, attempts, last_error)
+                self._forget_channel(target)
+                self._set_leader(None)
+                target = self._next_target(target)
+                self._pause(retries, deadline)
+
+    # Execute and read.
+
+    def execute_request(self, request: pb.ExecuteRequest) -> Tuple[pb.Outcome, int, int]:
+        """Sends a request through the log and returns what the state machine
+        decided: ``(outcome, log_index, attempts)``. Retries follow the rules
+        above."""
+        origin = request.WhichOneof("origin")
+        retry_safe = origin is not None or not is_mutating(request.command)
+        request_id = (request.session.session_id, request.session.seq) if origin == "session" else None
+
+        def attempt(stub, timeout, number):
+            wire = request
+            if origin == "session":
+                wire = pb.ExecuteRequest()
+                wire.CopyFrom(request)
+                wire.session.attempt = number
+            try:
+                response = stub.Execute(wire, timeout=timeout, metadata=self._call_metadata())
+            except grpc.RpcError as error:
+                return _failed(error)
+            result = response.WhichOneof("result")
+            if result == "outcome":
+                if response.outcome.WhichOneof("kind") == "overloaded":
+                    return _BUSY, _overloaded(response.outcome.overloaded)
+                if response.outcome.WhichOneof("kind") is None:
+                    return _MAYBE_SENT, "an outcome without a kind"
+                return _DONE, (response.outcome, response.log_index)
+            if result == "failure":
+                return _call_failed(response.failure)
+            return _MAYBE_SENT, "empty response"
+
+        (outcome, index), attempts, resent = self._with_retries(retry_safe, request_id, attempt)
+        # A refusal that forgets the past (the session is gone, or its record
+        # was freed) or that was decided before looking at it (a wrong
+        # secret) says nothing about an earlier attempt that may have
+        # applied: the outcome is unknown, not "not applied".
+        if resent and outcome.WhichOneof("kind") in ("session_expired", "stale", "unauthorized"):
+            raise OutcomeUnknown(request_id, attempts, f"answered {outcome.WhichOneof('kind')} on a retry")
+        return outcome, index, attempts
+
+    def execute(self, command: pb.Command, idempotency_key: Optional[Bytes] = None) -> Completed:
+        """Runs a command as a one-shot request under an idempotency key
+        (random unless given), so retries and re-runs with the same key
+        apply it once."""
+        key = _bytes(idempotency_key, "idempotency key") if idempotency_key is not None else _key_hex().encode()
+        request = pb.ExecuteRequest(idempotency_key=key, command=command)
+        outcome, index, attempts = self.execute_request(request)
+        return completed(outcome, index, attempts)
+
+    def execute_plain(self, command: pb.Command) -> Completed:
+        """Runs a command as a plain request (at-least-once: never retried
+        once it may have been sent, if it changes anything)."""
+        outcome, index, attempts = self.execute_request(pb.ExecuteRequest(command=command))
+        return completed(outcome, index, attempts)
+
+    def read(self, query: pb.Query, serializable: bool = False) -> pb.Reply:
+        """Answers a query (linearizable unless ``serializable``); retried
+        like any read."""
+        request = pb.ReadRequest(query=query, serializable=serializable)
+
+        def attempt(stub, timeout, _number):
+            try:
+                response = stub.Read(request, timeout=timeout, metadata=self._call_metadata())
+            except grpc.RpcError as error:
+                return _failed(error)
+            result = response.WhichOneof("result")
+            if result == "reply":
+                return _DONE, response.reply
+            if result == "failure":
+                return _call_failed(response.failure)
+            return _MAYBE_SENT, "empty response"
+
+        reply, _, _ = self._with_retries(True, None, attempt)
+        if reply.WhichOneof("kind") == "rejected":
+            raise _rejected(reply.rejected)
+        return reply
+
+    def status(self, address: Optional[str] = None) -> pb.StatusResponse:
+        """The status of one node (``address``), or of the first reachable
+        endpoint."""
+        candidates = [address] if address else list(self._endpoints)
+        if self._needs_login():
+            self._login(time.monotonic() + self.timeout)
+        last = ""
+        for candidate in candidates:
+            try:
+                return self._stub(candidate).Status(
+                    pb.StatusRequest(), timeout=self.attempt_timeout, metadata=self._call_metadata()
+                )
+            except grpc.RpcError as error:
+                refusal = _refused_by_transport(error)
+                if isinstance(refusal, (PermissionDenied, Unauthenticated)):
+                    raise refusal
+                last = f"{candidate}: {error.details()}"
+        raise Unreachable(last)
+
+    # Plain values.
+
+    def get(self, key: Bytes, serializable: bool = False) -> Optional[bytes]:
+        """The value of ``key`` (``None`` when absent)."""
+        reply = self.read(pb.Query(get=pb.Get(key=_bytes(key, "key"))), serializable)
+        return _optional(reply.get, "value")
+
+    def scan(self, prefix: Bytes = b"", limit: int = 0, serializable: bool = False) -> ScanResult:
+        """The ``(key, value)`` pairs under ``prefix`` in key order (at most
+        ``limit``; 0: the server's maximum). ``.more`` says whether it was
+        cut short."""
+        query = pb.Query(scan=pb.Scan(prefix=_bytes(prefix, "prefix"), limit=int(limit)))
+        reply = self.read(query, serializable)
+        return ScanResult([(e.key, e.value) for e in reply.scan.entries], reply.scan.more)
+
+    def lease_list(self) -> List[LeaseInfo]:
+        """The live leases."""
+        reply = self.read(pb.Query(lease_list=pb.Empty()))
+        return [LeaseInfo(l.name, l.ttl_ms, l.expires_at_ms, l.keys) for l in reply.leases.leases]
+
+    def put(self, key: Bytes, value: Bytes, lease: Optional[str] = None, idempotency_key=None) -> Completed:
+        """Sets ``key``; ``.value`` is the previous value or ``None``."""
+        return self.execute(put_command(key, value, lease), idempotency_key)
+
+    def delete(self, key: Bytes, idempotency_key=None) -> Completed:
+        """Deletes ``key``; ``.value`` is the previous value or ``None``."""
+        return self.execute(delete_command(key), idempotency_key)
+
+    def append(self, key: Bytes, value: Bytes, idempotency_key=None) -> Completed:
+        """Appends to ``key``'s value; ``.value`` is the new length."""
+        return self.execute(append_command(key, value), idempotency_key)
+
+    def incr(self, key: Bytes, by: int = 1, idempotency_key=None) -> Completed:
+        """Adds ``by`` to the integer at ``key`` (absent: 0); ``.value`` is
+        the result."""
+        return self.execute(incr_command(key, by), idempotency_key)
+
+    def cas(self, key: Bytes, expected: Optional[Bytes], new: Bytes, idempotency_key=None) -> Completed:
+        """Sets ``key`` to ``new`` if its value is ``expected`` (``None``: if
+        it is absent). ``.swapped``; ``.current`` when it did not swap."""
+        return self.execute(cas_command(key, expected, new), idempotency_key)
+
+    def lease_grant(self, name: str, ttl_ms: int, idempotency_key=None) -> Completed:
+        """Grants lease ``name`` for ``ttl_ms``; ``.expires_at_ms``."""
+        return self.execute(lease_grant_command(name, ttl_ms), idempotency_key)
+
+    def lease_keep_alive(self, name: str, idempotency_key=None) -> Completed:
+        """Renews lease ``name`` once; ``.expires_at_ms``."""
+        return self.execute(lease_keep_alive_command(name), idempotency_key)
+
+    def lease_revoke(self, name: str, idempotency_key=None) -> Completed:
+        """Revokes lease ``name``, deleting its keys; ``.keys_deleted``."""
+        return self.execute(lease_revoke_command(name), idempotency_key)
+
+    def open_session(self, ttl_ms: int = 60000, window: int = 128, keep_alive: bool = True):
+        """Opens a session through the replicated log (itself sent under an
+        idempotency key, so a retried open does not open two)."""
+        from oncekv.session import Session
+
+        return Session._open(self, ttl_ms, window, keep_alive)

@@ -1,0 +1,190 @@
+"""What the client knows when a call does not end with a reply.
+
+Every exception derives from :class:`OncekvError` and says, in
+``not_applied``, whether the request definitely did not apply. Only
+:class:`OutcomeUnknown` has ``not_applied = False``: the request may or may
+not have applied (and may still apply). This mirrors the Rust client's
+``ClientError`` and its ``not_applied()``.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+
+class OncekvError(Exception):
+    """The base of every error the client raises."""
+
+    #: Whether the request definitely did not apply (so the caller may
+    #: safely do something else instead).
+    not_applied: bool = True
+
+
+class Rejected(OncekvError):
+    """Applied with an application-level "no" (a CAS on a missing lease,
+    INCR on text, a lease that exists, a value over the limit, ...).
+    Definite: nothing changed."""
+
+    def __init__(self, kind: str, message: str, detail=None):
+        self.kind = kind
+        self.message = message
+        #: The ``oncekv.v1.Rejection`` message as received.
+        self.detail = detail
+        super().__init__(f"rejected: {message or kind}")
+
+
+class SessionExpired(OncekvError):
+    """The session expired (or was closed): this call did not apply the
+    request. Open a new session. (When an earlier attempt of the same call
+    may have applied, the client raises :class:`OutcomeUnknown` instead.)"""
+
+    def __init__(self):
+        super().__init__("session expired: the request was not applied")
+
+
+class Unauthorized(OncekvError):
+    """The session secret was wrong (or, with authentication on, the session
+    belongs to another user): not applied."""
+
+    def __init__(self):
+        super().__init__("unauthorized: wrong session secret, not applied")
+
+
+class Stale(OncekvError):
+    """The sequence number was already acknowledged and its record freed:
+    not applied again."""
+
+    def __init__(self, floor: int):
+        self.floor = floor
+        super().__init__(f"stale request: sequence numbers below {floor} were acknowledged")
+
+
+class SequenceGap(OncekvError):
+    """The sequence number is beyond the session's window: not applied."""
+
+    def __init__(self, expected: int):
+        self.expected = expected
+        super().__init__(f"sequence gap: the next sequence number expected is {expected}")
+
+
+class RequestMismatch(OncekvError):
+    """The sequence number or idempotency key was used before for a
+    different command: not applied."""
+
+    def __init__(self):
+        super().__init__(
+            "request mismatch: that sequence number or key was used for another command"
+        )
+
+
+class Malformed(OncekvError):
+    """The request's framing was refused (sequence number 0, an
+    acknowledgement ahead of the request, a bad key length): not applied."""
+
+    def __init__(self, kind: str, reason: str):
+        self.kind = kind
+        self.reason = reason
+        super().__init__(f"malformed request: {reason or kind}")
+
+
+class Invalid(OncekvError):
+    """The request was refused before proposing: not applied."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+        super().__init__(f"invalid request: {reason}")
+
+
+class Overloaded(OncekvError):
+    """A bounded table or budget of the cluster is full of live entries
+    (sessions, idempotency keys, record bytes, the store's quota): not
+    applied, nothing evicted. The client retries it until its deadline
+    before raising this."""
+
+    def __init__(self, kind: str, maximum: int, reason: str):
+        self.kind = kind
+        self.max = maximum
+        self.reason = reason
+        super().__init__(f"overloaded, not applied: {reason or kind}")
+
+
+class Unauthenticated(OncekvError):
+    """The cluster enforces authentication and the call named no valid user
+    (no credentials, a wrong password, an expired token): not applied."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+        super().__init__(f"unauthenticated, not applied: {reason}")
+
+
+class PermissionDenied(OncekvError):
+    """The user may not do this (a key outside its grants, an admin call,
+    another user's session): not applied."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+        super().__init__(f"permission denied, not applied: {reason}")
+
+
+class Unreachable(OncekvError):
+    """No node could be reached before anything was sent: not applied."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+        super().__init__(f"no node reachable: {reason}")
+
+
+class ConfigError(OncekvError, ValueError):
+    """The client was configured wrongly (nothing was sent)."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+        super().__init__(f"configuration: {reason}")
+
+
+class OutcomeUnknown(OncekvError):
+    """No definite answer: the request may or may not have applied (and may
+    still apply). Raised when the deadline passes after an attempt that may
+    have reached the cluster, when a plain (not deduplicated) mutation may
+    have been sent and failed, and when, after such an attempt, a retry is
+    answered by a refusal that forgets the past (``SessionExpired``,
+    ``Stale``, ``Unauthorized``). Retry a session request with the same
+    sequence number (:meth:`Session.execute_seq`) or a one-shot request with
+    the same idempotency key to learn its outcome."""
+
+    not_applied = False
+
+    def __init__(self, request_id: Optional[Tuple[int, int]], attempts: int, last_error: str = ""):
+        #: ``(session_id, seq)`` for a session request, else ``None``.
+        self.request_id = request_id
+        self.attempts = attempts
+        self.last_error = last_error
+        of = f" of request {request_id[0]}:{request_id[1]}" if request_id else ""
+        why = f" (last: {last_error})" if last_error else ""
+        super().__init__(
+            f"outcome unknown after {attempts} attempt(s){of}: "
+            f"it may or may not have applied{why}"
+        )
+
+
+#: The Rust client's name for the base class.
+ClientError = OncekvError
+
+__all__ = [
+    "OncekvError",
+    "ClientError",
+    "Rejected",
+    "SessionExpired",
+    "Unauthorized",
+    "Stale",
+    "SequenceGap",
+    "RequestMismatch",
+    "Malformed",
+    "Invalid",
+    "Overloaded",
+    "Unauthenticated",
+    "PermissionDenied",
+    "Unreachable",
+    "ConfigError",
+    "OutcomeUnknown",
+]

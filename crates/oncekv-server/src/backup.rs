@@ -1,0 +1,184 @@
+//! Backups: a consistent copy of the replicated state (taken on the
+//! leader after a read barrier, so it holds every acknowledged write), as a
+//! file naming the index it was taken at and the SHA-256 of its contents;
+//! and the restore that seeds a new node's data directory from it, so a
+//! new cluster starts with the same data, sessions, completion records and
+//! users (a retry after a restore is still answered from its record).
+//!
+//! File layout: `b"OKVBKUP1"`, the applied index (u64 LE), the SHA-256 of
+//! the body (32 bytes), then the body: the state machine's own snapshot
+//! bytes (with their magic, format version and checksum).
+
+use crate::raft::segment_log::SegmentLog;
+use crate::raft::state_machine_store::StateMachineStore;
+use crate::raft::type_config::{NodeId, NodeInfo, TypeConfig};
+use oncekv_state::{Limits, LogIndex, StateMachine};
+use openraft::Membership;
+use openraft::alias::{LogIdOf, SnapshotMetaOf, StoredMembershipOf, VoteOf};
+use openraft::storage::RaftLogStorage;
+use openraft::vote::RaftLeaderIdExt as _;
+use sha2::{Digest as _, Sha256};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+const MAGIC: &[u8; 8] = b"OKVBKUP1";
+const HEADER_BYTES: usize = 8 + 8 + 32;
+
+/// A backup: the state machine's snapshot bytes and where they were taken.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Backup {
+    /// The log index of the last entry the state includes.
+    pub applied_index: LogIndex,
+    /// The state machine's snapshot bytes.
+    pub state: Vec<u8>,
+}
+
+impl std::fmt::Debug for Backup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Backup")
+            .field("applied_index", &self.applied_index.0)
+            .field("bytes", &self.state.len())
+            .finish()
+    }
+}
+
+/// Why a backup could not be read or restored.
+#[derive(Debug, thiserror::Error)]
+pub enum BackupError {
+    /// Not a backup file.
+    #[error("not an oncekv backup (bad magic or too short)")]
+    BadMagic,
+    /// The contents do not match their SHA-256: damaged or cut short.
+    #[error("the backup's SHA-256 does not match its contents: damaged or truncated")]
+    Checksum,
+    /// The state inside does not restore.
+    #[error("the state in the backup does not restore: {0}")]
+    State(#[from] oncekv_state::SnapshotError),
+    /// The backup's index disagrees with its state.
+    #[error("the backup names index {named} but its state was taken at {found:?}")]
+    IndexMismatch {
+        /// The index the header names.
+        named: u64,
+        /// The state's last applied index.
+        found: Option<u64>,
+    },
+    /// The data directory already holds data.
+    #[error("{0} is not empty: restore into a new data directory")]
+    NotEmpty(PathBuf),
+    /// This node is not among the members.
+    #[error("node {0} is not in the initial cluster")]
+    NotAMember(NodeId),
+    /// The data directory could not be written.
+    #[error("writing {path}: {source}")]
+    Io {
+        /// What was being written.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The membership could not be formed.
+    #[error("the initial cluster is not a valid membership: {0}")]
+    Membership(String),
+}
+
+impl Backup {
+    /// The file's bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut bytes = Vec::with_capacity(HEADER_BYTES + self.state.len());
+        bytes.extend_from_slice(MAGIC);
+        bytes.extend_from_slice(&self.applied_index.0.to_le_bytes());
+        bytes.extend_from_slice(&Sha256::digest(&self.state));
+        bytes.extend_from_slice(&self.state);
+        bytes
+    }
+
+    /// The SHA-256 of the state, in hex (what `snapshot save` prints).
+    pub fn sha256_hex(&self) -> String {
+        hex::encode(Sha256::digest(&self.state))
+    }
+
+    /// Reads a backup file's bytes, checking its magic and SHA-256.
+    pub fn decode(bytes: &[u8]) -> Result<Backup, BackupError> {
+        if bytes.len() < HEADER_BYTES || &bytes[..8] != MAGIC {
+            return Err(BackupError::BadMagic);
+        }
+        let mut index = [0u8; 8];
+        index.copy_from_slice(&bytes[8..16]);
+        let state = &bytes[HEADER_BYTES..];
+        if Sha256::digest(state).as_slice() != &bytes[16..HEADER_BYTES] {
+            return Err(BackupError::Checksum);
+        }
+        Ok(Backup {
+            applied_index: LogIndex(u64::from_le_bytes(index)),
+            state: state.to_vec(),
+        })
+    }
+
+    /// The limits the state was taken under: a restored cluster runs with
+    /// them (`serve` refuses a snapshot taken under other limits).
+    pub fn limits(&self) -> Result<Limits, BackupError> {
+        Ok(StateMachine::snapshot_limits(&self.state)?)
+    }
+
+    /// Checks that the state restores, to the index the header names.
+    pub fn check(&self) -> Result<StateMachine, BackupError> {
+        let machine = StateMachine::restore(&self.limits()?, &self.state)?;
+        if machine.last_applied() != Some(self.applied_index) {
+            return Err(BackupError::IndexMismatch {
+                named: self.applied_index.0,
+                found: machine.last_applied().map(|i| i.0),
+            });
+        }
+        Ok(machine)
+    }
+}
+
+/// Seeds the empty `data_dir` of node `id` of a new cluster of `members`
+/// with `backup`: the identity of the node, a log that starts after the
+/// backup's index, and the backup as the node's snapshot with the new
+/// membership. Started with `serve --id ID --initial-cluster ...` (the same
+/// members), every node resumes from the backup's state.
+pub async fn restore(
+    backup: &Backup,
+    data_dir: &Path,
+    id: NodeId,
+    members: &BTreeMap<NodeId, NodeInfo>,
+) -> Result<(), BackupError> {
+    backup.check()?;
+    if !members.contains_key(&id) {
+        return Err(BackupError::NotAMember(id));
+    }
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| BackupError::Io { path, source }
+    };
+    if std::fs::read_dir(data_dir).is_ok_and(|mut entries| entries.next().is_some()) {
+        return Err(BackupError::NotEmpty(data_dir.to_path_buf()));
+    }
+    crate::identity::check_or_record(data_dir, id, &crate::identity::describe_cluster(members))
+        .map_err(|e| BackupError::Io {
+            path: data_dir.to_path_buf(),
+            source: std::io::Error::other(e.to_string()),
+        })?;
+    // Every member restores the same entry id: term 1, led by the lowest id.
+    let first = *members.keys().next().ok_or(BackupError::NotAMember(id))?;
+    let leader = <TypeConfig as openraft::RaftTypeConfig>::LeaderId::new_committed(1, first);
+    let log_id = LogIdOf::<TypeConfig>::new(leader, backup.applied_index.0);
+    let voters: BTreeSet<NodeId> = members.keys().copied().collect();
+    let membership = Membership::new(vec![voters], members.clone())
+        .map_err(|e| BackupError::Membership(e.to_string()))?;
+    let meta = SnapshotMetaOf::<TypeConfig> {
+        last_log_id: Some(log_id),
+        last_membership: StoredMembershipOf::<TypeConfig>::new(Some(log_id), membership),
+    };
+    let state_dir = data_dir.join("state");
+    StateMachineStore::seed(&state_dir, backup.limits()?, meta, backup.state.clone())
+        .map_err(io(&state_dir))?;
+    let log_dir = data_dir.join("log");
+    let mut log = SegmentLog::open(&log_dir).map_err(io(&log_dir))?;
+    log.save_vote(&VoteOf::<TypeConfig>::new(1, id))
+        .await
+        .map_err(io(&log_dir))?;
+    log.purge(log_id).await.map_err(io(&log_dir))?;
+    Ok(())
+}

@@ -48,7 +48,10 @@ mod session;
 
 pub use auth::{AuthInterceptor, Credentials};
 pub use client::{Client, ClientOptions, Completed, SavedSnapshot};
-pub use connector::{Connector, TcpConnector};
+pub use connector::{
+    Connector, TcpConnector, TlsConfigError, TlsConnectError, TlsConnector, TlsFiles,
+    explain_tls_error, strip_scheme,
+};
 pub use error::ClientError;
 pub use lease::LeaseKeeper;
 pub use oncekv_state::{Command, Outcome, Query, Rejection, Reply, RequestId};

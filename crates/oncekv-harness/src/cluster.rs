@@ -7,6 +7,10 @@
 //! [`PeerProxy`] and its outgoing peer connections come from its own
 //! loopback source address, so partitions can be cut between any pair.
 //! Every process is stopped by PID when its [`NodeProcess`] is dropped.
+//! With [`ClusterOptions::tls`], a CA and node certificates are made in
+//! the cluster's folder (`certs/`, [`crate::certs`]) and every node serves
+//! TLS on both ports; [`Cluster::connector`] and [`NodeProcess::tls`] are
+//! then how clients reach it.
 //!
 //! This is the one implementation of node processes: `oncekv verify`
 //! ([`crate::run`]) and the multi-process tests ([`crate::testing`]) both
@@ -42,7 +46,18 @@ pub struct ClusterOptions {
     pub log: Option<String>,
     /// How the name of the cluster's temporary folder begins.
     pub folder_prefix: String,
+    /// TLS on both ports of every node (client and peer), with a CA and
+    /// node certificates made in the cluster's folder (`certs/`).
+    pub tls: bool,
+    /// With `tls`: clients must present a certificate from the CA
+    /// (`--client-ca-file`); the cluster's own clients use
+    /// `certs/client-harness.pem`.
+    pub client_certificates: bool,
 }
+
+/// The user name of the client certificate a TLS cluster's own clients
+/// present.
+pub const HARNESS_USER: &str = "harness";
 
 /// Why the cluster could not start.
 #[derive(Debug, thiserror::Error)]
@@ -55,6 +70,12 @@ pub enum ClusterError {
         /// The failure.
         source: std::io::Error,
     },
+    /// The cluster's certificates could not be made.
+    #[error("making the cluster's certificates: {0}")]
+    Certs(#[from] crate::certs::CertError),
+    /// The cluster's clients could not be configured for TLS.
+    #[error("configuring TLS clients: {0}")]
+    Tls(#[from] oncekv_client::TlsConfigError),
 }
 
 fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ClusterError {
@@ -83,6 +104,8 @@ pub struct NodeProcess {
     /// A command the node is started through (`nsenter ...`,
     /// `fiu-run ...`), if any; the binary and its arguments follow it.
     pub launcher: Vec<String>,
+    /// How a client reaches it over TLS, when the cluster serves TLS.
+    pub tls: Option<oncekv_client::TlsConnector>,
     binary: PathBuf,
     args: Vec<OsString>,
     log: PathBuf,
@@ -211,6 +234,68 @@ pub struct Cluster {
     partitions: Partitions,
     /// Processes that exited on their own: node, exit code, description.
     exits: Vec<(NodeId, Option<i32>, String)>,
+    /// How clients reach the nodes over TLS, when they serve TLS.
+    tls: Option<oncekv_client::TlsConnector>,
+}
+
+/// Makes a CA and the certificates of nodes `ids` in `<folder>/certs`
+/// (named for 127.0.0.1 only, the address the nodes serve on), and the
+/// harness's client certificate if `client_certificates`; returns how
+/// clients connect.
+fn make_certificates(
+    folder: &Path,
+    ids: &[NodeId],
+    client_certificates: bool,
+) -> Result<oncekv_client::TlsConnector, ClusterError> {
+    use crate::certs;
+    let dir = folder.join("certs");
+    let ca = certs::create_ca(&dir, certs::CA_DAYS_DEFAULT)?;
+    for &id in ids {
+        certs::create_node(
+            &dir,
+            id,
+            &["127.0.0.1".to_string()],
+            certs::LEAF_DAYS_DEFAULT,
+        )?;
+    }
+    let client = if client_certificates {
+        Some(certs::create_client(
+            &dir,
+            HARNESS_USER,
+            certs::LEAF_DAYS_DEFAULT,
+        )?)
+    } else {
+        None
+    };
+    let files = oncekv_client::TlsFiles {
+        ca: ca.cert,
+        cert: client.as_ref().map(|files| files.cert.clone()),
+        key: client.map(|files| files.key),
+    };
+    Ok(oncekv_client::TlsConnector::new(&files)?)
+}
+
+/// The `serve` flags of node `id` of a TLS cluster in `folder`.
+fn tls_args(folder: &Path, id: NodeId, client_certificates: bool) -> Vec<OsString> {
+    let dir = folder.join("certs");
+    let node = crate::certs::node_files(&dir, id);
+    let ca = crate::certs::ca_files(&dir).cert;
+    let mut args: Vec<OsString> = vec![
+        "--cert-file".into(),
+        node.cert.clone().into(),
+        "--key-file".into(),
+        node.key.clone().into(),
+        "--peer-cert-file".into(),
+        node.cert.into(),
+        "--peer-key-file".into(),
+        node.key.into(),
+        "--peer-ca-file".into(),
+        ca.clone().into(),
+    ];
+    if client_certificates {
+        args.extend(["--client-ca-file".into(), ca.into()]);
+    }
+    args
 }
 
 /// A free loopback port (bound, then released for a node to take).
@@ -295,6 +380,15 @@ impl Cluster {
         } else {
             Vec::new()
         };
+        let tls = if options.tls {
+            Some(make_certificates(
+                dir.path(),
+                &ids,
+                options.client_certificates,
+            )?)
+        } else {
+            None
+        };
         let mut nodes = Vec::new();
         for ((&id, &(client, peer)), &proxy) in ids.iter().zip(&addresses).zip(&advertised) {
             let data_dir = dir.path().join(format!("node-{id}"));
@@ -319,6 +413,9 @@ impl Cluster {
             if let Some(log) = &options.log {
                 args.extend(["--log".into(), log.into()]);
             }
+            if tls.is_some() {
+                args.extend(tls_args(dir.path(), id, options.client_certificates));
+            }
             args.extend(options.extra_args.iter().map(OsString::from));
             if !options.dedup {
                 args.push("--unsafe-no-dedup".into());
@@ -333,6 +430,11 @@ impl Cluster {
                 child: None,
                 paused: false,
                 launcher: launcher.clone(),
+                // As the plaintext helpers: a paused node must not hold a
+                // test's call for ever.
+                tls: tls
+                    .clone()
+                    .map(|tls| tls.with_call_timeout(Duration::from_secs(10))),
                 binary: options.binary.clone(),
                 args,
             });
@@ -351,7 +453,34 @@ impl Cluster {
             dir,
             partitions,
             exits: Vec::new(),
+            tls,
         })
+    }
+
+    /// Where the cluster's certificates are (`certs/` in its folder: the
+    /// CA, `node-N`, and `client-harness` with client certificates), when
+    /// it serves TLS.
+    pub fn certs_dir(&self) -> Option<PathBuf> {
+        self.tls.as_ref().map(|_| self.dir.path().join("certs"))
+    }
+
+    /// How a client reaches the nodes: TLS (trusting the cluster's CA, and
+    /// presenting the harness's client certificate if the nodes require
+    /// one) when they serve TLS, plain TCP otherwise.
+    pub fn connector(&self) -> Arc<dyn oncekv_client::Connector> {
+        match &self.tls {
+            Some(tls) => Arc::new(tls.clone()),
+            None => Arc::new(oncekv_client::TcpConnector),
+        }
+    }
+
+    /// Client options for this cluster: the defaults, over
+    /// [`Cluster::connector`].
+    pub fn client_options(&self) -> oncekv_client::ClientOptions {
+        oncekv_client::ClientOptions {
+            connector: self.connector(),
+            ..oncekv_client::ClientOptions::default()
+        }
     }
 
     /// Starts every node that is not running.
@@ -475,6 +604,8 @@ mod tests {
             fiu: false,
             log: None,
             folder_prefix: "oncekv-harness-test-".into(),
+            tls: false,
+            client_certificates: false,
         }
     }
 

@@ -11,6 +11,8 @@
 //! * [`client_proxy`]: a gRPC proxy per node that drops replies after
 //!   commit, delays them or resets connections, recording every answer;
 //! * [`peer_proxy`]: TCP proxies on the peer links, for partitions;
+//! * [`certs`]: a CA, node and client certificates (`oncekv certs`, TLS
+//!   clusters);
 //! * [`cluster`]: the node processes (start, kill, restart, pause,
 //!   resume, exits), the one implementation of them;
 //! * [`nemesis`]: the seeded fault schedule;
@@ -21,6 +23,7 @@
 //! * [`testing`]: the multi-process tests' view of a cluster (status,
 //!   execute, the leader, sessions, bounded waits; failures panic).
 
+pub mod certs;
 pub mod client_proxy;
 pub mod cluster;
 pub mod convert;

@@ -380,6 +380,8 @@ async fn start_target(
                 fiu: faults.contains(&Fault::Fsync),
                 log: None,
                 folder_prefix: "oncekv-verify-".into(),
+                tls: false,
+                client_certificates: false,
             })
             .await?;
             let real = cluster

@@ -80,12 +80,34 @@ pub fn options(binary: impl AsRef<Path>, size: u64, extra: &[&str]) -> ClusterOp
         fiu: false,
         log: Some("info".into()),
         folder_prefix: "oncekv-test-".into(),
+        tls: false,
+        client_certificates: false,
     }
 }
 
 /// Starts `size` nodes of `binary` with extra `serve` flags.
 pub fn start(binary: impl AsRef<Path>, size: u64, extra: &[&str]) -> Cluster {
     let mut cluster = plan(binary, size, extra);
+    for node in &mut cluster.nodes {
+        node.spawn();
+    }
+    cluster
+}
+
+/// Starts `size` nodes of `binary` with extra `serve` flags, serving TLS
+/// on both ports (certificates made in the cluster's folder), requiring
+/// client certificates if `client_certificates`. Its nodes' clients
+/// ([`NodeProcess::connect`], [`Cluster::client_options`]) use TLS.
+pub fn start_tls(
+    binary: impl AsRef<Path>,
+    size: u64,
+    extra: &[&str],
+    client_certificates: bool,
+) -> Cluster {
+    let mut options = options(binary, size, extra);
+    options.tls = true;
+    options.client_certificates = client_certificates;
+    let mut cluster = Cluster::plan(&options).expect("a cluster's ports, folder and certificates");
     for node in &mut cluster.nodes {
         node.spawn();
     }
@@ -177,9 +199,16 @@ impl NodeProcess {
         assert!(sent, "kill {signal} failed");
     }
 
-    /// A gRPC client of this node.
+    /// A gRPC client of this node (over TLS when the cluster serves it).
     pub async fn connect(&self) -> Result<KvClient<Channel>, String> {
-        connect(&self.client).await
+        match &self.tls {
+            Some(tls) => {
+                use oncekv_client::Connector as _;
+                let channel = tls.channel(&self.client)?;
+                Ok(KvClient::new(channel).max_decoding_message_size(64 << 20))
+            }
+            None => connect(&self.client).await,
+        }
     }
 
     /// What this node reports of itself.
@@ -205,7 +234,13 @@ impl NodeProcess {
 
     /// Sends a request; returns the raw response.
     pub async fn execute(&self, request: &Request) -> Result<ExecuteResponse, String> {
-        execute_on(&self.client, request).await
+        let mut client = self.connect().await?;
+        let wire: ExecuteRequest = convert::request_to_wire(request).map_err(|e| e.to_string())?;
+        client
+            .execute(wire)
+            .await
+            .map(|r| r.into_inner())
+            .map_err(|e| e.to_string())
     }
 
     /// Sends a request and expects an outcome.

@@ -13,4 +13,5 @@ pub mod raft;
 pub mod server;
 pub mod sync;
 pub mod telemetry;
+pub mod tls;
 pub mod transport;

@@ -21,7 +21,10 @@ use crate::raft::peer_service::SnapshotSpool;
 use crate::raft::segment_log::SegmentLog;
 use crate::raft::state_machine_store::StateMachineStore;
 use crate::raft::type_config::{NodeId, NodeInfo};
-use crate::transport::{answer_refused, limit_connections, limit_requests};
+use crate::tls::{PeerTls, ServerTls};
+use crate::transport::{
+    answer_plaintext, answer_refused, limit_connections, limit_requests, sort_if_tls,
+};
 use oncekv_proto::v1::kv_server::KvServer;
 use oncekv_proto::v1::raft_peer_server::RaftPeerServer;
 use oncekv_state::Limits;
@@ -66,6 +69,13 @@ pub struct ServerConfig {
     pub peer_source_ip: Option<IpAddr>,
     /// How to reach peers; `None` is TCP (a simulation injects its network).
     pub peer_connector: Option<Arc<dyn PeerConnector>>,
+    /// TLS on the client port (and whether clients must present a
+    /// certificate); `None`: plaintext.
+    pub client_tls: Option<ServerTls>,
+    /// Mutual TLS on the peer port and on outgoing peer connections, with
+    /// every peer message checked against the caller's certificate; `None`:
+    /// plaintext.
+    pub peer_tls: Option<PeerTls>,
     /// Whether disk writes (log appends, snapshots) run on the calling task
     /// instead of a writer thread: for deterministic simulation only, where
     /// every step must run inside the simulated runtime.
@@ -250,6 +260,8 @@ impl ServerConfig {
             metrics: None,
             peer_source_ip: None,
             peer_connector: None,
+            client_tls: None,
+            peer_tls: None,
             inline_disk_io: false,
             dedup: true,
         }
@@ -289,6 +301,14 @@ pub enum ServeError {
         "the disk holding the data directory is full ({0}): the node stopped without acknowledging any unsynced write; free space and restart it"
     )]
     DiskFull(String),
+    /// A port's TLS configuration was refused.
+    #[error("{service} TLS: {source}")]
+    Tls {
+        /// Which service.
+        service: &'static str,
+        /// The cause.
+        source: tonic::transport::Error,
+    },
     /// The reflection service could not be built from the descriptors.
     #[error("gRPC reflection: {0}")]
     Reflection(String),
@@ -303,13 +323,26 @@ pub enum ServeError {
 }
 
 /// A gRPC server with `limits`' per-connection bounds, call timeout and
-/// keep-alives (the connection and in-flight caps are applied around it).
-fn grpc_server(limits: &ListenerLimits) -> tonic::transport::Server {
-    tonic::transport::Server::builder()
+/// keep-alives (the connection and in-flight caps are applied around it),
+/// over TLS if `tls` is given. tonic runs the TLS handshake on each
+/// injected connection (`serve_with_incoming_shutdown`) before HTTP/2.
+fn grpc_server(
+    limits: &ListenerLimits,
+    tls: Option<tonic::transport::ServerTlsConfig>,
+    service: &'static str,
+) -> Result<tonic::transport::Server, ServeError> {
+    let server = tonic::transport::Server::builder();
+    let server = match tls {
+        Some(tls) => server
+            .tls_config(tls)
+            .map_err(|source| ServeError::Tls { service, source })?,
+        None => server,
+    };
+    Ok(server
         .max_concurrent_streams(limits.streams_per_connection_max)
         .timeout(limits.call_timeout)
         .http2_keepalive_interval(Some(limits.keepalive_interval))
-        .http2_keepalive_timeout(Some(limits.keepalive_timeout))
+        .http2_keepalive_timeout(Some(limits.keepalive_timeout)))
 }
 
 /// Runs a node on the given client and peer connection streams until
@@ -327,6 +360,22 @@ where
     E: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
 {
     config.server_limits.check()?;
+    // TLS is checked before anything starts, so a refusal stops nothing
+    // half-way.
+    let tls_configs = [
+        (
+            "client",
+            config.client_tls.as_ref().map(ServerTls::server_config),
+        ),
+        ("peer", config.peer_tls.as_ref().map(PeerTls::server_config)),
+    ];
+    for (service, tls) in tls_configs {
+        if let Some(tls) = tls {
+            tonic::transport::Server::builder()
+                .tls_config(tls)
+                .map_err(|source| ServeError::Tls { service, source })?;
+        }
+    }
     let cluster = match &config.initial_cluster {
         Some(members) => identity::describe_cluster(members),
         None => "joined".to_string(),
@@ -373,6 +422,7 @@ where
         PeerNetwork {
             source_ip: config.peer_source_ip,
             connector: config.peer_connector.clone(),
+            tls: config.peer_tls.clone(),
         },
         config.initial_cluster.clone(),
     )
@@ -391,31 +441,62 @@ where
         limit_connections(peer_incoming, limits.peer.connections_max, "peer");
     let (client_incoming, client_refused) =
         limit_connections(client_incoming, limits.client.connections_max, "client");
+    let peer_tls = config.peer_tls.as_ref().map(PeerTls::server_config);
+    let client_tls = config.client_tls.as_ref().map(ServerTls::server_config);
+    // On a TLS port, a plaintext client is told so rather than cut off.
+    let (peer_incoming, peer_plaintext) = sort_if_tls(
+        peer_incoming,
+        peer_tls.is_some(),
+        crate::tls::HANDSHAKE_TIMEOUT,
+        signal(stopped.clone()),
+    );
+    let (client_incoming, client_plaintext) = sort_if_tls(
+        client_incoming,
+        client_tls.is_some(),
+        crate::tls::HANDSHAKE_TIMEOUT,
+        signal(stopped.clone()),
+    );
     let refusals = [
+        tokio::spawn(answer_plaintext(
+            peer_plaintext,
+            "peer",
+            signal(stopped.clone()),
+        )),
+        tokio::spawn(answer_plaintext(
+            client_plaintext,
+            "client",
+            signal(stopped.clone()),
+        )),
         tokio::spawn(answer_refused(
             peer_refused,
             limits.peer.connections_max,
             "peer",
+            peer_tls.clone(),
             signal(stopped.clone()),
         )),
         tokio::spawn(answer_refused(
             client_refused,
             limits.client.connections_max,
             "client",
+            client_tls.clone(),
             signal(stopped.clone()),
         )),
     ];
-    let peer = grpc_server(&limits.peer)
+    let peer_service = consensus
+        .peer_service()
+        .with_snapshot_spool(spool)
+        .with_peer_certificates(config.peer_tls.is_some());
+    let peer = grpc_server(&limits.peer, peer_tls, "peer")?
         .layer(limit_requests(limits.peer.in_flight_max, "peer"))
         .add_service(
-            RaftPeerServer::new(consensus.peer_service().with_snapshot_spool(spool))
+            RaftPeerServer::new(peer_service)
                 .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
                 .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX),
         )
         .serve_with_incoming_shutdown(peer_incoming, signal(stopped.clone()));
     let reflection = crate::grpc::reflection_service()
         .map_err(|error| ServeError::Reflection(error.to_string()))?;
-    let client = grpc_server(&limits.client)
+    let client = grpc_server(&limits.client, client_tls, "client")?
         .layer(limit_requests(limits.client.in_flight_max, "client"))
         .add_service(crate::grpc::health_service(
             node.clone(),
@@ -430,7 +511,15 @@ where
                 ),
         )
         .serve_with_incoming_shutdown(client_incoming, signal(stopped));
-    tracing::info!(id = config.id, client = %config.advertise.client_address, peer = %config.advertise.peer_address, "node serving");
+    tracing::info!(
+        id = config.id,
+        client = %config.advertise.client_address,
+        peer = %config.advertise.peer_address,
+        client_tls = config.client_tls.is_some(),
+        client_certificates = config.client_tls.as_ref().is_some_and(ServerTls::requires_client_certificate),
+        peer_tls = config.peer_tls.is_some(),
+        "node serving"
+    );
     let peer = tokio::spawn(peer);
     let client = tokio::spawn(client);
     let fatal = tokio::select! {

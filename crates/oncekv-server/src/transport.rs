@@ -14,6 +14,11 @@
 //!   with [`overloaded`] (never queued; `oncekv_requests_shed_total`), and
 //!   [`malformed_is_invalid_argument`] on every answer.
 //!
+//! - [`sort_tls`]: on a TLS port, tells a TLS client (its first byte
+//!   opens a handshake record) from a plaintext one; [`answer_plaintext`]
+//!   answers the plaintext one's requests with [`TLS_REQUIRED`] instead
+//!   of a failed handshake it could not read.
+//!
 //! A request refused as [`overloaded`] never reached a handler: the status
 //! is RESOURCE_EXHAUSTED with the ASCII metadata entry
 //! [`OVERLOADED_METADATA`]` = <what was full>`, which clients read as
@@ -50,6 +55,18 @@ pub const IN_FLIGHT: &str = "in-flight";
 /// What was full when a request comes on a connection refused for the
 /// connection cap.
 pub const CONNECTIONS: &str = "connections";
+
+/// What a plaintext client of a TLS port is told, for every request
+/// (INVALID_ARGUMENT: the request was not handled, and sending it again
+/// the same way cannot help).
+pub const TLS_REQUIRED: &str = "this port serves TLS only: connect with TLS (https:// and --cacert FILE, the CA of the nodes' certificates)";
+
+/// The first byte of a TLS connection: a handshake record.
+const TLS_HANDSHAKE_RECORD: u8 = 0x16;
+
+/// Plaintext connections to a TLS port answered at once, at most; more
+/// are closed unanswered.
+pub const PLAINTEXT_ANSWERED_MAX: usize = 16;
 
 /// Refused connections answered at once, at most; more are closed
 /// unanswered.
@@ -224,7 +241,7 @@ pub fn limit_connections<IO, E>(
 }
 
 /// Serves the connections refused by [`limit_connections`] until
-/// `shutdown`: every request on them is answered with
+/// `shutdown` (over TLS if the listener has it, `tls`): every request on them is answered with
 /// [`overloaded`]`(`[`CONNECTIONS`]`)` (not handled, retry later), and
 /// each is closed after a moment, so a client learns that its request did
 /// not apply instead of finding its connection cut.
@@ -232,6 +249,7 @@ pub async fn answer_refused<IO>(
     refused: impl Stream<Item = Result<Counted<IO>, std::convert::Infallible>>,
     max: usize,
     listener: &'static str,
+    tls: Option<tonic::transport::ServerTlsConfig>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), tonic::transport::Error>
 where
@@ -254,13 +272,200 @@ where
             Ok::<_, std::convert::Infallible>(status.into_http::<Body>())
         })
     });
-    tonic::transport::Server::builder()
+    let server = match tls {
+        Some(tls) => tonic::transport::Server::builder().tls_config(tls)?,
+        None => tonic::transport::Server::builder(),
+    };
+    server
         .max_concurrent_streams(8)
         .max_connection_age(REFUSAL_ANSWERED_FOR)
         .max_connection_age_grace(REFUSAL_ANSWERED_FOR)
         .layer(refuse_all)
         .add_routes(Routes::default())
         .serve_with_incoming_shutdown(refused, shutdown)
+        .await
+}
+
+/// A connection whose first byte was read to tell TLS from plaintext: it
+/// is read again first.
+#[derive(Debug)]
+pub struct Sniffed<IO> {
+    first: Option<u8>,
+    io: IO,
+}
+
+impl<IO: AsyncRead + Unpin> AsyncRead for Sniffed<IO> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        if buf.remaining() > 0
+            && let Some(first) = self.first.take()
+        {
+            buf.put_slice(&[first]);
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl<IO: AsyncWrite + Unpin> AsyncWrite for Sniffed<IO> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+}
+
+impl<IO: Connected> Connected for Sniffed<IO> {
+    type ConnectInfo = IO::ConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.io.connect_info()
+    }
+}
+
+/// Sorts the connections of a TLS port until `shutdown`: each one's first
+/// byte is read (on a task of its own, within `wait`, so a silent client
+/// holds up no other); a TLS handshake goes to the first stream, anything
+/// else to the second (for [`answer_plaintext`], at most
+/// [`PLAINTEXT_ANSWERED_MAX`] waiting; more, and connections silent for
+/// `wait`, are closed). Accept errors go to the first stream.
+#[allow(clippy::type_complexity)]
+pub fn sort_tls<IO, E>(
+    incoming: impl Stream<Item = Result<IO, E>> + Send + 'static,
+    wait: Duration,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> (
+    impl Stream<Item = Result<Sniffed<IO>, E>>,
+    impl Stream<Item = Result<Sniffed<IO>, std::convert::Infallible>>,
+)
+where
+    IO: AsyncRead + Unpin + Send + 'static,
+    E: Send + 'static,
+{
+    use tokio::io::AsyncReadExt;
+    let (tls, tls_incoming) = tokio::sync::mpsc::channel(REFUSALS_ANSWERED_MAX);
+    let (plain, plain_incoming) = tokio::sync::mpsc::channel(PLAINTEXT_ANSWERED_MAX);
+    tokio::spawn(async move {
+        tokio::pin!(incoming);
+        tokio::pin!(shutdown);
+        loop {
+            let accepted = tokio::select! {
+                () = &mut shutdown => return,
+                accepted = incoming.next() => accepted,
+            };
+            let Some(accepted) = accepted else { return };
+            let mut io = match accepted {
+                Ok(io) => io,
+                Err(error) => {
+                    if tls.send(Err(error)).await.is_err() {
+                        return;
+                    }
+                    continue;
+                }
+            };
+            let (tls, plain) = (tls.clone(), plain.clone());
+            tokio::spawn(async move {
+                let mut first = [0u8; 1];
+                let read = tokio::time::timeout(wait, io.read(&mut first)).await;
+                let Ok(Ok(1)) = read else { return };
+                let sniffed = Sniffed {
+                    first: Some(first[0]),
+                    io,
+                };
+                if first[0] == TLS_HANDSHAKE_RECORD {
+                    let _ = tls.send(Ok(sniffed)).await;
+                } else {
+                    metrics::counter!("oncekv_plaintext_connections_refused_total").increment(1);
+                    let _ = plain.try_send(Ok(sniffed));
+                }
+            });
+        }
+    });
+    (
+        tokio_stream::wrappers::ReceiverStream::new(tls_incoming),
+        tokio_stream::wrappers::ReceiverStream::new(plain_incoming),
+    )
+}
+
+/// A stream of connections, boxed.
+pub type Incoming<T, E> = Pin<Box<dyn Stream<Item = Result<T, E>> + Send>>;
+
+/// [`sort_tls`] if `tls`; else every connection goes to the first stream
+/// as it is, and the second is empty.
+#[allow(clippy::type_complexity)]
+pub fn sort_if_tls<IO, E>(
+    incoming: impl Stream<Item = Result<IO, E>> + Send + 'static,
+    tls: bool,
+    wait: Duration,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> (
+    Incoming<Sniffed<IO>, E>,
+    Incoming<Sniffed<IO>, std::convert::Infallible>,
+)
+where
+    IO: AsyncRead + Unpin + Send + 'static,
+    E: Send + 'static,
+{
+    if tls {
+        let (tls, plaintext) = sort_tls(incoming, wait, shutdown);
+        (Box::pin(tls), Box::pin(plaintext))
+    } else {
+        let unread = incoming.map(|accepted| accepted.map(|io| Sniffed { first: None, io }));
+        (Box::pin(unread), Box::pin(tokio_stream::empty()))
+    }
+}
+
+/// Serves the plaintext connections [`sort_tls`] found on a TLS port until
+/// `shutdown`: every request is answered INVALID_ARGUMENT with
+/// [`TLS_REQUIRED`] (not handled), and each connection is closed after a
+/// moment.
+pub async fn answer_plaintext<IO>(
+    plaintext: impl Stream<Item = Result<IO, std::convert::Infallible>>,
+    listener: &'static str,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), tonic::transport::Error>
+where
+    IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
+{
+    let refuse_all = tower::layer::layer_fn(move |_routes: Routes| {
+        tower::service_fn(move |_request: http::Request<Body>| async move {
+            tracing::debug!(listener, "plaintext request on a TLS port refused");
+            let status = Status::invalid_argument(TLS_REQUIRED);
+            Ok::<_, std::convert::Infallible>(status.into_http::<Body>())
+        })
+    });
+    tonic::transport::Server::builder()
+        .max_concurrent_streams(8)
+        .max_connection_age(REFUSAL_ANSWERED_FOR)
+        .max_connection_age_grace(REFUSAL_ANSWERED_FOR)
+        .layer(refuse_all)
+        .add_routes(Routes::default())
+        .serve_with_incoming_shutdown(plaintext, shutdown)
         .await
 }
 

@@ -1,8 +1,9 @@
 //! The peer service of a real node. Forged or broken Raft messages (a vote
 //! of an impossible term, an append under an uncommitted vote or this
 //! node's own, entries out of order, a snapshot beyond its vote) are
-//! refused before consensus sees them, and the node keeps serving and
-//! restarts cleanly. Incoming snapshots: a stream that ends short of the size
+//! refused before consensus sees them, and so are well-formed messages
+//! from a node that is not a member (PERMISSION_DENIED); the node keeps
+//! serving and restarts cleanly. Incoming snapshots: a stream that ends short of the size
 //! it announced (a sender that stopped half-way) or runs past it is
 //! refused, never installed; a size over the node's cap is refused at once;
 //! bytes that do not restore to the index they claim are refused before
@@ -453,6 +454,78 @@ async fn forged_raft_messages_are_refused_and_the_node_serves_and_restarts() {
     beyond.meta = postcard::to_allocvec(&meta).expect("meta");
     let refused = node.install(vec![beyond]).await.expect_err("refused");
     assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
+    node.serves().await;
+    let again = node.restart().await;
+    again.serves().await;
+    again.stop().await;
+}
+
+fn assert_denied(result: Result<tonic::Response<RaftPayload>, tonic::Status>, what: &str) {
+    match result {
+        Err(status) => {
+            assert_eq!(
+                status.code(),
+                tonic::Code::PermissionDenied,
+                "{what}: {status:?}"
+            );
+            assert!(
+                status.message().contains("not a member"),
+                "{what}: {status:?}"
+            );
+        }
+        Ok(_) => panic!("{what}: accepted"),
+    }
+}
+
+/// Well-formed messages from node 999, which is not a member of the
+/// node's cluster (it is alone in it): a vote, a pre-vote, an append and a
+/// snapshot are refused PERMISSION_DENIED before consensus sees them, and
+/// a snapshot whose vote does not decode INVALID_ARGUMENT; the node keeps
+/// serving and restarts cleanly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_from_a_non_member_are_refused_and_the_node_serves_and_restarts() {
+    #[derive(serde::Serialize)]
+    enum AnyVote {
+        #[allow(dead_code)]
+        Vote(openraft::raft::VoteRequest<TypeConfig>),
+        PreVote(openraft::raft::VoteRequest<TypeConfig>),
+    }
+    let mut node = TestNode::start(|_| {}).await;
+    node.serves().await;
+    let stranger = VoteOf::<TypeConfig>::new(1_000, 999);
+    let vote =
+        openraft::raft::VoteRequest::<TypeConfig>::new(stranger, Some(log_id(999, 999, 1_000_000)));
+    assert_denied(
+        node.peer.vote(payload(&VoteKind::Vote(vote.clone()))).await,
+        "a vote from a non-member",
+    );
+    assert_denied(
+        node.peer.vote(payload(&AnyVote::PreVote(vote))).await,
+        "a pre-vote from a non-member",
+    );
+    let leader = VoteOf::<TypeConfig>::new_committed(1_000, 999);
+    let mut forged = append(leader, None, &[]);
+    forged.leader_commit = Some(log_id(1_000, 999, 1_000_000));
+    assert_denied(
+        node.peer.append_entries(payload(&forged)).await,
+        "an append from a non-member",
+    );
+    let mut snapshot = first_chunk(&[], 0);
+    snapshot.vote = postcard::to_allocvec(&leader).expect("vote");
+    let refused = node.install(vec![snapshot]).await;
+    assert_denied(
+        refused.map(tonic::Response::new),
+        "a snapshot from a non-member",
+    );
+    let mut garbage = first_chunk(b"garbage", 7);
+    garbage.vote = vec![0xff; 9];
+    let refused = node.install(vec![garbage]).await.expect_err("undecodable");
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
+    assert!(
+        refused.message().contains("undecodable snapshot vote"),
+        "{refused:?}"
+    );
+    spool_empties(&node.spool()).await;
     node.serves().await;
     let again = node.restart().await;
     again.serves().await;

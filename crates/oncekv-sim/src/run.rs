@@ -169,6 +169,8 @@ fn node_config(id: u64, root: &Path, dedup: bool) -> ServerConfig {
         metrics: None,
         peer_source_ip: None,
         peer_connector: Some(Arc::new(SimConnector)),
+        client_tls: None,
+        peer_tls: None,
         inline_disk_io: true,
         dedup,
     }

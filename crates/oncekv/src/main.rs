@@ -23,6 +23,7 @@ macro_rules! sayln {
 }
 
 mod bench;
+mod certs;
 mod commands;
 mod exit;
 mod serve;
@@ -62,6 +63,9 @@ enum Commands {
     /// Prove exactly-once under faults: run a workload against a local
     /// cluster (or --endpoints) while injecting faults, then check it.
     Verify(verify::VerifyArgs),
+    /// Make the certificates of a TLS cluster: a CA, node and client
+    /// certificates (PEM files).
+    Certs(certs::CertsArgs),
     #[command(flatten)]
     Client(commands::ClientCommand),
 }
@@ -92,6 +96,7 @@ fn main() -> ExitCode {
     };
     match cli.command {
         Commands::Serve(args) => runtime.block_on(serve::run(*args)),
+        Commands::Certs(args) => certs::run(args, cli.connection.login.as_deref()),
         Commands::Bench(args) => {
             match runtime.block_on(bench::run(&cli.connection, args, endpoints_given)) {
                 Ok(code) => code,

@@ -12,6 +12,7 @@ use oncekv_server::raft::type_config::{NodeId, NodeInfo};
 use oncekv_server::server::{
     ListenerLimits, SNAPSHOT_BYTES_MAX_DEFAULT, ServeError, ServerConfig, ServerLimits, serve,
 };
+use oncekv_server::tls::{PeerTls, ServerTls, TlsFiles};
 use oncekv_state::Limits;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
@@ -26,6 +27,12 @@ Examples:
   oncekv serve --id 1 --listen-client 127.0.0.1:7379 --listen-peer 127.0.0.1:7380 \\
       --initial-cluster 1=127.0.0.1:7380/127.0.0.1:7379,2=127.0.0.1:7382/127.0.0.1:7381,3=127.0.0.1:7384/127.0.0.1:7383
       node 1 of a three-node cluster (start nodes 2 and 3 the same way)
+  oncekv serve --cert-file certs/node-1.pem --key-file certs/node-1-key.pem \
+      --peer-cert-file certs/node-1.pem --peer-key-file certs/node-1-key.pem \
+      --peer-ca-file certs/ca.pem ...
+      TLS on both ports (certificates from `oncekv certs`; see
+      docs/security.md); add --client-ca-file certs/ca.pem to require
+      client certificates
 
 --initial-cluster lists every member as ID=PEER_ADDRESS/CLIENT_ADDRESS (the
 client address is what clients are told to use in leader hints). It is used
@@ -245,6 +252,65 @@ pub struct ServeArgs {
     #[arg(long, env = "ONCEKV_PEER_SOURCE_IP")]
     peer_source_ip: Option<IpAddr>,
 
+    /// TLS on the client port: this node's certificate (PEM; `oncekv certs
+    /// create-node` makes one) [default: plaintext].
+    #[arg(
+        long,
+        env = "ONCEKV_CERT_FILE",
+        value_name = "FILE",
+        requires = "key_file",
+        help_heading = "TLS"
+    )]
+    cert_file: Option<PathBuf>,
+
+    /// The private key of --cert-file (PEM).
+    #[arg(
+        long,
+        env = "ONCEKV_KEY_FILE",
+        value_name = "FILE",
+        requires = "cert_file",
+        help_heading = "TLS"
+    )]
+    key_file: Option<PathBuf>,
+
+    /// Mutual TLS on the client port: clients must present a certificate
+    /// issued by this CA (PEM; `oncekv certs create-client`).
+    #[arg(
+        long,
+        env = "ONCEKV_CLIENT_CA_FILE",
+        value_name = "FILE",
+        requires = "cert_file",
+        help_heading = "TLS"
+    )]
+    client_ca_file: Option<PathBuf>,
+
+    /// Mutual TLS on the peer port and to peers: this node's certificate,
+    /// which must carry the DNS name node-ID, ID being --id [default:
+    /// plaintext].
+    #[arg(long, env = "ONCEKV_PEER_CERT_FILE", value_name = "FILE", requires_all = ["peer_key_file", "peer_ca_file"], help_heading = "TLS")]
+    peer_cert_file: Option<PathBuf>,
+
+    /// The private key of --peer-cert-file (PEM).
+    #[arg(
+        long,
+        env = "ONCEKV_PEER_KEY_FILE",
+        value_name = "FILE",
+        requires = "peer_cert_file",
+        help_heading = "TLS"
+    )]
+    peer_key_file: Option<PathBuf>,
+
+    /// The CA every peer's certificate must come from (PEM); a peer is
+    /// served only with a certificate for the node it sends as.
+    #[arg(
+        long,
+        env = "ONCEKV_PEER_CA_FILE",
+        value_name = "FILE",
+        requires = "peer_cert_file",
+        help_heading = "TLS"
+    )]
+    peer_ca_file: Option<PathBuf>,
+
     /// Negative control of `oncekv verify` only: answer no retry from its
     /// completion record, so duplicates apply again. Breaks exactly-once.
     #[arg(long, hide = true)]
@@ -359,6 +425,25 @@ fn config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
         snapshot_bytes_max: args.max_snapshot_bytes,
     };
     server_limits.check()?;
+    let client_tls = match (&args.cert_file, &args.key_file) {
+        (Some(cert), Some(key)) => Some(ServerTls::load(&TlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+            ca: args.client_ca_file.clone(),
+        })?),
+        _ => None,
+    };
+    let peer_tls = match (&args.peer_cert_file, &args.peer_key_file) {
+        (Some(cert), Some(key)) => Some(PeerTls::load(
+            args.id,
+            &TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                ca: args.peer_ca_file.clone(),
+            },
+        )?),
+        _ => None,
+    };
     Ok(ServerConfig {
         id: args.id,
         data_dir: args.data_dir.clone(),
@@ -384,6 +469,8 @@ fn config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
         metrics: args.listen_metrics,
         peer_source_ip: args.peer_source_ip,
         peer_connector: None,
+        client_tls,
+        peer_tls,
         inline_disk_io: false,
         dedup: !args.unsafe_no_dedup,
     })

@@ -102,6 +102,11 @@ async fn run_inner(
     } else {
         args.faults.clone().unwrap_or_else(|| Fault::ALL.to_vec())
     };
+    if connection.tls.cacert.is_some() {
+        anyhow::bail!(
+            "oncekv verify does not connect over TLS (--cacert): run it on a plaintext cluster"
+        );
+    }
     let target = if endpoints_given {
         Target::Endpoints(connection.endpoints.clone())
     } else {

@@ -5,9 +5,12 @@
 //! has a deadline, HTTP/2 keep-alives detect dead connections, and a
 //! timed-out connection is dropped and redialled on the next call. How a
 //! channel reaches a peer is a [`PeerConnector`]: TCP unless one is
-//! injected (a simulated network).
+//! injected (a simulated network). With peer TLS ([`PeerTls`]), a peer is
+//! dialled over `https`, its certificate verified against the peer CA for
+//! the name `node-<its id>`, and this node presents its own certificate.
 
 use super::type_config::{NodeId, NodeInfo, TypeConfig};
+use crate::tls::PeerTls;
 use oncekv_proto::v1::raft_peer_client::RaftPeerClient;
 use oncekv_proto::v1::{RaftPayload, SnapshotChunk};
 use openraft::alias::{SnapshotOf, VoteOf};
@@ -52,6 +55,8 @@ pub struct PeerNetwork {
     pub source_ip: Option<IpAddr>,
     /// The transport to peers; `None` is TCP.
     pub connector: Option<Arc<dyn PeerConnector>>,
+    /// Mutual TLS to peers; `None`: plaintext.
+    pub tls: Option<PeerTls>,
 }
 
 impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
@@ -63,6 +68,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
             address: node.peer_address.clone(),
             source_ip: self.source_ip,
             connector: self.connector.clone(),
+            tls: self.tls.clone(),
             client: None,
         }
     }
@@ -75,6 +81,7 @@ pub struct PeerClient {
     address: String,
     source_ip: Option<IpAddr>,
     connector: Option<Arc<dyn PeerConnector>>,
+    tls: Option<PeerTls>,
     client: Option<RaftPeerClient<Channel>>,
 }
 
@@ -101,8 +108,15 @@ impl PeerClient {
         if let Some(client) = &self.client {
             return Ok(client.clone());
         }
-        let endpoint = Endpoint::from_shared(format!("http://{}", self.address))
-            .map_err(|e| unreachable(&e))?
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let mut endpoint = Endpoint::from_shared(format!("{scheme}://{}", self.address))
+            .map_err(|e| unreachable(&e))?;
+        if let Some(tls) = &self.tls {
+            endpoint = endpoint
+                .tls_config(tls.client_config(self.target))
+                .map_err(|e| unreachable(&e))?;
+        }
+        let endpoint = endpoint
             .connect_timeout(Duration::from_millis(500))
             .tcp_nodelay(true)
             .http2_keep_alive_interval(Duration::from_secs(1))

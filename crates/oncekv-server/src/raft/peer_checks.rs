@@ -8,10 +8,19 @@
 //! snapshot must be of a committed vote, hold no log id beyond that vote,
 //! and not contradict what this node has committed. (Only authenticating
 //! peers stops a well-formed forgery: that is mutual TLS.)
+//!
+//! [`PeerNotAllowed`]: who may send at all, answered PERMISSION_DENIED. A
+//! message's sender (the node id of the vote it carries: the candidate of
+//! a vote request, the leader of an append, a snapshot or a leadership
+//! transfer) must be in this node's effective membership (voters and
+//! learners of the latest membership it knows, committed or not), unless
+//! it knows none yet (a fresh node waiting to be added). With peer TLS,
+//! the caller's verified certificate must also be valid for
+//! `node-<sender>` ([`crate::tls`]), so a node cannot speak for another.
 
 use super::type_config::{NodeId, TypeConfig};
 use openraft::RaftMetrics;
-use openraft::alias::{LogIdOf, VoteOf};
+use openraft::alias::{LogIdOf, StoredMembershipOf, VoteOf};
 use openraft::raft::AppendEntriesRequest;
 use openraft::vote::RaftLeaderId;
 
@@ -61,6 +70,59 @@ pub enum PeerMessageRefused {
         /// This node's committed log id.
         committed: String,
     },
+}
+
+/// Why a peer may not send a message at all (PERMISSION_DENIED).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PeerNotAllowed {
+    /// The sender is not in this node's membership.
+    #[error("node {sender} is not a member of this node's cluster (members: {members:?})")]
+    NotAMember {
+        /// The sender id in the message.
+        sender: NodeId,
+        /// The members this node knows.
+        members: Vec<NodeId>,
+    },
+    /// Peer TLS is on, but the caller presented no verified certificate.
+    #[error("the message is from node {sender}, but the caller presented no verified certificate")]
+    NoCertificate {
+        /// The sender id in the message.
+        sender: NodeId,
+    },
+    /// The caller's certificate is not for the node the message says it is
+    /// from.
+    #[error(
+        "the message is from node {sender}, but the caller's certificate is not valid for {expected} (it names {names:?})"
+    )]
+    WrongCertificate {
+        /// The sender id in the message.
+        sender: NodeId,
+        /// The name the certificate must carry.
+        expected: String,
+        /// The DNS names it carries.
+        names: Vec<String>,
+    },
+}
+
+/// Checks that `sender` is in `membership` (voters and learners, of every
+/// configuration of a joint one), or that `membership` is empty: a node
+/// that knows no membership yet is waiting to be added, and learns it from
+/// the leader's first messages.
+pub fn check_member(
+    sender: NodeId,
+    membership: &StoredMembershipOf<TypeConfig>,
+) -> Result<(), PeerNotAllowed> {
+    let members: Vec<NodeId> = membership.membership().nodes().map(|(id, _)| *id).collect();
+    if members.is_empty() || members.contains(&sender) {
+        return Ok(());
+    }
+    Err(PeerNotAllowed::NotAMember { sender, members })
+}
+
+/// The node a vote names: the candidate of a vote request, the leader of
+/// an append, a snapshot or a leadership transfer.
+pub fn sender(vote: &VoteOf<TypeConfig>) -> NodeId {
+    *vote.leader_id().node_id()
 }
 
 /// The largest term a message may carry: a cluster that elected a leader

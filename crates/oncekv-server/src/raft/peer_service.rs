@@ -19,10 +19,17 @@
 //! on a refusal, when the sender goes away (the handler is dropped), and
 //! after the install. Leftovers of a crash are removed when the spool
 //! opens.
+//!
+//! Every message is admitted first ([`PeerService`]'s `admit`): with peer
+//! TLS, the caller's verified certificate must be valid for
+//! `node-<sender>`, the sender id inside the message; the message must
+//! pass [`peer_checks`]; and its sender must be a member of this node's
+//! cluster. A refusal is answered PERMISSION_DENIED (who may send) or
+//! INVALID_ARGUMENT (what was sent) and logged, never more.
 
 use super::network::{VoteKind, decode, encode};
-use super::peer_checks::{self, PeerMessageRefused};
-use super::type_config::{Raft, TypeConfig};
+use super::peer_checks::{self, PeerMessageRefused, PeerNotAllowed};
+use super::type_config::{NodeId, Raft, TypeConfig};
 use crate::transport::{is_malformed_message, overloaded};
 use oncekv_proto::v1::raft_peer_server::RaftPeer;
 use oncekv_proto::v1::{RaftPayload, SnapshotChunk};
@@ -211,6 +218,8 @@ enum SnapshotRefused {
     Spool(#[source] io::Error),
     #[error("receiving the snapshot: {0}")]
     Stream(Status),
+    #[error("{}", .0.message())]
+    NotAdmitted(Status),
 }
 
 impl From<SnapshotRefused> for Status {
@@ -233,7 +242,7 @@ impl From<SnapshotRefused> for Status {
             SnapshotRefused::Stream(status) if is_malformed_message(&status) => {
                 Status::invalid_argument(format!("malformed snapshot chunk: {}", status.message()))
             }
-            SnapshotRefused::Stream(status) => status,
+            SnapshotRefused::Stream(status) | SnapshotRefused::NotAdmitted(status) => status,
         }
     }
 }
@@ -255,11 +264,12 @@ fn length(data: &[u8]) -> u64 {
 }
 
 /// Receives a snapshot stream into a spool file, checking it against the
-/// spool's cap (before anything else), the spool's one slot, and the size
-/// it announced.
+/// spool's cap (before anything else), the spool's one slot, `admit` (its
+/// sender, before any byte is spooled), and the size it announced.
 async fn receive(
     spool: &SnapshotSpool,
     chunks: &mut Streaming<SnapshotChunk>,
+    admit: impl FnOnce(&VoteOf<TypeConfig>) -> Result<(), Status>,
 ) -> Result<Received, SnapshotRefused> {
     let first = chunks
         .message()
@@ -289,6 +299,7 @@ async fn receive(
     let undecodable = |what| move |source| SnapshotRefused::Undecodable { what, source };
     let vote: VoteOf<TypeConfig> = decode(&first.vote).map_err(undecodable("vote"))?;
     let meta: SnapshotMetaOf<TypeConfig> = decode(&first.meta).map_err(undecodable("meta"))?;
+    admit(&vote).map_err(SnapshotRefused::NotAdmitted)?;
     let mut file = spool.create().map_err(SnapshotRefused::Spool)?;
     let mut received = 0u64;
     let mut next = Some(first.data);
@@ -322,12 +333,16 @@ async fn receive(
 pub struct PeerService {
     raft: Raft,
     spool: Option<Arc<SnapshotSpool>>,
+    /// Whether callers must present a certificate valid for the node
+    /// they send as (peer TLS).
+    peer_certificates: bool,
 }
 
 impl std::fmt::Debug for PeerService {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PeerService")
             .field("spool", &self.spool)
+            .field("peer_certificates", &self.peer_certificates)
             .finish_non_exhaustive()
     }
 }
@@ -336,7 +351,18 @@ impl PeerService {
     /// A service over this node's Raft. It refuses snapshots until it is
     /// given a spool ([`PeerService::with_snapshot_spool`]).
     pub fn new(raft: Raft) -> PeerService {
-        PeerService { raft, spool: None }
+        PeerService {
+            raft,
+            spool: None,
+            peer_certificates: false,
+        }
+    }
+
+    /// With `required` (peer TLS on), serves a message only if the
+    /// caller's verified certificate is valid for `node-<sender>`.
+    pub fn with_peer_certificates(mut self, required: bool) -> PeerService {
+        self.peer_certificates = required;
+        self
     }
 
     /// Receives snapshots through `spool`.
@@ -370,10 +396,66 @@ fn refused(refusal: PeerMessageRefused) -> Status {
     Status::invalid_argument(format!("refused raft message: {refusal}"))
 }
 
+/// A sender refused before its message is read further: logged, and
+/// PERMISSION_DENIED to the caller.
+fn not_allowed(refusal: PeerNotAllowed) -> Status {
+    tracing::warn!(%refusal, "peer message refused");
+    metrics::counter!("oncekv_peer_messages_refused_total").increment(1);
+    Status::permission_denied(format!("refused raft message: {refusal}"))
+}
+
+/// Who called, as TLS verified it: the DNS names of the caller's
+/// certificate (`None`: no verified certificate).
+struct Caller {
+    names: Option<Vec<String>>,
+}
+
+impl Caller {
+    fn of<T>(request: &Request<T>) -> Caller {
+        Caller {
+            names: crate::tls::verified_dns_names(request),
+        }
+    }
+}
+
 impl PeerService {
     fn metrics(&self) -> openraft::RaftMetrics<TypeConfig> {
         let metrics = self.raft.metrics();
         openraft::async_runtime::WatchReceiver::borrow_watched(&metrics).clone()
+    }
+
+    /// With peer TLS, the caller's certificate must be valid for
+    /// `node-<sender>`.
+    fn authenticate(&self, caller: &Caller, sender: NodeId) -> Result<(), Status> {
+        if !self.peer_certificates {
+            return Ok(());
+        }
+        let expected = crate::tls::node_name(sender);
+        match &caller.names {
+            None => Err(not_allowed(PeerNotAllowed::NoCertificate { sender })),
+            Some(names)
+                if names
+                    .iter()
+                    .any(|name| name.eq_ignore_ascii_case(&expected)) =>
+            {
+                Ok(())
+            }
+            Some(names) => Err(not_allowed(PeerNotAllowed::WrongCertificate {
+                sender,
+                expected,
+                names: names.clone(),
+            })),
+        }
+    }
+
+    /// The sender must be a member of this node's cluster (or this node
+    /// knows none yet).
+    fn member(
+        &self,
+        sender: NodeId,
+        metrics: &openraft::RaftMetrics<TypeConfig>,
+    ) -> Result<(), Status> {
+        peer_checks::check_member(sender, &metrics.membership_config).map_err(not_allowed)
     }
 }
 
@@ -383,23 +465,29 @@ impl RaftPeer for PeerService {
         &self,
         request: Request<RaftPayload>,
     ) -> Result<Response<RaftPayload>, Status> {
-        let request = decode(&request.into_inner().data).map_err(bad_message)?;
+        let caller = Caller::of(&request);
+        let request: openraft::raft::AppendEntriesRequest<TypeConfig> =
+            decode(&request.into_inner().data).map_err(bad_message)?;
+        let sender = peer_checks::sender(&request.vote);
+        self.authenticate(&caller, sender)?;
         let metrics = self.metrics();
         peer_checks::check_append(&request, metrics.id, metrics.local_committed.as_ref())
             .map_err(refused)?;
+        self.member(sender, &metrics)?;
         reply(&self.raft.append_entries(request).await)
     }
 
     async fn vote(&self, request: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
-        let result = match decode(&request.into_inner().data).map_err(bad_message)? {
-            VoteKind::Vote(vote) => {
-                peer_checks::check_term(&vote.vote).map_err(refused)?;
-                self.raft.vote(vote).await
-            }
-            VoteKind::PreVote(vote) => {
-                peer_checks::check_term(&vote.vote).map_err(refused)?;
-                self.raft.pre_vote(vote).await
-            }
+        let caller = Caller::of(&request);
+        let kind: VoteKind = decode(&request.into_inner().data).map_err(bad_message)?;
+        let (VoteKind::Vote(vote) | VoteKind::PreVote(vote)) = &kind;
+        let sender = peer_checks::sender(&vote.vote);
+        self.authenticate(&caller, sender)?;
+        peer_checks::check_term(&vote.vote).map_err(refused)?;
+        self.member(sender, &self.metrics())?;
+        let result = match kind {
+            VoteKind::Vote(vote) => self.raft.vote(vote).await,
+            VoteKind::PreVote(vote) => self.raft.pre_vote(vote).await,
         };
         reply(&result)
     }
@@ -408,7 +496,13 @@ impl RaftPeer for PeerService {
         &self,
         request: Request<RaftPayload>,
     ) -> Result<Response<RaftPayload>, Status> {
-        let request = decode(&request.into_inner().data).map_err(bad_message)?;
+        let caller = Caller::of(&request);
+        let request: openraft::raft::TransferLeaderRequest<TypeConfig> =
+            decode(&request.into_inner().data).map_err(bad_message)?;
+        let sender = peer_checks::sender(request.from_leader());
+        self.authenticate(&caller, sender)?;
+        peer_checks::check_term(request.from_leader()).map_err(refused)?;
+        self.member(sender, &self.metrics())?;
         reply(&self.raft.handle_transfer_leader(request).await)
     }
 
@@ -417,8 +511,13 @@ impl RaftPeer for PeerService {
         request: Request<Streaming<SnapshotChunk>>,
     ) -> Result<Response<RaftPayload>, Status> {
         let spool = self.spool.as_ref().ok_or(SnapshotRefused::NoSpool)?;
+        let caller = Caller::of(&request);
         let mut chunks = request.into_inner();
-        let mut received = receive(spool, &mut chunks).await?;
+        // Only a caller whose certificate speaks for the sender spools
+        // anything; what it sent is judged once it is all there.
+        let admit =
+            |vote: &VoteOf<TypeConfig>| self.authenticate(&caller, peer_checks::sender(vote));
+        let mut received = receive(spool, &mut chunks, admit).await?;
         let metrics = self.metrics();
         peer_checks::check_snapshot(
             &received.vote,
@@ -427,6 +526,7 @@ impl RaftPeer for PeerService {
             &metrics,
         )
         .map_err(refused)?;
+        self.member(peer_checks::sender(&received.vote), &metrics)?;
         let data = received
             .file
             .read_all()

@@ -304,6 +304,7 @@ pub async fn run(
                 args.connections,
                 args.concurrency,
                 connection.timeout,
+                connection.tls.connector(&connection.endpoints)?,
             )
             .await?;
             let measured = closed_loop::run(setup.tasks, plan).await;

@@ -43,17 +43,19 @@ fn window(tasks: usize) -> u32 {
     )
 }
 
-/// Connects `connections` clients (and opens their sessions in session
-/// mode), and deals `concurrency` tasks over them.
+/// Connects `connections` clients through `connector` (and opens their
+/// sessions in session mode), and deals `concurrency` tasks over them.
 pub async fn connect(
     endpoints: &[String],
     mode: Mode,
     connections: usize,
     concurrency: usize,
     timeout: Duration,
+    connector: std::sync::Arc<dyn oncekv_client::Connector>,
 ) -> anyhow::Result<Setup> {
     let options = ClientOptions {
         deadline: timeout,
+        connector,
         ..ClientOptions::default()
     };
     let mut clients = Vec::with_capacity(connections);

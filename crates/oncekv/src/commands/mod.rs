@@ -18,6 +18,7 @@ use std::time::Duration;
 
 mod auth;
 mod cluster;
+mod connect;
 mod endpoint;
 mod output;
 mod session;
@@ -65,6 +66,9 @@ pub struct Connection {
     /// Give up (outcome unknown, for a write) after this long.
     #[arg(long, global = true, default_value = "15s", value_parser = humantime::parse_duration)]
     pub timeout: Duration,
+
+    #[command(flatten)]
+    pub tls: connect::TlsArgs,
 
     /// Log in as USER (when the cluster enforces authentication), with
     /// USER:PASSWORD or the password in ONCEKV_PASSWORD.
@@ -361,6 +365,7 @@ fn finish(printer: &Printer, result: Result<Completed, ClientError>) -> ExitCode
 pub async fn run(connection: &Connection, command: ClientCommand) -> anyhow::Result<ExitCode> {
     let options = ClientOptions {
         deadline: connection.timeout,
+        connector: connection.tls.connector(&connection.endpoints)?,
         credentials: connection.credentials()?,
         ..ClientOptions::default()
     };

@@ -20,6 +20,17 @@ impl Cluster {
         Cluster(oncekv_harness::testing::start(BINARY, size, extra))
     }
 
+    /// Starts `size` nodes with extra `serve` flags and TLS on both ports
+    /// (client certificates required if `client_certificates`).
+    pub fn start_tls(size: u64, extra: &[&str], client_certificates: bool) -> Cluster {
+        Cluster(oncekv_harness::testing::start_tls(
+            BINARY,
+            size,
+            extra,
+            client_certificates,
+        ))
+    }
+
     /// Plans `size` nodes with extra `serve` flags, starting none.
     pub fn new(size: u64, extra: &[&str]) -> Cluster {
         Cluster(oncekv_harness::testing::plan(BINARY, size, extra))

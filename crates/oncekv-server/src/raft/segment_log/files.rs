@@ -105,8 +105,8 @@ pub(super) fn check_nothing_missing_before(
             Err(missing(format!(
                 "the first segment present is {}, and log entries {} to {} (after the last purged one, {}) are in no segment left",
                 segment_name(first),
-                purged.index + 1,
-                first_entry - 1,
+                purged.index.saturating_add(1),
+                first_entry.saturating_sub(1),
                 purged.index
             )))
         }

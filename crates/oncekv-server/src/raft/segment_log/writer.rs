@@ -155,7 +155,13 @@ impl Segments {
     }
 
     pub(super) fn roll(&mut self) -> io::Result<()> {
-        let number = self.current_number + 1;
+        // The segment number comes from a file name on disk.
+        let number = self.current_number.checked_add(1).ok_or_else(|| {
+            io::Error::other(format!(
+                "segment number {} is the last possible: no segment can follow it",
+                self.current_number
+            ))
+        })?;
         let file = create_segment(&self.dir, number)?;
         self.closed.push((self.current_number, self.current_max));
         self.current = file;

@@ -1,0 +1,327 @@
+//! TLS on both ports, against real node processes with certificates made
+//! at test time (`oncekv_harness::certs`, what `oncekv certs` runs):
+//!
+//! - a cluster serving TLS on its client and peer ports elects a leader,
+//!   serves a session, answers a retry `Replayed`, and still does after
+//!   its leader is killed; `oncekv` talks to it over `https://`;
+//! - a plaintext client of the TLS client port is refused with words;
+//! - with `--client-ca-file`, a client without a certificate, or with one
+//!   of another CA, is refused, and one with the CA's certificate served;
+//! - the CLI names a wrong CA ("unknown issuer") and a host the node's
+//!   certificate does not name ("host name mismatch");
+//! - on the peer port: a plaintext connection, a certificate of another
+//!   CA, a non-member's certificate (`node-9`) and a member's certificate
+//!   speaking for another member (`node-2` sending as node 3) are all
+//!   refused, while `node-2` sending as node 2 is served.
+
+mod support;
+
+use oncekv_harness::certs;
+use oncekv_proto::v1::RaftPayload;
+use oncekv_proto::v1::raft_peer_client::RaftPeerClient;
+use oncekv_state::{Command, Outcome, Reply};
+use std::path::Path;
+use std::process::Output;
+use std::time::Duration;
+use support::{Cluster, FAST, TestSession, exclusive};
+use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
+
+const BINARY: &str = env!("CARGO_BIN_EXE_oncekv");
+const ELECTION: Duration = Duration::from_secs(20);
+
+/// Runs `oncekv` with `args`; gives its exit code and what it printed.
+fn oncekv(args: &[&str]) -> (Option<i32>, String) {
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = std::process::Command::new(BINARY)
+        .args(args)
+        .env_remove("ONCEKV_CACERT")
+        .env_remove("ONCEKV_CERT")
+        .env_remove("ONCEKV_KEY")
+        .env_remove("ONCEKV_ENDPOINTS")
+        .env_remove("ONCEKV_USER")
+        .output()
+        .expect("run oncekv");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&stdout),
+        String::from_utf8_lossy(&stderr)
+    );
+    (status.code(), text)
+}
+
+fn path(path: &Path) -> &str {
+    path.to_str().expect("a UTF-8 path")
+}
+
+fn append(value: &str) -> Command {
+    Command::Append {
+        key: b"log".to_vec(),
+        value: value.as_bytes().to_vec(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_cluster_serves_sessions_and_replays_retries_across_a_leader_kill() {
+    let _one = exclusive().await;
+    let mut cluster = Cluster::start_tls(3, FAST, false);
+    let leader = cluster.leader(ELECTION).await;
+    let session = TestSession::open(&cluster, 60_000, 8).await;
+    let first = session.request(1, 1, append("a;"));
+    let applied = cluster.outcome(&first, ELECTION).await;
+    assert!(
+        matches!(applied, Outcome::Applied(Reply::Append { .. })),
+        "{applied:?}"
+    );
+    let retry = session.request(1, 2, append("a;"));
+    let replayed = cluster.outcome(&retry, ELECTION).await;
+    assert!(matches!(replayed, Outcome::Replayed { .. }), "{replayed:?}");
+
+    // The peers replicate over mutual TLS: the new leader has the record.
+    cluster.node(leader).kill();
+    let after = cluster
+        .outcome(&session.request(1, 3, append("a;")), ELECTION)
+        .await;
+    assert!(matches!(after, Outcome::Replayed { .. }), "{after:?}");
+    let next = cluster
+        .outcome(&session.request(2, 1, append("b;")), ELECTION)
+        .await;
+    assert!(matches!(next, Outcome::Applied(_)), "{next:?}");
+
+    // The command line over https://, and the client library over the
+    // cluster's connector.
+    let ca = certs::ca_files(&cluster.certs_dir().expect("certificates")).cert;
+    let endpoints: Vec<String> = cluster
+        .nodes
+        .iter()
+        .filter(|node| node.id != leader)
+        .map(|node| format!("https://{}", node.client))
+        .collect();
+    let (code, text) = oncekv(&[
+        "--endpoints",
+        &endpoints.join(","),
+        "--cacert",
+        path(&ca),
+        "--timeout",
+        "20s",
+        "get",
+        "log",
+    ]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("a;b;"), "{text}");
+    let endpoints: Vec<String> = cluster
+        .nodes
+        .iter()
+        .filter(|node| node.id != leader)
+        .map(|node| node.client.clone())
+        .collect();
+    let client =
+        oncekv_client::Client::connect(endpoints, cluster.client_options()).expect("a client");
+    let reply = client
+        .execute_once(
+            Command::Incr {
+                key: b"n".to_vec(),
+                by: 1,
+            },
+            Some(b"tls-incr".to_vec()),
+        )
+        .await
+        .expect("applied over TLS");
+    assert!(matches!(reply.reply, Reply::Incr { value: 1 }), "{reply:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_are_refused_with_words_for_what_is_wrong() {
+    let _one = exclusive().await;
+    let cluster = Cluster::start_tls(1, FAST, true);
+    cluster.leader(ELECTION).await;
+    let dir = cluster.certs_dir().expect("certificates");
+    let ca = certs::ca_files(&dir).cert;
+    let mine = certs::client_files(&dir, oncekv_harness::cluster::HARNESS_USER);
+    let address = cluster.nodes[0].client.clone();
+    let short = ["--timeout", "4s"];
+
+    // A plaintext client of the TLS port.
+    let (code, text) = oncekv(&[&["--endpoints", &address][..], &short, &["get", "k"]].concat());
+    assert_ne!(code, Some(0), "{text}");
+    assert!(text.contains("TLS"), "a plaintext client is told: {text}");
+
+    // No client certificate, while the node requires one.
+    let (code, text) = oncekv(
+        &[
+            &["--endpoints", &address, "--cacert", path(&ca)][..],
+            &short,
+            &["get", "k"],
+        ]
+        .concat(),
+    );
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("requires a client certificate"), "{text}");
+
+    // A client certificate of another CA.
+    let other = tempfile::tempdir().expect("tempdir");
+    certs::create_ca(other.path(), certs::CA_DAYS_DEFAULT).expect("another CA");
+    let stranger = certs::create_client(other.path(), "mallory", certs::LEAF_DAYS_DEFAULT)
+        .expect("a stranger's certificate");
+    let (code, text) = oncekv(
+        &[
+            &["--endpoints", &address, "--cacert", path(&ca)][..],
+            &["--cert", path(&stranger.cert), "--key", path(&stranger.key)],
+            &short,
+            &["get", "k"],
+        ]
+        .concat(),
+    );
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("refused the client certificate"), "{text}");
+
+    // The CA's client certificate is served.
+    let (code, text) = oncekv(
+        &[
+            &["--endpoints", &format!("https://{address}")][..],
+            &["--cacert", path(&ca)],
+            &["--cert", path(&mine.cert), "--key", path(&mine.key)],
+            &["--timeout", "20s", "put", "k", "v"],
+        ]
+        .concat(),
+    );
+    assert_eq!(code, Some(0), "{text}");
+
+    // A wrong CA: the node's certificate is of an unknown issuer.
+    let other_ca = certs::ca_files(other.path()).cert;
+    let (code, text) = oncekv(
+        &[
+            &["--endpoints", &address, "--cacert", path(&other_ca)][..],
+            &["--cert", path(&mine.cert), "--key", path(&mine.key)],
+            &short,
+            &["get", "k"],
+        ]
+        .concat(),
+    );
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("unknown issuer"), "{text}");
+    assert!(text.contains("wrong CA"), "{text}");
+
+    // A host the node's certificate does not name (it names 127.0.0.1).
+    let port = address.rsplit_once(':').expect("host:port").1;
+    let (code, text) = oncekv(
+        &[
+            &["--endpoints", &format!("localhost:{port}")][..],
+            &["--cacert", path(&ca)],
+            &["--cert", path(&mine.cert), "--key", path(&mine.key)],
+            &short,
+            &["get", "k"],
+        ]
+        .concat(),
+    );
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("host name mismatch"), "{text}");
+}
+
+/// A vote request as the peer port reads it (postcard): `VoteKind::Vote`
+/// of `VoteRequest{vote: Vote{term, node, committed: false},
+/// last_log_id: None, a transfer: false}`.
+fn vote_from(node: u8) -> RaftPayload {
+    RaftPayload {
+        data: vec![0, 1, node, 0, 0, 0],
+    }
+}
+
+/// A peer client of `address` over TLS, trusting `ca`, presenting
+/// `identity` (a node's certificate and key), verifying the server as
+/// `node-1`.
+async fn peer_client(
+    address: &str,
+    ca: &Path,
+    identity: &certs::CertFiles,
+) -> Result<RaftPeerClient<tonic::transport::Channel>, tonic::transport::Error> {
+    let read = |path: &Path| std::fs::read(path).expect("a certificate file");
+    let tls = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(read(ca)))
+        .identity(Identity::from_pem(
+            read(&identity.cert),
+            read(&identity.key),
+        ))
+        .domain_name("node-1");
+    let channel = Endpoint::from_shared(format!("https://{address}"))
+        .expect("an address")
+        .tls_config(tls)?
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(10))
+        .connect()
+        .await?;
+    Ok(RaftPeerClient::new(channel))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_peer_port_serves_only_members_speaking_for_themselves() {
+    let _one = exclusive().await;
+    let cluster = Cluster::start_tls(3, FAST, false);
+    cluster.leader(ELECTION).await;
+    let dir = cluster.certs_dir().expect("certificates");
+    let ca = certs::ca_files(&dir).cert;
+    let peer = cluster.nodes[0].peer.clone();
+
+    // Plaintext: no TLS handshake, no Raft.
+    let plain = async {
+        let channel = Endpoint::from_shared(format!("http://{peer}"))
+            .expect("an address")
+            .connect_timeout(Duration::from_secs(5))
+            .timeout(Duration::from_secs(10))
+            .connect()
+            .await
+            .map_err(|error| error.to_string())?;
+        RaftPeerClient::new(channel)
+            .vote(vote_from(2))
+            .await
+            .map_err(|status| status.to_string())
+    };
+    assert!(plain.await.is_err(), "a plaintext peer was served");
+
+    // A node certificate of another CA: the handshake fails.
+    let other = tempfile::tempdir().expect("tempdir");
+    certs::create_ca(other.path(), certs::CA_DAYS_DEFAULT).expect("another CA");
+    let foreign = certs::create_node(other.path(), 2, &[], certs::LEAF_DAYS_DEFAULT)
+        .expect("a foreign node-2");
+    let refused = match peer_client(&peer, &ca, &foreign).await {
+        Err(error) => Err(error.to_string()),
+        Ok(mut client) => client
+            .vote(vote_from(2))
+            .await
+            .map_err(|status| status.to_string()),
+    };
+    assert!(refused.is_err(), "a certificate of another CA was served");
+
+    // node-9, of the cluster's CA but not a member, asking for a vote.
+    let nine = certs::create_node(&dir, 9, &[], certs::LEAF_DAYS_DEFAULT).expect("node-9");
+    let mut client = peer_client(&peer, &ca, &nine)
+        .await
+        .expect("a TLS connection");
+    let status = client.vote(vote_from(9)).await.expect_err("not a member");
+    assert_eq!(status.code(), tonic::Code::PermissionDenied, "{status:?}");
+    assert!(status.message().contains("not a member"), "{status:?}");
+
+    // node-2's certificate speaking as node 3.
+    let two = certs::node_files(&dir, 2);
+    let mut client = peer_client(&peer, &ca, &two)
+        .await
+        .expect("a TLS connection");
+    let status = client.vote(vote_from(3)).await.expect_err("not node 3");
+    assert_eq!(status.code(), tonic::Code::PermissionDenied, "{status:?}");
+    assert!(status.message().contains("node-3"), "{status:?}");
+    // As itself, node 2 is answered (an old term's vote: not granted).
+    client
+        .vote(vote_from(2))
+        .await
+        .expect("node 2 speaking for itself is served");
+
+    let logs = cluster.logs();
+    assert!(
+        logs.contains("peer message refused"),
+        "the refusals are logged"
+    );
+    // The cluster still serves.
+    cluster.leader(ELECTION).await;
+}

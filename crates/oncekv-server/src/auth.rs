@@ -45,14 +45,9 @@ impl Credentials {
             });
         Credentials {
             token,
-            certificate_user: certificate_user(request),
+            certificate_user: crate::tls::client_certificate_name(request),
         }
     }
-}
-
-/// The Common Name of the call's verified client certificate.
-fn certificate_user<T>(_request: &tonic::Request<T>) -> Option<String> {
-    None
 }
 
 /// Why a call has no principal while authentication is enforced.

@@ -1,8 +1,10 @@
-//! Users, roles and permissions on a real 3-node cluster: once
-//! authentication is enabled every call needs a user, keys outside a
-//! user's grants are refused, membership and status need the admin role,
-//! a session belongs to its user (its secret is not enough), and the
-//! exactly-once guarantee still holds across a leader kill.
+//! Users, roles and permissions on a real 3-node cluster with TLS on both
+//! ports and client certificates required: once authentication is enabled
+//! every call needs a user (a password's token, or a client certificate
+//! naming one), keys outside a user's grants are refused, membership and
+//! status need the admin role, a session belongs to its user (its secret
+//! is not enough), and the exactly-once guarantee still holds across a
+//! leader kill.
 
 mod support;
 
@@ -21,7 +23,7 @@ fn client(cluster: &Cluster, credentials: Option<Credentials>) -> Client {
     let options = ClientOptions {
         deadline: Duration::from_secs(20),
         credentials,
-        ..ClientOptions::default()
+        ..cluster.client_options()
     };
     Client::connect(endpoints, options).expect("a client")
 }
@@ -133,16 +135,17 @@ fn incr(key: &str) -> Command {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_auth_on_users_reach_only_their_keys_and_retries_still_replay() {
+async fn with_tls_and_auth_on_users_reach_only_their_keys_and_retries_still_replay() {
     let _one = exclusive().await;
-    let mut cluster = Cluster::start(3, FAST);
+    let mut cluster = Cluster::start_tls(3, FAST, true);
     cluster.leader(ELECTION).await;
     secure(&cluster).await;
     let root = client(&cluster, password("root", "root-pw"));
     let alice = client(&cluster, password("alice", "alice-pw"));
     let mallory = client(&cluster, password("mallory", "mallory-pw"));
 
-    // No credentials, or a wrong password: refused, not applied.
+    // The harness's client certificate names a user that does not exist
+    // (yet): with no token either, the call is refused, not applied.
     let anyone = client(&cluster, None);
     let refused = anyone.execute_once(incr("app/n"), None).await;
     assert!(
@@ -270,6 +273,48 @@ async fn with_auth_on_users_reach_only_their_keys_and_retries_still_replay() {
         .expect("alice's key is her own");
     assert_eq!(hers.reply, Reply::Incr { value: 1 });
     assert!(!hers.replayed);
+
+    // A client certificate is the other way in: once its Common Name is a
+    // user, a client presenting it needs no password.
+    change(
+        &root,
+        AuthCommand::UserAdd {
+            name: oncekv_harness::cluster::HARNESS_USER.into(),
+            password_hash: None,
+        },
+    )
+    .await;
+    change(
+        &root,
+        AuthCommand::UserGrantRole {
+            user: oncekv_harness::cluster::HARNESS_USER.into(),
+            role: "app".into(),
+        },
+    )
+    .await;
+    let by_certificate = anyone
+        .execute_once(
+            Command::Put {
+                key: b"app/cert".to_vec(),
+                value: b"1".to_vec(),
+                lease: None,
+            },
+            None,
+        )
+        .await;
+    assert!(by_certificate.is_ok(), "{by_certificate:?}");
+    let denied = anyone
+        .read(
+            Query::Get {
+                key: b"other/x".to_vec(),
+            },
+            false,
+        )
+        .await;
+    assert!(
+        matches!(denied, Err(ClientError::PermissionDenied(_))),
+        "{denied:?}"
+    );
 
     // A leader kill: alice's retry on the new leader is still replayed.
     let old = leader(&cluster, &root).await;

@@ -444,6 +444,7 @@ fn config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
         )?),
         _ => None,
     };
+    warn_if_exposed(args, client_tls.is_some(), peer_tls.is_some());
     Ok(ServerConfig {
         id: args.id,
         data_dir: args.data_dir.clone(),
@@ -552,6 +553,21 @@ pub async fn run(args: ServeArgs) -> ExitCode {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn ports_beyond_loopback_without_tls_are_called_out() {
+        let address = |text: &str| text.parse::<SocketAddr>().expect("an address");
+        let local = address("127.0.0.1:7379");
+        let public = address("0.0.0.0:7380");
+        assert!(super::exposed_ports(local, local, false, false).is_empty());
+        let exposed = super::exposed_ports(public, public, false, true);
+        assert_eq!(exposed.len(), 1);
+        assert_eq!(exposed[0].0, "client");
+        assert!(exposed[0].2.contains("auth enable"));
+        let exposed = super::exposed_ports(local, address("[::]:1"), true, false);
+        assert_eq!(exposed.iter().map(|e| e.0).collect::<Vec<_>>(), ["peer"]);
+        assert!(super::exposed_ports(public, public, true, true).is_empty());
+    }
+
     use super::*;
 
     #[test]
@@ -564,5 +580,51 @@ mod tests {
         assert!(parse_cluster("0=a:1/a:2").is_err());
         assert!(parse_cluster("1=a:1/a:2,1=b:1/b:2").is_err());
         assert!(parse_cluster("").is_err());
+    }
+}
+
+/// The ports that listen beyond loopback without TLS, with what that
+/// exposes.
+fn exposed_ports(
+    listen_client: SocketAddr,
+    listen_peer: SocketAddr,
+    client_tls: bool,
+    peer_tls: bool,
+) -> Vec<(&'static str, SocketAddr, &'static str)> {
+    [
+        (
+            "client",
+            listen_client,
+            client_tls,
+            "passwords, tokens and session secrets cross the network in clear, and unless \
+             authentication is enabled (oncekv auth enable) anyone who reaches it can read and \
+             change every key",
+        ),
+        (
+            "peer",
+            listen_peer,
+            peer_tls,
+            "any host that reaches it can speak for a member: use --peer-cert-file, \
+             --peer-key-file and --peer-ca-file",
+        ),
+    ]
+    .into_iter()
+    .filter(|(_, address, tls, _)| !tls && !address.ip().is_loopback())
+    .map(|(port, address, _, what)| (port, address, what))
+    .collect()
+}
+
+/// Warns loudly when a port listens beyond loopback without TLS: then
+/// session secrets, passwords and tokens cross the network in clear, and
+/// unless authentication is enabled anyone who reaches the client port can
+/// read and change everything (the peer port: forge the log).
+fn warn_if_exposed(args: &ServeArgs, client_tls: bool, peer_tls: bool) {
+    for (port, address, what) in
+        exposed_ports(args.listen_client, args.listen_peer, client_tls, peer_tls)
+    {
+        tracing::warn!(port, %address, "listening beyond loopback without TLS: {what}");
+        eprintln!(
+            "WARNING: the {port} port listens on {address} without TLS: {what} (docs/security.md)"
+        );
     }
 }

@@ -34,6 +34,9 @@ pub struct NodeOptions {
     pub session_opens_per_second: u32,
     /// How long (in cluster time) a login token is accepted.
     pub token_ttl: Duration,
+    /// The peer port's TLS, when on: a new member must present a
+    /// certificate for its id before it is added.
+    pub peer_tls: Option<crate::tls::PeerTls>,
 }
 
 impl Default for NodeOptions {
@@ -43,6 +46,7 @@ impl Default for NodeOptions {
             tick_interval: Duration::from_secs(1),
             session_opens_per_second: 1000,
             token_ttl: Duration::from_secs(600),
+            peer_tls: None,
         }
     }
 }
@@ -321,6 +325,7 @@ impl Node {
             Err(WriteError::Unavailable(_)) => "unavailable",
             Err(WriteError::Invalid(_)) => "invalid",
             Err(WriteError::Overloaded(_)) => "overloaded",
+            Err(WriteError::Refused(_)) => "refused",
             Err(WriteError::Unauthenticated(_)) => "unauthenticated",
             Err(WriteError::PermissionDenied(_)) => "permission_denied",
         };
@@ -402,8 +407,15 @@ impl Node {
         made.map_err(|e| WriteError::Unavailable(format!("making the snapshot failed: {e}")))
     }
 
-    /// Adds a member (learner first, then voter).
+    /// Adds a member (learner first, then voter). With peer TLS on, the new
+    /// member must first complete a handshake presenting a certificate of
+    /// the peer CA for `node-<id>`; otherwise it is refused, unadded.
     pub async fn add_member(&self, id: NodeId, info: NodeInfo) -> Result<(), WriteError> {
+        if let Some(tls) = &self.inner.options.peer_tls {
+            tls.probe(id, &info.peer_address)
+                .await
+                .map_err(|why| WriteError::Refused(format!("node {id} not added: {why}")))?;
+        }
         self.inner.consensus.add_member(id, info).await
     }
 

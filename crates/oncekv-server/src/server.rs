@@ -427,7 +427,11 @@ where
         config.initial_cluster.clone(),
     )
     .await?;
-    let node = Node::new(consensus.clone(), config.node.clone());
+    let node_options = NodeOptions {
+        peer_tls: config.peer_tls.clone(),
+        ..config.node.clone()
+    };
+    let node = Node::new(consensus.clone(), node_options);
     if let Some(address) = config.metrics {
         crate::telemetry::serve(address, node.clone(), Duration::from_secs(1))?;
         crate::transport::describe_metrics();

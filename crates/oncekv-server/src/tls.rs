@@ -362,6 +362,27 @@ impl PeerTls {
     }
 }
 
+impl PeerTls {
+    /// Completes a TLS handshake with the node at `address` as this node
+    /// would dial it as `node-<id>`: it must present a certificate of the
+    /// peer CA valid for that name. `Err` says why it did not.
+    pub async fn probe(&self, id: NodeId, address: &str) -> Result<(), String> {
+        let endpoint = tonic::transport::Endpoint::from_shared(format!("https://{address}"))
+            .map_err(|e| format!("bad peer address {address:?}: {e}"))?
+            .tls_config(self.client_config(id))
+            .map_err(|e| error_chain(&e))?
+            .connect_timeout(HANDSHAKE_TIMEOUT);
+        match endpoint.connect().await {
+            Ok(_) => Ok(()),
+            Err(error) => Err(format!(
+                "the TLS handshake with {address} as {} failed: {}",
+                node_name(id),
+                error_chain(&error)
+            )),
+        }
+    }
+}
+
 /// An error and its sources, in one line.
 pub fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();

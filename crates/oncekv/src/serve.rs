@@ -464,6 +464,8 @@ fn config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
             tick_interval: args.tick_interval,
             session_opens_per_second: args.session_opens_per_second,
             token_ttl: args.auth_token_ttl,
+            // Filled in from the peer TLS by the server.
+            peer_tls: None,
         },
         client_message_bytes_max: args.max_message_bytes,
         server_limits,

@@ -23,7 +23,7 @@ use oncekv_state::{Command, Outcome, Reply};
 use std::path::Path;
 use std::process::Output;
 use std::time::Duration;
-use support::{Cluster, FAST, TestSession, exclusive};
+use support::{Cluster, FAST, TestSession, exclusive, free_port};
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 
 const BINARY: &str = env!("CARGO_BIN_EXE_oncekv");
@@ -324,4 +324,98 @@ async fn the_peer_port_serves_only_members_speaking_for_themselves() {
     );
     // The cluster still serves.
     cluster.leader(ELECTION).await;
+}
+
+/// With peer TLS on, `member add` first shakes hands with the new node as
+/// `node-<id>`: a node whose certificate names another id is refused
+/// before it joins, and one with its own is added as a voter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn member_add_needs_the_new_node_to_present_its_own_certificate() {
+    let _one = exclusive().await;
+    let mut cluster = Cluster::start_tls(1, FAST, false);
+    cluster.leader(ELECTION).await;
+    let certs_dir = cluster.certs_dir().expect("a TLS cluster");
+    let node2 = certs::create_node(&certs_dir, 2, &["127.0.0.1".to_string()], 30)
+        .expect("node 2's certificate");
+    let ca = certs::ca_files(&certs_dir).cert;
+    let (client, peer) = (
+        format!("127.0.0.1:{}", free_port()),
+        format!("127.0.0.1:{}", free_port()),
+    );
+    let data = cluster.dir.path().join("joiner");
+    let mut joiner = std::process::Command::new(BINARY)
+        .args(["serve", "--id", "2", "--join", "--data-dir", path(&data)])
+        .args(["--listen-client", &client, "--listen-peer", &peer])
+        .args([
+            "--cert-file",
+            path(&node2.cert),
+            "--key-file",
+            path(&node2.key),
+        ])
+        .args([
+            "--peer-cert-file",
+            path(&node2.cert),
+            "--peer-key-file",
+            path(&node2.key),
+        ])
+        .args(["--peer-ca-file", path(&ca)])
+        .args(FAST)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn the joiner");
+    let endpoint = cluster.node(1).client.clone();
+    let member = |args: &[&str]| {
+        let mut all = vec!["member"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&[
+            "--endpoints",
+            &endpoint,
+            "--cacert",
+            path(&ca),
+            "--timeout",
+            "20s",
+        ]);
+        oncekv(&all)
+    };
+    // Once the joiner listens, it presents node-2's certificate: it cannot
+    // join as node 3.
+    let deadline = std::time::Instant::now() + ELECTION;
+    while std::net::TcpStream::connect(&peer).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the joiner never listened"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (code, text) = member(&["add", "3", "--peer", &peer, "--client", &client]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("node-3") && text.contains("not valid for"),
+        "refused for its certificate: {text}"
+    );
+    let (_, listed) = member(&["list"]);
+    assert!(
+        !listed.contains(&peer),
+        "the refused node was not added: {listed}"
+    );
+    // As node 2 it joins (the handshake may wait for the joiner to listen).
+    let deadline = std::time::Instant::now() + ELECTION;
+    loop {
+        let (code, text) = member(&["add", "2", "--peer", &peer, "--client", &client]);
+        if code == Some(0) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "node 2 not added: {text}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (code, listed) = member(&["list"]);
+    assert_eq!(code, Some(0), "{listed}");
+    assert!(listed.contains(&peer), "{listed}");
+    let _ = joiner.kill();
+    let _ = joiner.wait();
 }

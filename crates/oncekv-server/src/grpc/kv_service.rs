@@ -70,6 +70,7 @@ impl KvService {
             WriteError::Invalid(why) => CallFailure::Invalid(why.to_string()),
             WriteError::Unauthenticated(why) => CallFailure::Unauthenticated(why),
             WriteError::PermissionDenied(why) => CallFailure::PermissionDenied(why),
+            WriteError::Refused(why) => CallFailure::Invalid(why),
             WriteError::Overloaded(what) => {
                 let message = format!("overloaded ({what}): not proposed, retry later");
                 return Err(crate::transport::overloaded(what, message));

@@ -75,6 +75,9 @@ pub enum WriteError {
     /// The call's user may not do this; not applied.
     #[error("permission denied: {0}")]
     PermissionDenied(String),
+    /// Refused before anything was proposed, for the reason given.
+    #[error("refused: {0}")]
+    Refused(String),
 }
 
 /// Why consensus could not start.

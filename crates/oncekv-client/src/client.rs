@@ -154,6 +154,22 @@ fn never_sent(status: &tonic::Status) -> bool {
     }
 }
 
+/// The words of a TLS refusal in `status`'s sources (a certificate, a
+/// host name, a client certificate): a setting to fix, so the call fails
+/// at once instead of retrying until its deadline.
+fn refused_by_tls(status: &tonic::Status) -> Option<String> {
+    let mut next: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
+    while let Some(current) = next {
+        if let Some(tls) = current.downcast_ref::<crate::connector::TlsConnectError>()
+            && tls.refused_by_tls()
+        {
+            return Some(tls.to_string());
+        }
+        next = current.source();
+    }
+    None
+}
+
 /// The metadata key a server sets on a request it shed unhandled because
 /// a limit was full; its value names the limit.
 const OVERLOADED_METADATA: &str = "oncekv-overloaded";
@@ -173,6 +189,9 @@ fn shed_by_server(status: &tonic::Status) -> Option<String> {
 /// not connect, or the server shed it unhandled), refused (message too
 /// large or invalid), or maybe sent.
 fn failed<T>(status: tonic::Status) -> Attempt<T> {
+    if let Some(words) = refused_by_tls(&status) {
+        return Attempt::Refused(ClientError::Unreachable(words));
+    }
     if never_sent(&status) {
         return Attempt::NotSent(status.message().to_string());
     }

@@ -82,6 +82,10 @@ pub struct TlsConnectError {
     words: String,
     #[source]
     source: Option<std::io::Error>,
+    /// Whether TLS itself refused the connection (a certificate, a name, a
+    /// missing client certificate): a setting to fix, not a node to wait
+    /// for.
+    refused_by_tls: bool,
 }
 
 impl TlsConnectError {
@@ -89,7 +93,15 @@ impl TlsConnectError {
         TlsConnectError {
             words: words.into(),
             source,
+            refused_by_tls: false,
         }
+    }
+
+    /// Whether TLS itself refused the connection (an expired or untrusted
+    /// certificate, a host name it does not name, a client certificate
+    /// missing or refused): retrying cannot help.
+    pub fn refused_by_tls(&self) -> bool {
+        self.refused_by_tls
     }
 }
 
@@ -284,9 +296,14 @@ impl TlsConnector {
         })?;
         let _ = tcp.set_nodelay(true);
         let explain = |error: std::io::Error| {
-            let words = explain_tls_error(&error, &host)
+            let explained = explain_tls_error(&error, &host);
+            let refused_by_tls = explained.is_some();
+            let words = explained
                 .unwrap_or_else(|| format!("TLS handshake with {address} failed: {error}"));
-            TlsConnectError::new(words, Some(error))
+            TlsConnectError {
+                refused_by_tls,
+                ..TlsConnectError::new(words, Some(error))
+            }
         };
         let mut tls = tokio_rustls::TlsConnector::from(config)
             .connect(name, tcp)

@@ -303,8 +303,7 @@ pub async fn run(
                 args.mode,
                 args.connections,
                 args.concurrency,
-                connection.timeout,
-                connection.tls.connector(&connection.endpoints)?,
+                connection.client_options()?,
             )
             .await?;
             let measured = closed_loop::run(setup.tasks, plan).await;

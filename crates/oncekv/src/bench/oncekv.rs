@@ -9,7 +9,6 @@ use super::workload::Op;
 use oncekv_client::{
     Client, ClientError, ClientOptions, Command, Completed, Query, Reply, Session, SessionOptions,
 };
-use std::time::Duration;
 
 /// The clients of a run, one per task, and the sessions to close after.
 #[derive(Debug)]
@@ -43,21 +42,16 @@ fn window(tasks: usize) -> u32 {
     )
 }
 
-/// Connects `connections` clients through `connector` (and opens their
-/// sessions in session mode), and deals `concurrency` tasks over them.
+/// Connects `connections` clients with `options` (transport, credentials,
+/// deadline; and opens their sessions in session mode), and deals
+/// `concurrency` tasks over them.
 pub async fn connect(
     endpoints: &[String],
     mode: Mode,
     connections: usize,
     concurrency: usize,
-    timeout: Duration,
-    connector: std::sync::Arc<dyn oncekv_client::Connector>,
+    options: ClientOptions,
 ) -> anyhow::Result<Setup> {
-    let options = ClientOptions {
-        deadline: timeout,
-        connector,
-        ..ClientOptions::default()
-    };
     let mut clients = Vec::with_capacity(connections);
     let mut sessions = Vec::new();
     let window = window(tasks_per_connection(concurrency, connections));

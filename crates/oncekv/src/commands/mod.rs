@@ -83,6 +83,17 @@ pub struct Connection {
 }
 
 impl Connection {
+    /// What every client of these flags uses: the deadline, the transport
+    /// (TLS with `--cacert`) and the credentials (`--user`).
+    pub fn client_options(&self) -> anyhow::Result<ClientOptions> {
+        Ok(ClientOptions {
+            deadline: self.timeout,
+            connector: self.tls.connector(&self.endpoints)?,
+            credentials: self.credentials()?,
+            ..ClientOptions::default()
+        })
+    }
+
     /// The credentials `--user` gives, if any.
     fn credentials(&self) -> anyhow::Result<Option<Credentials>> {
         let Some(user) = &self.login else {
@@ -363,13 +374,7 @@ fn finish(printer: &Printer, result: Result<Completed, ClientError>) -> ExitCode
 
 /// Runs a client command; returns its exit code.
 pub async fn run(connection: &Connection, command: ClientCommand) -> anyhow::Result<ExitCode> {
-    let options = ClientOptions {
-        deadline: connection.timeout,
-        connector: connection.tls.connector(&connection.endpoints)?,
-        credentials: connection.credentials()?,
-        ..ClientOptions::default()
-    };
-    let client = Client::connect(connection.endpoints.clone(), options)?;
+    let client = Client::connect(connection.endpoints.clone(), connection.client_options()?)?;
     let printer = Printer {
         output: connection.output,
     };

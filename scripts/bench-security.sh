@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
-# The cost of security, measured side by side: a plaintext 3-node oncekv
-# cluster against one with TLS on both ports (mutual TLS between peers) and
-# authentication enforced (a user with readwrite on every key, logged in
-# with a password; every call carries its token), same machine, same run,
-# alternating A B A B for ROUNDS rounds, at 1 and 64 writers with sessions.
-# (etcd's own TLS cost is not measured here: `oncekv bench --target etcd`
-# speaks plaintext only; the report says so.)
+# The cost of security, measured side by side: 3-node oncekv clusters in
+# plaintext, with TLS on both ports (mutual TLS between peers), and with
+# TLS and authentication enforced (a user with readwrite on every key,
+# logged in with a password; every call carries its token), beside etcd in
+# plaintext and with TLS on both ports, same machine, same run, every
+# configuration in turn for ROUNDS rounds, at 1 and 64 writers.
 #
 # Usage: scripts/bench-security.sh [OUT_DIR]
 #   env: ROUNDS=3 DURATION=5s WARMUP=1s
@@ -50,19 +49,20 @@ for id in 1 2 3; do
 done
 tls_client=(--cacert "$certs/ca.pem")
 
-# start NAME SECURE: three nodes; sets endpoints_NAME.
-start() {
-    local name=$1 secure=$2 id cluster="" endpoints=""
-    local -a client peer flags
+# start_oncekv NAME MODE (plain | tls | tls+auth): three nodes; sets endpoints_NAME.
+start_oncekv() {
+    local name=$1 mode=$2 id cluster="" endpoints=""
+    local -a client peer flags reach=()
     for id in 1 2 3; do
         client[$id]="127.0.0.1:$(port)"
         peer[$id]="127.0.0.1:$(port)"
         cluster+="${cluster:+,}$id=${peer[$id]}/${client[$id]}"
         endpoints+="${endpoints:+,}${client[$id]}"
     done
+    [[ "$mode" != plain ]] && reach=("${tls_client[@]}")
     for id in 1 2 3; do
         flags=()
-        if [[ "$secure" == 1 ]]; then
+        if [[ "$mode" != plain ]]; then
             flags=(--cert-file "$certs/node-$id.pem" --key-file "$certs/node-$id-key.pem"
                 --peer-cert-file "$certs/node-$id.pem" --peer-key-file "$certs/node-$id-key.pem"
                 --peer-ca-file "$certs/ca.pem")
@@ -72,14 +72,12 @@ start() {
             2>"$work/$name-node$id.log" &
         pids+=($!)
     done
-    local -a reach=()
-    [[ "$secure" == 1 ]] && reach=("${tls_client[@]}")
     for _ in $(seq 100); do
         "$bin" endpoint health --endpoints "$endpoints" "${reach[@]}" >/dev/null 2>&1 && break
         sleep 0.2
     done
     "$bin" endpoint health --endpoints "$endpoints" "${reach[@]}" >/dev/null
-    if [[ "$secure" == 1 ]]; then
+    if [[ "$mode" == tls+auth ]]; then
         local as=(--endpoints "$endpoints" "${reach[@]}")
         "$bin" user add root --password root-pw "${as[@]}" >/dev/null
         "$bin" user grant-role root admin "${as[@]}" >/dev/null
@@ -92,29 +90,87 @@ start() {
     printf -v "endpoints_$name" '%s' "$endpoints"
 }
 
-results="$work/results.jsonl"
-# run SECURE ENDPOINTS CONCURRENCY ROUND
-run() {
-    local secure=$1 endpoints=$2 concurrency=$3 round=$4 report
-    local -a extra=()
-    [[ "$secure" == 1 ]] && extra=("${tls_client[@]}" --user bench:bench-pw)
-    report=$("$bin" bench --endpoints "$endpoints" --workload put --mode session \
-        --concurrency "$concurrency" --key-bytes 8 --value-bytes 64 \
-        --duration "$duration" --warmup "$warmup" -o json "${extra[@]}")
-    printf '{"secure":%s,"round":%s,"report":%s}\n' "$secure" "$round" "$report" >>"$results"
-    python3 -c 'import json, sys
-r = json.loads(sys.argv[1])
-print("  %-9s x%-3d %8.0f ops/s  p50 %6.2f ms  p99 %6.2f ms  errors %s" % (
-    "tls+auth" if sys.argv[2] == "1" else "plaintext", r["concurrency"], r["throughput_ops"],
-    r["p50_ms"], r["p99_ms"], r["errors"] or "none"))' "$report" "$secure" >&2
+# start_etcd NAME MODE (plain | tls: TLS for clients and, both ways, peers).
+start_etcd() {
+    local name=$1 mode=$2 id cluster="" endpoints="" scheme=http
+    local -a client peer flags
+    [[ "$mode" == tls ]] && scheme=https
+    for id in 1 2 3; do
+        client[$id]="127.0.0.1:$(port)"
+        peer[$id]="127.0.0.1:$(port)"
+        cluster+="${cluster:+,}$name$id=$scheme://${peer[$id]}"
+        endpoints+="${endpoints:+,}${client[$id]}"
+    done
+    mkdir -p "$work/$name"
+    for id in 1 2 3; do
+        flags=()
+        if [[ "$mode" == tls ]]; then
+            flags=(--cert-file "$certs/node-$id.pem" --key-file "$certs/node-$id-key.pem"
+                --peer-cert-file "$certs/node-$id.pem" --peer-key-file "$certs/node-$id-key.pem"
+                --peer-trusted-ca-file "$certs/ca.pem" --peer-client-cert-auth)
+        fi
+        etcd --name "$name$id" --data-dir "$work/$name/node$id" \
+            --listen-client-urls "$scheme://${client[$id]}" --advertise-client-urls "$scheme://${client[$id]}" \
+            --listen-peer-urls "$scheme://${peer[$id]}" --initial-advertise-peer-urls "$scheme://${peer[$id]}" \
+            --initial-cluster "$cluster" --initial-cluster-state new --initial-cluster-token "$name" \
+            "${flags[@]}" 2>"$work/$name-node$id.log" &
+        pids+=($!)
+    done
+    python3 - "$scheme" "$certs/ca.pem" "${client[@]}" <<'PY'
+import json, ssl, sys, time, urllib.request
+scheme, ca = sys.argv[1], sys.argv[2]
+context = ssl.create_default_context(cafile=ca) if scheme == "https" else None
+deadline = time.time() + 30
+for address in sys.argv[3:]:
+    while True:
+        try:
+            with urllib.request.urlopen(f"{scheme}://{address}/health", timeout=1, context=context) as r:
+                if json.load(r).get("health") == "true":
+                    break
+        except Exception:
+            pass
+        if time.time() > deadline:
+            sys.exit(f"etcd at {address} not healthy within 30 s")
+        time.sleep(0.2)
+PY
+    printf -v "endpoints_$name" '%s' "$endpoints"
 }
 
-start plain 0
-start secure 1
+results="$work/results.jsonl"
+# run TARGET MODE ENDPOINTS CONCURRENCY ROUND
+run() {
+    local target=$1 mode=$2 endpoints=$3 concurrency=$4 round=$5 report
+    local -a extra=()
+    [[ "$mode" != plain ]] && extra=("${tls_client[@]}")
+    [[ "$mode" == tls+auth ]] && extra+=(--user bench:bench-pw)
+    report=$("$bin" bench --target "$target" --endpoints "$endpoints" --workload put \
+        --mode plain --concurrency "$concurrency" --key-bytes 8 --value-bytes 64 \
+        --duration "$duration" --warmup "$warmup" -o json "${extra[@]}")
+    printf '{"target":"%s","security":"%s","round":%s,"report":%s}\n' \
+        "$target" "$mode" "$round" "$report" >>"$results"
+    python3 -c 'import json, sys
+r = json.loads(sys.argv[1])
+print("  %-6s %-9s x%-3d %8.0f ops/s  p50 %6.2f ms  p99 %6.2f ms  errors %s" % (
+    sys.argv[2], sys.argv[3], r["concurrency"], r["throughput_ops"],
+    r["p50_ms"], r["p99_ms"], r["errors"] or "none"))' "$report" "$target" "$mode" >&2
+}
+
+if ! command -v etcd >/dev/null; then
+    echo "etcd not found: install Debian's etcd-server (scripts/setup.sh does, as root)" >&2
+    exit 1
+fi
+start_oncekv oplain plain
+start_oncekv otls tls
+start_oncekv oauth tls+auth
+start_etcd eplain plain
+start_etcd etls tls
 for round in $(seq "$rounds"); do
     for concurrency in 1 64; do
-        run 0 "$endpoints_plain" "$concurrency" "$round"
-        run 1 "$endpoints_secure" "$concurrency" "$round"
+        run oncekv plain "$endpoints_oplain" "$concurrency" "$round"
+        run oncekv tls "$endpoints_otls" "$concurrency" "$round"
+        run oncekv tls+auth "$endpoints_oauth" "$concurrency" "$round"
+        run etcd plain "$endpoints_eplain" "$concurrency" "$round"
+        run etcd tls "$endpoints_etls" "$concurrency" "$round"
     done
     echo "round $round of $rounds done" >&2
 done
@@ -123,37 +179,39 @@ python3 - "$results" "$out_dir/benchmarks-security.md" "$command_line" "$rounds"
 import json, statistics, sys, platform, os
 rows = [json.loads(line) for line in open(sys.argv[1])]
 out, command, rounds, duration = sys.argv[2:6]
-def med(secure, concurrency, field):
+def med(target, security, concurrency, field):
     values = [r["report"][field] for r in rows
-              if r["secure"] == secure and r["report"]["concurrency"] == concurrency]
+              if r["target"] == target and r["security"] == security
+              and r["report"]["concurrency"] == concurrency]
     return statistics.median(values)
 lines = [
     "# The cost of security",
     "",
-    f"Measured by `{command}` ({rounds} round(s) of {duration}, medians), on "
-    f"{os.cpu_count()} cores ({platform.machine()}): a 3-node oncekv cluster in plaintext "
-    "against one with TLS on the client and peer ports (peers authenticate each other "
-    "with node certificates) and authentication enforced (every call carries a login "
-    "token, checked against the replicated users; every entry carries its principal and "
-    "apply checks its permission), alternating A B A B. Durable PUTs of 64-byte values "
-    "to 8-byte keys on sessions.",
+    f"Measured by `{command}` ({rounds} round(s) of {duration} per configuration, medians), "
+    f"on {os.cpu_count()} cores ({platform.machine()}): 3-node clusters on 127.0.0.1, durable "
+    "PUTs of 64-byte values to 8-byte keys (plain requests), every configuration measured in "
+    "turn each round so machine noise hits all. *TLS*: TLS on the client port and, both ways "
+    "(mutual, node certificates of one CA), on the peer port. *TLS + auth*: also users enforced: "
+    "every call carries a login token checked against the replicated users, every entry "
+    "carries its principal and apply checks the permission. etcd 3.4 (Debian's) with the same "
+    "certificates for clients and peers (`--peer-client-cert-auth`); etcd's auth is not "
+    "enabled (its users need `etcdctl`, which is not installed here).",
     "",
-    "| writers | plaintext ops/s | TLS + auth ops/s | ratio | plaintext p50 / p99 ms | TLS + auth p50 / p99 ms |",
+    "| writers | system | plaintext ops/s | TLS ops/s (ratio) | TLS + auth ops/s (ratio) | p50 / p99 ms: plaintext, TLS, TLS + auth |",
     "|---|---|---|---|---|---|",
 ]
 for c in (1, 64):
-    p, s = med(0, c, "throughput_ops"), med(1, c, "throughput_ops")
-    lines.append(
-        f"| {c} | {p:.0f} | {s:.0f} | {s / p:.2f}x | "
-        f"{med(0, c, 'p50_ms'):.2f} / {med(0, c, 'p99_ms'):.2f} | "
-        f"{med(1, c, 'p50_ms'):.2f} / {med(1, c, 'p99_ms'):.2f} |")
-lines += [
-    "",
-    "etcd with TLS is not in this run: `oncekv bench --target etcd` speaks "
-    "plaintext only, so etcd's own cost of TLS, the reference, is still to be "
-    "measured side by side.",
-    "",
-]
+    for target, modes in (("oncekv", ("plain", "tls", "tls+auth")), ("etcd", ("plain", "tls"))):
+        p = med(target, "plain", c, "throughput_ops")
+        cells = [f"{p:.0f}"]
+        for mode in modes[1:]:
+            v = med(target, mode, c, "throughput_ops")
+            cells.append(f"{v:.0f} ({v / p:.2f}x)")
+        if len(cells) == 2:
+            cells.append("-")
+        lat = ", ".join(f"{med(target, m, c, 'p50_ms'):.2f} / {med(target, m, c, 'p99_ms'):.2f}" for m in modes)
+        lines.append(f"| {c} | {target} | {cells[0]} | {cells[1]} | {cells[2]} | {lat} |")
+lines.append("")
 open(out, "w").write("\n".join(lines))
 print("\n".join(lines))
 PY

@@ -67,6 +67,7 @@ pub async fn connect(
     connections: usize,
     concurrency: usize,
     timeout: Duration,
+    tls: Option<etcd_client::TlsOptions>,
 ) -> anyhow::Result<Vec<EtcdTask>> {
     if mode == Mode::Key {
         bail!(
@@ -74,9 +75,12 @@ pub async fn connect(
              use plain or session with --target etcd"
         );
     }
-    let options = ConnectOptions::new()
+    let mut options = ConnectOptions::new()
         .with_timeout(timeout)
         .with_connect_timeout(Duration::from_secs(5));
+    if let Some(tls) = tls {
+        options = options.with_tls(tls);
+    }
     let endpoints = match route {
         EtcdRoute::Leader if endpoints.len() > 1 => {
             vec![leader(endpoints, &options, timeout).await?]

@@ -316,7 +316,7 @@ pub async fn run(
             } else {
                 vec![ETCD_DEFAULT_ENDPOINT.to_string()]
             };
-            run_etcd(&endpoints, &args, connection.timeout, plan).await?
+            run_etcd(&endpoints, &args, connection, plan).await?
         }
     };
     let report = Report::new(args.settings(&plan), measured);
@@ -335,7 +335,7 @@ pub async fn run(
 async fn run_etcd(
     endpoints: &[String],
     args: &BenchArgs,
-    timeout: Duration,
+    connection: &Connection,
     plan: Plan,
 ) -> anyhow::Result<Measured> {
     let tasks = etcd::connect(
@@ -344,7 +344,8 @@ async fn run_etcd(
         args.etcd_route,
         args.connections,
         args.concurrency,
-        timeout,
+        connection.timeout,
+        connection.tls.etcd_options()?,
     )
     .await?;
     closed_loop::run(tasks, plan).await
@@ -354,7 +355,7 @@ async fn run_etcd(
 async fn run_etcd(
     _endpoints: &[String],
     _args: &BenchArgs,
-    _timeout: Duration,
+    _connection: &Connection,
     _plan: Plan,
 ) -> anyhow::Result<Measured> {
     anyhow::bail!("--target etcd: {NO_ETCD}")

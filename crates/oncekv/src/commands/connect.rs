@@ -47,6 +47,24 @@ pub struct TlsArgs {
 }
 
 impl TlsArgs {
+    /// The same TLS settings for etcd's client (`oncekv bench --target
+    /// etcd` against an etcd serving TLS): `None` without `--cacert`.
+    #[cfg(feature = "etcd")]
+    pub fn etcd_options(&self) -> anyhow::Result<Option<etcd_client::TlsOptions>> {
+        let Some(ca) = &self.cacert else {
+            return Ok(None);
+        };
+        let read = |path: &PathBuf| {
+            std::fs::read(path).map_err(|e| anyhow!("reading {}: {e}", path.display()))
+        };
+        let mut tls = etcd_client::TlsOptions::new()
+            .ca_certificate(etcd_client::Certificate::from_pem(read(ca)?));
+        if let (Some(cert), Some(key)) = (&self.cert, &self.key) {
+            tls = tls.identity(etcd_client::Identity::from_pem(read(cert)?, read(key)?));
+        }
+        Ok(Some(tls))
+    }
+
     /// The connector for `endpoints`: TLS with `--cacert` or an
     /// `https://` endpoint, plaintext TCP otherwise.
     pub fn connector(&self, endpoints: &[String]) -> anyhow::Result<Arc<dyn Connector>> {

@@ -553,38 +553,6 @@ pub async fn run(args: ServeArgs) -> ExitCode {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn ports_beyond_loopback_without_tls_are_called_out() {
-        let address = |text: &str| text.parse::<SocketAddr>().expect("an address");
-        let local = address("127.0.0.1:7379");
-        let public = address("0.0.0.0:7380");
-        assert!(super::exposed_ports(local, local, false, false).is_empty());
-        let exposed = super::exposed_ports(public, public, false, true);
-        assert_eq!(exposed.len(), 1);
-        assert_eq!(exposed[0].0, "client");
-        assert!(exposed[0].2.contains("auth enable"));
-        let exposed = super::exposed_ports(local, address("[::]:1"), true, false);
-        assert_eq!(exposed.iter().map(|e| e.0).collect::<Vec<_>>(), ["peer"]);
-        assert!(super::exposed_ports(public, public, true, true).is_empty());
-    }
-
-    use super::*;
-
-    #[test]
-    fn parses_initial_cluster() {
-        let members = parse_cluster("1=a:1/a:2, 2=b:1/b:2").expect("valid");
-        assert_eq!(members.len(), 2);
-        assert_eq!(members[&2].client_address, "b:2");
-        assert!(parse_cluster("1=a:1").is_err());
-        assert!(parse_cluster("x=a:1/a:2").is_err());
-        assert!(parse_cluster("0=a:1/a:2").is_err());
-        assert!(parse_cluster("1=a:1/a:2,1=b:1/b:2").is_err());
-        assert!(parse_cluster("").is_err());
-    }
-}
-
 /// The ports that listen beyond loopback without TLS, with what that
 /// exposes.
 fn exposed_ports(
@@ -628,5 +596,37 @@ fn warn_if_exposed(args: &ServeArgs, client_tls: bool, peer_tls: bool) {
         eprintln!(
             "WARNING: the {port} port listens on {address} without TLS: {what} (docs/security.md)"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn ports_beyond_loopback_without_tls_are_called_out() {
+        let address = |text: &str| text.parse::<SocketAddr>().expect("an address");
+        let local = address("127.0.0.1:7379");
+        let public = address("0.0.0.0:7380");
+        assert!(super::exposed_ports(local, local, false, false).is_empty());
+        let exposed = super::exposed_ports(public, public, false, true);
+        assert_eq!(exposed.len(), 1);
+        assert_eq!(exposed[0].0, "client");
+        assert!(exposed[0].2.contains("auth enable"));
+        let exposed = super::exposed_ports(local, address("[::]:1"), true, false);
+        assert_eq!(exposed.iter().map(|e| e.0).collect::<Vec<_>>(), ["peer"]);
+        assert!(super::exposed_ports(public, public, true, true).is_empty());
+    }
+
+    use super::*;
+
+    #[test]
+    fn parses_initial_cluster() {
+        let members = parse_cluster("1=a:1/a:2, 2=b:1/b:2").expect("valid");
+        assert_eq!(members.len(), 2);
+        assert_eq!(members[&2].client_address, "b:2");
+        assert!(parse_cluster("1=a:1").is_err());
+        assert!(parse_cluster("x=a:1/a:2").is_err());
+        assert!(parse_cluster("0=a:1/a:2").is_err());
+        assert!(parse_cluster("1=a:1/a:2,1=b:1/b:2").is_err());
+        assert!(parse_cluster("").is_err());
     }
 }

@@ -25,6 +25,7 @@ macro_rules! sayln {
 mod bench;
 mod certs;
 mod commands;
+mod completion;
 mod exit;
 mod serve;
 mod session_file;
@@ -66,6 +67,11 @@ enum Commands {
     /// Make the certificates of a TLS cluster: a CA, node and client
     /// certificates (PEM files).
     Certs(certs::CertsArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish,
+    /// powershell) for every subcommand and flag.
+    Completion(completion::CompletionArgs),
+    /// Print the manual page (roff), or write one per subcommand with --dir.
+    Man(completion::ManArgs),
     #[command(flatten)]
     Client(commands::ClientCommand),
 }
@@ -97,6 +103,8 @@ fn main() -> ExitCode {
     match cli.command {
         Commands::Serve(args) => runtime.block_on(serve::run(*args)),
         Commands::Certs(args) => certs::run(args, cli.connection.login.as_deref()),
+        Commands::Completion(args) => completion::run_completion(&args, Cli::command()),
+        Commands::Man(args) => completion::run_man(&args, Cli::command()),
         Commands::Bench(args) => {
             match runtime.block_on(bench::run(&cli.connection, args, endpoints_given)) {
                 Ok(code) => code,

@@ -85,10 +85,11 @@ fn parse_env(name: &str) -> (Vec<(String, String)>, Vec<String>) {
     (variables, commented)
 }
 
-/// The environment variables and long flags `oncekv serve --help` names.
-fn serve_help() -> (BTreeSet<String>, BTreeSet<String>) {
+/// The environment variables and long flags `oncekv SUBCOMMAND --help`
+/// names.
+fn help_of(subcommand: &str) -> (BTreeSet<String>, BTreeSet<String>) {
     let output = Command::new(BINARY)
-        .args(["serve", "--help"])
+        .args([subcommand, "--help"])
         .env("COLUMNS", "200")
         .output()
         .expect("run oncekv serve --help");
@@ -183,7 +184,12 @@ fn the_unit_runs_oncekv_serve_confined() {
 
 #[test]
 fn the_env_files_form_one_cluster_of_known_flags() {
-    let (known, flags) = serve_help();
+    let (known, flags) = help_of("serve");
+    // The client commands' variables (`--endpoints`, `--user`, ...) are
+    // accepted by `serve` too, as global flags, but do nothing there.
+    let (client, _) = help_of("get");
+    let client_only: BTreeSet<&String> = client.iter().filter(|key| *key != "ONCEKV_LOG").collect();
+    assert!(client_only.iter().any(|key| *key == "ONCEKV_ENDPOINTS"));
     assert!(known.contains("ONCEKV_INITIAL_CLUSTER"), "{known:?}");
     assert!(flags.contains("heartbeat"), "{flags:?}");
     let mut clusters = BTreeSet::new();
@@ -196,9 +202,16 @@ fn the_env_files_form_one_cluster_of_known_flags() {
                 known.contains(key) || key == FLAGS,
                 "{node}: {key} is not a variable of `oncekv serve` ({known:?})"
             );
+            assert!(
+                !client_only.contains(key),
+                "{node}: {key} is a client's variable, which serve ignores"
+            );
         }
         for key in &commented {
-            assert!(known.contains(key), "{node}: commented {key} is unknown");
+            assert!(
+                known.contains(key) && !client_only.contains(key),
+                "{node}: commented {key} is not a variable of `oncekv serve`"
+            );
         }
         let keys: Vec<String> = variables.iter().map(|(k, _)| k.clone()).collect();
         let unique: BTreeSet<&String> = keys.iter().collect();

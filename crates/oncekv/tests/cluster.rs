@@ -611,7 +611,8 @@ async fn without_a_quorum_a_node_answers_no_leader_and_recovers_with_it() {
 
 /// `endpoint health` and `endpoint status` ask every member on its own
 /// (the standard gRPC health check, and status); a node without a quorum
-/// is reported unhealthy and the command exits 1.
+/// is reported unhealthy and the command exits 1, and healthy again once
+/// a peer is back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn endpoint_health_and_status_cover_every_member() {
     let _one = exclusive().await;
@@ -665,6 +666,19 @@ async fn endpoint_health_and_status_cover_every_member() {
     .await;
     assert_eq!(code, 1);
     assert!(text.contains("false"), "{text}");
+    // Healed (a peer is back, a leader elected): serving again.
+    let back = [1, 2, 3]
+        .into_iter()
+        .find(|id| *id != survivor)
+        .expect("a stopped node");
+    cluster.restart(back).expect("restart a peer");
+    let (code, text) = eventually(ELECTION, "the survivor to serve again", || {
+        let answer = run(&["endpoint", "health"], &alone);
+        async move { (answer.0 == 0).then_some(answer) }
+    })
+    .await;
+    assert_eq!(code, 0);
+    assert!(text.contains("true"), "{text}");
 }
 
 /// Server reflection lists the services (so `grpcurl` can call them

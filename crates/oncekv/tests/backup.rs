@@ -1,4 +1,5 @@
-//! Backup and restore end to end: `snapshot save` from a running cluster,
+//! Backup and restore end to end: `snapshot save` from a running cluster
+//! under load,
 //! `snapshot restore` into every node of a new one, and the new cluster
 //! answers a retry of a request made before the backup from its completion
 //! record, with the data intact.
@@ -46,13 +47,47 @@ async fn a_restored_cluster_keeps_data_and_replays_retries() {
     let file = old.dir.path().join("backup.okv");
     let file = file.to_str().expect("a UTF-8 path");
     let endpoints: Vec<String> = old.nodes.iter().map(|n| n.client.clone()).collect();
-    let (code, text) = oncekv(&[
-        "snapshot",
-        "save",
-        file,
-        "--endpoints",
-        &endpoints.join(","),
-    ]);
+    // The backup is taken under load: a writer keeps incrementing a
+    // counter (each increment once, under its own key) while it is saved.
+    let writer_client =
+        oncekv_client::Client::connect(endpoints.clone(), oncekv_client::ClientOptions::default())
+            .expect("a client");
+    let acknowledged = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(0));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (acknowledged, stop) = (acknowledged.clone(), stop.clone());
+        tokio::spawn(async move {
+            for _ in 0..2_000 {
+                if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    break;
+                }
+                let incr = Command::Incr {
+                    key: b"n".to_vec(),
+                    by: 1,
+                };
+                if let Ok(done) = writer_client.execute_once(incr, None).await
+                    && let Reply::Incr { value } = done.reply
+                {
+                    acknowledged.fetch_max(value, std::sync::atomic::Ordering::SeqCst);
+                }
+            }
+        })
+    };
+    support::eventually(ELECTION, "the writer to get going", || {
+        let seen = acknowledged.load(std::sync::atomic::Ordering::SeqCst);
+        async move { (seen >= 5).then_some(()) }
+    })
+    .await;
+    let acknowledged_before = acknowledged.load(std::sync::atomic::Ordering::SeqCst);
+    let save = {
+        let (file, endpoints) = (file.to_string(), endpoints.join(","));
+        tokio::task::spawn_blocking(move || {
+            oncekv(&["snapshot", "save", &file, "--endpoints", &endpoints])
+        })
+    };
+    let (code, text) = save.await.expect("the save ran");
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    writer.await.expect("the writer ran");
     assert_eq!(code, 0, "{text}");
     assert!(text.contains("sha256"), "{text}");
     let (code, text) = oncekv(&[
@@ -155,5 +190,21 @@ async fn a_restored_cluster_keeps_data_and_replays_retries() {
         Ok(Reply::Get {
             value: Some(b"a;b;c;".to_vec())
         })
+    );
+    // Every increment acknowledged before the save began is in the backup.
+    let counter = new
+        .node(leader)
+        .read(&Query::Get { key: b"n".to_vec() }, false)
+        .await;
+    let Ok(Reply::Get {
+        value: Some(counter),
+    }) = counter
+    else {
+        panic!("the counter is missing: {counter:?}");
+    };
+    let counter: i64 = String::from_utf8_lossy(&counter).parse().expect("a number");
+    assert!(
+        counter >= acknowledged_before,
+        "the backup lost acknowledged increments: {counter} < {acknowledged_before}"
     );
 }

@@ -1,8 +1,7 @@
 //! Backup and restore end to end: `snapshot save` from a running cluster
-//! under load,
-//! `snapshot restore` into every node of a new one, and the new cluster
-//! answers a retry of a request made before the backup from its completion
-//! record, with the data intact.
+//! under load, `snapshot restore` into every node of a new one, and the new
+//! cluster holds every write acknowledged before the save and answers a
+//! retry of a request made before the backup from its completion record.
 
 mod support;
 

@@ -25,13 +25,30 @@
 //! #     server::ServerConfig::single_node(dir.path(), &address, &peers.local_addr()?.to_string());
 //! # let incoming = (transport::tcp_incoming(clients), transport::tcp_incoming(peers));
 //! # tokio::spawn(server::serve(config, incoming.0, incoming.1, std::future::pending()));
-//! use oncekv_client::{Client, ClientOptions, Command, Reply};
+//! use oncekv_client::{Client, ClientOptions, SessionOptions};
+//! use std::time::Duration;
 //!
 //! // `address` is a node's client address, such as "127.0.0.1:7379".
-//! let client = Client::connect([address], ClientOptions::default())?;
-//! let session = client.open_session(Default::default()).await?;
-//! let reply = session.execute(Command::Incr { key: b"balance".to_vec(), by: 10 }).await?;
-//! assert_eq!(reply, Reply::Incr { value: 10 });
+//! let options = ClientOptions::default().with_deadline(Duration::from_secs(10));
+//! let client = Client::connect([address], options)?;
+//!
+//! // One-shot calls: each applies once (under a fresh idempotency key).
+//! assert_eq!(client.put("greeting", "hello").await?, None);
+//! assert_eq!(client.get("greeting").await?, Some(b"hello".to_vec()));
+//! let swapped = client.cas("greeting", Some(b"hello"), "hi").await?;
+//! assert!(swapped.swapped);
+//! assert_eq!(client.delete("greeting").await?, Some(b"hi".to_vec()));
+//! assert_eq!(client.incr("visits", 1).await?, 1);
+//!
+//! // A session numbers its requests: a retry returns the original reply.
+//! let session = client.open_session(SessionOptions::default().with_window(8)).await?;
+//! assert_eq!(session.incr("balance", 10).await?, 10);
+//! assert_eq!(session.append("log", "a;").await?, 2);
+//! assert_eq!(session.scan("bal", 0).await?.entries, [(b"balance".to_vec(), b"10".to_vec())]);
+//!
+//! // An error says whether the request may still have applied.
+//! let too_long = client.put(vec![b'k'; 100_000], "v").await.unwrap_err();
+//! assert!(too_long.not_applied(), "{too_long}");
 //! session.close().await?;
 //! # Ok(())
 //! # }
@@ -41,6 +58,7 @@ mod auth;
 mod client;
 mod connector;
 mod error;
+mod kv;
 mod lease;
 mod random;
 mod retry;
@@ -53,6 +71,7 @@ pub use connector::{
     explain_tls_error, strip_scheme,
 };
 pub use error::ClientError;
+pub use kv::{CasOutcome, ScanPage};
 pub use lease::LeaseKeeper;
 pub use oncekv_state::{Command, Outcome, Query, Rejection, Reply, RequestId};
 pub use random::{OsRandom, RandomSource};

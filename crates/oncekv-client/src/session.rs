@@ -154,6 +154,11 @@ impl Session {
         }
     }
 
+    /// The client the session sends through.
+    pub fn client(&self) -> &Client {
+        &self.inner.client
+    }
+
     /// The session's id.
     pub fn id(&self) -> SessionId {
         self.inner.id

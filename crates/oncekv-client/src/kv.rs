@@ -1,0 +1,289 @@
+//! The key-value calls with plain values: `get`, `put`, `delete`,
+//! `append`, `incr`, `cas` and `scan`, on a [`Client`] (each mutation
+//! exactly once under a fresh idempotency key) and on a [`Session`] (each
+//! exactly once under the session's next sequence number; reads are
+//! linearizable reads). Every error says whether the request may have
+//! applied ([`ClientError::not_applied`]). Builders for the options are
+//! here too.
+
+use crate::auth::Credentials;
+use crate::client::{Client, ClientOptions};
+use crate::connector::Connector;
+use crate::error::ClientError;
+use crate::session::{Session, SessionOptions};
+use oncekv_state::{Command, Query, Reply};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What a compare-and-set found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CasOutcome {
+    /// Whether the value matched and was replaced.
+    pub swapped: bool,
+    /// The value after the call (the new one if swapped).
+    pub current: Option<Vec<u8>>,
+}
+
+/// Keys and values from a scan, in key order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScanPage {
+    /// The pairs.
+    pub entries: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Whether more keys match beyond this page (the server's limit).
+    pub more: bool,
+}
+
+fn unexpected<T>(reply: Reply) -> Result<T, ClientError> {
+    Err(ClientError::Invalid(format!("unexpected reply: {reply:?}")))
+}
+
+fn previous(reply: Reply) -> Result<Option<Vec<u8>>, ClientError> {
+    match reply {
+        Reply::Put { previous } | Reply::Delete { previous } => Ok(previous),
+        other => unexpected(other),
+    }
+}
+
+fn length(reply: Reply) -> Result<u64, ClientError> {
+    match reply {
+        Reply::Append { length } => Ok(length),
+        other => unexpected(other),
+    }
+}
+
+fn counter(reply: Reply) -> Result<i64, ClientError> {
+    match reply {
+        Reply::Incr { value } => Ok(value),
+        other => unexpected(other),
+    }
+}
+
+fn cas(reply: Reply) -> Result<CasOutcome, ClientError> {
+    match reply {
+        Reply::Cas { swapped, current } => Ok(CasOutcome { swapped, current }),
+        other => unexpected(other),
+    }
+}
+
+fn put(key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) -> Command {
+    Command::Put {
+        key: key.into(),
+        value: value.into(),
+        lease: None,
+    }
+}
+
+fn cas_command(
+    key: impl Into<Vec<u8>>,
+    expected: Option<&[u8]>,
+    new: impl Into<Vec<u8>>,
+) -> Command {
+    Command::Cas {
+        key: key.into(),
+        expected: expected.map(<[u8]>::to_vec),
+        new: new.into(),
+    }
+}
+
+impl Client {
+    async fn once(&self, command: Command) -> Result<Reply, ClientError> {
+        self.execute_once(command, None)
+            .await
+            .map(|done| done.reply)
+    }
+
+    /// The value of `key` (linearizable), `None` if absent.
+    pub async fn get(&self, key: impl Into<Vec<u8>>) -> Result<Option<Vec<u8>>, ClientError> {
+        match self.read(Query::Get { key: key.into() }, false).await? {
+            Reply::Get { value } => Ok(value),
+            other => unexpected(other),
+        }
+    }
+
+    /// Sets `key` to `value`, once; returns the previous value.
+    pub async fn put(
+        &self,
+        key: impl Into<Vec<u8>>,
+        value: impl Into<Vec<u8>>,
+    ) -> Result<Option<Vec<u8>>, ClientError> {
+        previous(self.once(put(key, value)).await?)
+    }
+
+    /// Deletes `key`, once; returns the previous value.
+    pub async fn delete(&self, key: impl Into<Vec<u8>>) -> Result<Option<Vec<u8>>, ClientError> {
+        previous(self.once(Command::Delete { key: key.into() }).await?)
+    }
+
+    /// Appends `value` to `key`, once; returns the new length.
+    pub async fn append(
+        &self,
+        key: impl Into<Vec<u8>>,
+        value: impl Into<Vec<u8>>,
+    ) -> Result<u64, ClientError> {
+        let command = Command::Append {
+            key: key.into(),
+            value: value.into(),
+        };
+        length(self.once(command).await?)
+    }
+
+    /// Adds `by` to the integer at `key` (absent is 0), once; returns the
+    /// new value.
+    pub async fn incr(&self, key: impl Into<Vec<u8>>, by: i64) -> Result<i64, ClientError> {
+        counter(
+            self.once(Command::Incr {
+                key: key.into(),
+                by,
+            })
+            .await?,
+        )
+    }
+
+    /// Sets `key` to `new` if it holds `expected` (`None`: if it is
+    /// absent), once.
+    pub async fn cas(
+        &self,
+        key: impl Into<Vec<u8>>,
+        expected: Option<&[u8]>,
+        new: impl Into<Vec<u8>>,
+    ) -> Result<CasOutcome, ClientError> {
+        cas(self.once(cas_command(key, expected, new)).await?)
+    }
+
+    /// The keys starting with `prefix` and their values, in order, at most
+    /// `limit` (0: the server's maximum).
+    pub async fn scan(
+        &self,
+        prefix: impl Into<Vec<u8>>,
+        limit: u32,
+    ) -> Result<ScanPage, ClientError> {
+        let query = Query::Scan {
+            prefix: prefix.into(),
+            limit,
+        };
+        match self.read(query, false).await? {
+            Reply::Scan { entries, more } => Ok(ScanPage { entries, more }),
+            other => unexpected(other),
+        }
+    }
+}
+
+impl Session {
+    /// The value of `key` (a linearizable read; reads need no sequence
+    /// number).
+    pub async fn get(&self, key: impl Into<Vec<u8>>) -> Result<Option<Vec<u8>>, ClientError> {
+        self.client().get(key).await
+    }
+
+    /// Sets `key` to `value` on this session; returns the previous value.
+    pub async fn put(
+        &self,
+        key: impl Into<Vec<u8>>,
+        value: impl Into<Vec<u8>>,
+    ) -> Result<Option<Vec<u8>>, ClientError> {
+        previous(self.execute(put(key, value)).await?)
+    }
+
+    /// Deletes `key` on this session; returns the previous value.
+    pub async fn delete(&self, key: impl Into<Vec<u8>>) -> Result<Option<Vec<u8>>, ClientError> {
+        previous(self.execute(Command::Delete { key: key.into() }).await?)
+    }
+
+    /// Appends `value` to `key` on this session; returns the new length.
+    pub async fn append(
+        &self,
+        key: impl Into<Vec<u8>>,
+        value: impl Into<Vec<u8>>,
+    ) -> Result<u64, ClientError> {
+        let command = Command::Append {
+            key: key.into(),
+            value: value.into(),
+        };
+        length(self.execute(command).await?)
+    }
+
+    /// Adds `by` to the integer at `key` on this session; returns the new
+    /// value.
+    pub async fn incr(&self, key: impl Into<Vec<u8>>, by: i64) -> Result<i64, ClientError> {
+        counter(
+            self.execute(Command::Incr {
+                key: key.into(),
+                by,
+            })
+            .await?,
+        )
+    }
+
+    /// Compare-and-set on this session (see [`Client::cas`]).
+    pub async fn cas(
+        &self,
+        key: impl Into<Vec<u8>>,
+        expected: Option<&[u8]>,
+        new: impl Into<Vec<u8>>,
+    ) -> Result<CasOutcome, ClientError> {
+        cas(self.execute(cas_command(key, expected, new)).await?)
+    }
+
+    /// A scan (see [`Client::scan`]).
+    pub async fn scan(
+        &self,
+        prefix: impl Into<Vec<u8>>,
+        limit: u32,
+    ) -> Result<ScanPage, ClientError> {
+        self.client().scan(prefix, limit).await
+    }
+}
+
+impl ClientOptions {
+    /// With this deadline for a whole call, retries included.
+    pub fn with_deadline(mut self, deadline: Duration) -> ClientOptions {
+        self.deadline = deadline;
+        self
+    }
+
+    /// With this longest wait for one attempt.
+    pub fn with_attempt_timeout(mut self, timeout: Duration) -> ClientOptions {
+        self.attempt_timeout = timeout;
+        self
+    }
+
+    /// Logging in as `user` with `password` (a cluster that enforces
+    /// authentication).
+    pub fn with_user(
+        mut self,
+        user: impl Into<String>,
+        password: impl Into<String>,
+    ) -> ClientOptions {
+        self.credentials = Some(Credentials::Password {
+            user: user.into(),
+            password: password.into(),
+        });
+        self
+    }
+
+    /// Reaching nodes through `connector` (TLS: [`crate::TlsConnector`]).
+    pub fn with_connector(mut self, connector: Arc<dyn Connector>) -> ClientOptions {
+        self.connector = connector;
+        self
+    }
+}
+
+impl SessionOptions {
+    /// Expiring after `ttl` without requests or keep-alives.
+    pub fn with_ttl(mut self, ttl: Duration) -> SessionOptions {
+        self.ttl = ttl;
+        self
+    }
+
+    /// With at most `window` requests in flight (1 is strictly sequential).
+    pub fn with_window(mut self, window: u32) -> SessionOptions {
+        self.window = window;
+        self
+    }
+
+    /// Keeping itself alive in the background, or not.
+    pub fn with_keep_alive(mut self, keep_alive: bool) -> SessionOptions {
+        self.keep_alive = keep_alive;
+        self
+    }
+}

@@ -505,6 +505,17 @@ impl Client {
         };
         let wire =
             convert::request_to_wire(&request).map_err(|e| ClientError::Invalid(e.to_string()))?;
+        // A message over the client's own limit would fail while it is
+        // being sent, where it cannot be told from a lost one: refuse it
+        // here, unsent.
+        let bytes = prost::Message::encoded_len(&wire);
+        let limit = self.inner.options.message_bytes_max;
+        if bytes > limit {
+            return Err(ClientError::Invalid(format!(
+                "the request takes {bytes} bytes, more than this client sends ({limit} bytes); \
+                 the node's own limit (serve --max-message-bytes) may be lower"
+            )));
+        }
         let ((outcome, index), attempts, resent) = self
             .with_retries(retry_safe, request_id, |mut rpc, timeout, attempt| {
                 let mut wire = wire.clone();
@@ -817,6 +828,27 @@ pub(crate) fn completed(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_request_over_the_clients_limit_is_refused_unsent() {
+        let options = ClientOptions {
+            message_bytes_max: 1024,
+            deadline: Duration::from_secs(30),
+            ..ClientOptions::default()
+        };
+        // Nothing listens there: an attempt would only time out.
+        let client = Client::connect(["127.0.0.1:9"], options).expect("a client");
+        let put = Command::Put {
+            key: b"k".to_vec(),
+            value: vec![0; 2048],
+            lease: None,
+        };
+        let refused = client.execute_once(put, None).await;
+        assert!(
+            matches!(&refused, Err(ClientError::Invalid(why)) if why.contains("more than this client sends")),
+            "{refused:?}"
+        );
+    }
 
     #[tokio::test]
     async fn only_a_refused_connect_counts_as_never_sent() {

@@ -125,6 +125,16 @@ impl NodeProcess {
         }
     }
 
+    /// Adds `serve` flags for its next start (this node's own, such as a
+    /// metrics address).
+    pub fn add_args<I, S>(&mut self, args: I)
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<OsString>,
+    {
+        self.args.extend(args.into_iter().map(Into::into));
+    }
+
     /// The file its standard output and error are appended to.
     pub fn log_file(&self) -> &Path {
         &self.log

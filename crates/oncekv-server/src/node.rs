@@ -312,6 +312,7 @@ impl Node {
             _ => {}
         }
         *self.lock_last_proposal() = Instant::now();
+        let started = Instant::now();
         let command = request.command.name();
         let proposal = Proposal {
             time,
@@ -331,6 +332,12 @@ impl Node {
         };
         metrics::counter!("oncekv_requests_total", "operation" => command, "outcome" => outcome)
             .increment(1);
+        metrics::histogram!(
+            "oncekv_request_duration_seconds",
+            "operation" => command,
+            "outcome" => outcome
+        )
+        .record(started.elapsed().as_secs_f64());
         result
     }
 

@@ -1,7 +1,10 @@
 //! Prometheus metrics: the `/metrics` endpoint (off unless an address is
-//! given) and the gauges sampled from the node's status. Request counters
-//! by operation and outcome are recorded where requests are handled
-//! (`oncekv_requests_total{operation, outcome}`).
+//! given) and the gauges sampled from the node's status. Counters and
+//! latency histograms are recorded where the work happens: requests by
+//! operation and outcome (`oncekv_requests_total`,
+//! `oncekv_request_duration_seconds`), log fsyncs, applies and snapshots;
+//! leader changes and each follower's replication lag are sampled here.
+//! `deploy/grafana-dashboard.json` charts them.
 
 use crate::node::Node;
 use std::net::SocketAddr;
@@ -20,6 +23,14 @@ pub struct MetricsError {
 pub fn serve(address: SocketAddr, node: Node, interval: Duration) -> Result<(), MetricsError> {
     metrics_exporter_prometheus::PrometheusBuilder::new()
         .with_http_listener(address)
+        .set_buckets_for_metric(
+            metrics_exporter_prometheus::Matcher::Suffix("_seconds".to_string()),
+            LATENCY_BUCKETS,
+        )
+        .map_err(|error| MetricsError {
+            address,
+            reason: error.to_string(),
+        })?
         .install()
         .map_err(|error| MetricsError {
             address,
@@ -28,15 +39,54 @@ pub fn serve(address: SocketAddr, node: Node, interval: Duration) -> Result<(), 
     describe();
     tokio::spawn(async move {
         let mut ticker = tokio::time::interval(interval);
+        let mut leader = None;
         loop {
             ticker.tick().await;
-            sample(&node);
+            sample(&node, &mut leader);
         }
     });
     Ok(())
 }
 
+/// Latency buckets, in seconds: 100 µs to 10 s.
+const LATENCY_BUCKETS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0,
+];
+
 fn describe() {
+    metrics::describe_histogram!(
+        "oncekv_request_duration_seconds",
+        metrics::Unit::Seconds,
+        "Time from proposing a request to its outcome, by operation and outcome"
+    );
+    metrics::describe_histogram!(
+        "oncekv_log_fsync_duration_seconds",
+        metrics::Unit::Seconds,
+        "Time of each fdatasync of the log (one per group-committed batch)"
+    );
+    metrics::describe_histogram!(
+        "oncekv_apply_duration_seconds",
+        metrics::Unit::Seconds,
+        "Time to apply one log entry to the state machine"
+    );
+    metrics::describe_histogram!(
+        "oncekv_snapshot_duration_seconds",
+        metrics::Unit::Seconds,
+        "Time to build a snapshot"
+    );
+    metrics::describe_counter!(
+        "oncekv_raft_leader_changes_total",
+        "Times the leader this node knows changed"
+    );
+    metrics::describe_gauge!(
+        "oncekv_raft_follower_lag_entries",
+        "On the leader: log entries each follower is behind"
+    );
+    // Counters show from the start, at zero, so alerts and dashboards see
+    // them before the first event.
+    metrics::counter!("oncekv_raft_leader_changes_total").increment(0);
+    metrics::counter!("oncekv_retry_rendezvous_total").increment(0);
     metrics::describe_counter!(
         "oncekv_requests_total",
         "Requests proposed by this node, by operation and outcome"
@@ -58,9 +108,20 @@ fn describe() {
     metrics::describe_gauge!("oncekv_raft_applied_index", "Last applied log index");
 }
 
-fn sample(node: &Node) {
+fn sample(node: &Node, leader: &mut Option<Option<u64>>) {
     let status = node.status();
     let raft = &status.raft;
+    let now = raft.leadership.leader_id;
+    if leader.is_some_and(|before| before != now) {
+        metrics::counter!("oncekv_raft_leader_changes_total").increment(1);
+    }
+    *leader = Some(now);
+    let last = raft.last_log_index.unwrap_or(0);
+    for (follower, matched) in &raft.replication {
+        let lag = last.saturating_sub(matched.unwrap_or(0));
+        metrics::gauge!("oncekv_raft_follower_lag_entries", "follower" => follower.to_string())
+            .set(lag as f64);
+    }
     metrics::gauge!("oncekv_sessions").set(status.state.sessions as f64);
     metrics::gauge!("oncekv_completion_records").set(status.state.completion_records as f64);
     metrics::gauge!("oncekv_idempotency_keys").set(status.state.idempotency_keys as f64);

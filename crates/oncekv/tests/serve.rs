@@ -214,3 +214,73 @@ async fn metrics_are_served_in_prometheus_format() {
     assert!(body.contains("outcome=\"applied\""), "{body}");
     assert!(body.contains("oncekv_sessions"), "{body}");
 }
+
+/// `deploy/grafana-dashboard.json` charts only metrics a node exports: a
+/// 3-node cluster serves writes and snapshots, and its leader's `/metrics`
+/// names every metric the dashboard queries (latency histograms, fsync,
+/// apply, snapshot, leader changes, follower lag among them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_names_only_metrics_a_node_exports() {
+    let _one = exclusive().await;
+    let dashboard: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../deploy/grafana-dashboard.json"
+        ))
+        .expect("the dashboard"),
+    )
+    .expect("the dashboard is JSON");
+    let mut wanted = std::collections::BTreeSet::new();
+    for panel in dashboard["panels"].as_array().expect("panels") {
+        for target in panel["targets"].as_array().expect("targets") {
+            let expr = target["expr"].as_str().expect("an expression");
+            let mut rest = expr;
+            while let Some(start) = rest.find("oncekv_") {
+                let name: String = rest[start..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+                    .collect();
+                rest = &rest[start + name.len()..];
+                let base = ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .find_map(|suffix| name.strip_suffix(suffix))
+                    .unwrap_or(&name)
+                    .to_string();
+                wanted.insert(base);
+            }
+        }
+    }
+    assert!(wanted.len() >= 10, "{wanted:?}");
+    let mut cluster = Cluster::new(3, &[FAST, &["--snapshot-after-entries", "10"]].concat());
+    let metrics: Vec<String> = (1..=3)
+        .map(|_| format!("127.0.0.1:{}", free_port()))
+        .collect();
+    for (node, address) in cluster.nodes.iter_mut().zip(&metrics) {
+        node.add_args(["--listen-metrics", address.as_str()]);
+    }
+    cluster.start_all().expect("start");
+    let leader = cluster.leader(Duration::from_secs(20)).await;
+    let endpoint = cluster.node(leader).client.clone();
+    for _ in 0..30 {
+        let out = Process::new(env!("CARGO_BIN_EXE_oncekv"))
+            .args(["incr", "c", "--endpoints", &endpoint])
+            .output()
+            .expect("incr");
+        assert!(out.status.success());
+    }
+    let address = metrics[usize::try_from(leader).expect("an id") - 1].clone();
+    let missing = eventually(Duration::from_secs(20), "every dashboard metric", || {
+        let address = address.clone();
+        let wanted = wanted.clone();
+        async move {
+            let body = http_get(&address, "/metrics")?;
+            let missing: Vec<&String> = wanted
+                .iter()
+                .filter(|m| !body.contains(m.as_str()))
+                .collect();
+            missing.is_empty().then_some(())
+        }
+    })
+    .await;
+    assert_eq!(missing, ());
+}

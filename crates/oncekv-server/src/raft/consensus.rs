@@ -133,6 +133,9 @@ pub struct RaftStatus {
     pub snapshot_index: Option<u64>,
     /// The members.
     pub members: Vec<MemberStatus>,
+    /// On the leader: each follower's last matched log index (`None` for
+    /// nothing yet); empty elsewhere.
+    pub replication: Vec<(NodeId, Option<u64>)>,
 }
 
 /// The node's consensus engine.
@@ -369,6 +372,13 @@ impl Consensus {
             applied_index: metrics.last_applied.as_ref().map(|id| id.index),
             snapshot_index: metrics.snapshot.as_ref().map(|id| id.index),
             members,
+            replication: metrics
+                .replication
+                .iter()
+                .flatten()
+                .filter(|(id, _)| **id != self.id)
+                .map(|(id, matched)| (*id, matched.as_ref().map(|log_id| log_id.index)))
+                .collect(),
         }
     }
 

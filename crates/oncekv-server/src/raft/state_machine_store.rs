@@ -258,6 +258,16 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
     type SnapshotData = Vec<u8>;
 
     async fn build_snapshot(&mut self) -> Result<SnapshotOf<TypeConfig, Vec<u8>>, io::Error> {
+        let building = std::time::Instant::now();
+        let built = self.build_snapshot_now().await;
+        metrics::histogram!("oncekv_snapshot_duration_seconds")
+            .record(building.elapsed().as_secs_f64());
+        built
+    }
+}
+
+impl StateMachineStore {
+    async fn build_snapshot_now(&mut self) -> Result<SnapshotOf<TypeConfig, Vec<u8>>, io::Error> {
         let snapshot = {
             let mut state = self.state.lock();
             state.bytes_since_snapshot = 0;
@@ -298,6 +308,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         while let Some(item) = entries.next().await {
             let (entry, responder) = item?;
             let index = LogIndex(entry.log_id.index);
+            let applying = std::time::Instant::now();
             let applied = {
                 let mut state = self.state.lock();
                 let outcome = match entry.payload {
@@ -327,6 +338,8 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                 state.last_applied = Some(entry.log_id);
                 Applied { index, outcome }
             };
+            metrics::histogram!("oncekv_apply_duration_seconds")
+                .record(applying.elapsed().as_secs_f64());
             if let Some(responder) = responder {
                 responder.send(applied);
             }

@@ -136,7 +136,10 @@ impl Segments {
             }
             let framed = frame(writes.iter().map(|write| write.bytes.as_slice()))?;
             self.write_frame(&framed)?;
+            let syncing = std::time::Instant::now();
             self.current.sync_data()?;
+            metrics::histogram!("oncekv_log_fsync_duration_seconds")
+                .record(syncing.elapsed().as_secs_f64());
         }
         // Votes go through the same queue as appends, so a vote never
         // becomes durable before appends submitted ahead of it.

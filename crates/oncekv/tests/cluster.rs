@@ -647,6 +647,13 @@ async fn endpoint_health_and_status_cover_every_member() {
         "a header and a row per member: {text}"
     );
     assert!(text.contains("(this)"), "the leader says so: {text}");
+    let (code, table) = run(&["status"], &all);
+    assert_eq!(code, 0, "{table}");
+    assert_eq!(
+        table.lines().count(),
+        4,
+        "status over several endpoints: {table}"
+    );
     let survivor = cluster
         .nodes
         .iter()

@@ -203,7 +203,8 @@ pub enum ClientCommand {
     /// Sessions saved in files, for exactly-once across invocations.
     #[command(subcommand)]
     Session(SessionCommand),
-    /// This node's view of the cluster.
+    /// This node's view of the cluster; with several --endpoints, each
+    /// endpoint's status in a table (as `endpoint status`).
     Status,
     /// Cluster membership.
     #[command(subcommand)]
@@ -485,6 +486,10 @@ pub async fn run(connection: &Connection, command: ClientCommand) -> anyhow::Res
             read(&printer, client.read(Query::LeaseList, false).await)
         }
         ClientCommand::Session(command) => session(&client, &printer, command).await?,
+        ClientCommand::Status if connection.endpoints.len() > 1 => {
+            let each = EndpointCommand::Status { cluster: false };
+            endpoint::endpoint(&client, &printer, &connection.endpoints, each).await
+        }
         ClientCommand::Status => status(&client, &printer).await,
         ClientCommand::Member(command) => member(&client, &printer, command).await,
         ClientCommand::Alarm(AlarmCommand::List) => alarms(&client, &printer).await,

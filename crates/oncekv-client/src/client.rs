@@ -699,10 +699,21 @@ impl Client {
                             Some(Kind::Failure(failure)) => return call_failed(failure),
                             Some(Kind::Info(first)) => {
                                 let bytes = usize::try_from(first.bytes).unwrap_or(usize::MAX);
-                                state.reserve(bytes.min(1 << 30));
+                                // Grown as data comes, from a modest start:
+                                // the announced size is the server's word.
+                                state.reserve(bytes.min(64 << 20));
                                 info = Some(first);
                             }
-                            Some(Kind::Data(data)) => state.extend_from_slice(&data),
+                            Some(Kind::Data(data)) => {
+                                let announced = info.as_ref().map_or(0, |i| i.bytes);
+                                let total = (state.len() as u64).saturating_add(data.len() as u64);
+                                if total > announced {
+                                    return Attempt::MaybeSent(format!(
+                                        "the snapshot stream sent more than the {announced} bytes it announced"
+                                    ));
+                                }
+                                state.extend_from_slice(&data);
+                            }
                             None => return Attempt::MaybeSent("empty snapshot chunk".into()),
                         },
                         Ok(None) => break,

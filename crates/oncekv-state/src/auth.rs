@@ -9,7 +9,8 @@
 //! roles, [`ROLES_MAX`] roles of at most [`PERMISSIONS_PER_ROLE_MAX`]
 //! permissions, names of at most [`NAME_BYTES_MAX`] bytes, password hashes of
 //! at most [`PASSWORD_HASH_BYTES_MAX`] bytes and keys within the store's key
-//! limit.
+//! limit, and all of it within [`AUTH_BYTES_MAX`] bytes: a change past a
+//! bound is refused, nothing is evicted.
 
 use crate::ids::{LogIndex, Principal, TokenKey};
 use crate::outcome::Rejection;
@@ -32,6 +33,12 @@ pub const PERMISSIONS_PER_ROLE_MAX: usize = 256;
 pub const NAME_BYTES_MAX: usize = 64;
 /// Longest password hash (a PHC string), in bytes.
 pub const PASSWORD_HASH_BYTES_MAX: usize = 256;
+/// Most bytes the users and roles may hold in all, as
+/// [`AuthTable::weight_bytes`] counts them: a change past it is refused.
+pub const AUTH_BYTES_MAX: u64 = 8 * 1024 * 1024;
+/// What the budget counts for each user, role or permission beyond its
+/// names, hash and key (its slot and allocations).
+const AUTH_ENTRY_OVERHEAD_BYTES: u64 = 64;
 
 /// What a permission allows on its keys.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -501,8 +508,53 @@ impl AuthTable {
             })
     }
 
-    /// Applies a change at `index`. A refusal changes nothing.
+    /// The bytes the users and roles hold, as the budget counts them.
+    pub fn weight_bytes(&self) -> u64 {
+        let len = |text: &str| text.len() as u64 + AUTH_ENTRY_OVERHEAD_BYTES;
+        let users: u64 = self
+            .users
+            .iter()
+            .map(|(name, user)| {
+                len(name)
+                    + user.password_hash.as_deref().map_or(0, |h| h.len() as u64)
+                    + user.roles.iter().map(|r| len(r)).sum::<u64>()
+            })
+            .sum();
+        let roles: u64 = self
+            .roles
+            .iter()
+            .map(|(name, role)| {
+                len(name)
+                    + role
+                        .permissions
+                        .iter()
+                        .map(|p| p.key.len() as u64 + AUTH_ENTRY_OVERHEAD_BYTES)
+                        .sum::<u64>()
+            })
+            .sum();
+        users + roles
+    }
+
+    /// Applies a change at `index`. A refusal changes nothing: a change
+    /// that would take the table past [`AUTH_BYTES_MAX`] is refused.
     pub fn apply(&mut self, command: &AuthCommand, index: LogIndex) -> Result<(), Rejection> {
+        let mut next = self.clone();
+        next.apply_within_counts(command, index)?;
+        let bytes = next.weight_bytes();
+        if bytes > AUTH_BYTES_MAX && bytes > self.weight_bytes() {
+            return Err(Rejection::AuthBytes {
+                max: AUTH_BYTES_MAX,
+            });
+        }
+        *self = next;
+        Ok(())
+    }
+
+    fn apply_within_counts(
+        &mut self,
+        command: &AuthCommand,
+        index: LogIndex,
+    ) -> Result<(), Rejection> {
         match command {
             AuthCommand::Enable { token_key } => {
                 if !self.has_admin_user(None) {
@@ -631,6 +683,12 @@ impl AuthTable {
                 "{} users and {} roles exceed their bounds",
                 self.users.len(),
                 self.roles.len()
+            ));
+        }
+        if self.weight_bytes() > AUTH_BYTES_MAX {
+            return Err(format!(
+                "users and roles hold {} bytes, over {AUTH_BYTES_MAX}",
+                self.weight_bytes()
             ));
         }
         if self.enabled && (self.token_key.is_none() || !self.has_admin_user(None)) {
@@ -780,6 +838,53 @@ mod tests {
         table2.apply(&AuthCommand::Disable, LogIndex(22)).unwrap();
         table.apply(&AuthCommand::Disable, LogIndex(2)).unwrap();
         assert!(table.is_admin(None), "everyone is admin while auth is off");
+    }
+
+    #[test]
+    fn a_full_byte_budget_refuses_and_keeps_what_is_there() {
+        let mut table = AuthTable::default();
+        let key = vec![b'k'; 4096];
+        let mut index = 0;
+        let mut next = || {
+            index += 1;
+            LogIndex(index)
+        };
+        let mut refused = None;
+        'fill: for r in 0..ROLES_MAX {
+            let role = format!("r{r}");
+            table
+                .apply(&AuthCommand::RoleAdd { name: role.clone() }, next())
+                .unwrap();
+            for p in 0..PERMISSIONS_PER_ROLE_MAX {
+                let mut key = key.clone();
+                key.extend_from_slice(p.to_string().as_bytes());
+                let grant = AuthCommand::RoleGrant {
+                    role: role.clone(),
+                    permission: Permission {
+                        access: Access::Read,
+                        key,
+                        prefix: false,
+                    },
+                };
+                if let Err(why) = table.apply(&grant, next()) {
+                    refused = Some(why);
+                    break 'fill;
+                }
+            }
+        }
+        assert_eq!(
+            refused,
+            Some(Rejection::AuthBytes {
+                max: AUTH_BYTES_MAX
+            })
+        );
+        let before = table.clone();
+        assert!(table.weight_bytes() <= AUTH_BYTES_MAX);
+        assert!(table.check_invariants().is_ok());
+        // Removing still works, and frees room.
+        let revoke = AuthCommand::RoleDelete { name: "r0".into() };
+        table.apply(&revoke, next()).unwrap();
+        assert!(table.weight_bytes() < before.weight_bytes());
     }
 
     #[test]

@@ -505,6 +505,12 @@ pub enum Rejection {
         /// The limit.
         max: u64,
     },
+    /// Users and roles would hold more bytes than their budget.
+    #[error("users and roles would hold more than {max} bytes")]
+    AuthBytes {
+        /// The budget.
+        max: u64,
+    },
     /// A malformed name, password hash or permission.
     #[error("{reason}")]
     InvalidAuth {

@@ -199,6 +199,7 @@ pub(super) fn rejection_to_wire(rejection: &Rejection) -> Option<v1::rejection::
         Rejection::TooManyUsers { max } => Kind::TooManyUsers(v1::Max { max: *max }),
         Rejection::TooManyRoles { max } => Kind::TooManyRoles(v1::Max { max: *max }),
         Rejection::TooManyPermissions { max } => Kind::TooManyPermissions(v1::Max { max: *max }),
+        Rejection::AuthBytes { max } => Kind::AuthBytes(v1::Max { max: *max }),
         Rejection::InvalidAuth { reason } => Kind::InvalidAuth(v1::Invalid {
             reason: reason.clone(),
         }),
@@ -220,6 +221,7 @@ pub(super) fn rejection_from_wire(kind: v1::rejection::Kind) -> Option<Rejection
         Kind::TooManyUsers(max) => Rejection::TooManyUsers { max: max.max },
         Kind::TooManyRoles(max) => Rejection::TooManyRoles { max: max.max },
         Kind::TooManyPermissions(max) => Rejection::TooManyPermissions { max: max.max },
+        Kind::AuthBytes(max) => Rejection::AuthBytes { max: max.max },
         Kind::InvalidAuth(why) => Rejection::InvalidAuth { reason: why.reason },
         _ => return None,
     })

@@ -54,8 +54,8 @@ mod session;
 mod snapshot;
 
 pub use auth::{
-    ADMIN_ROLE, Access, AuthCommand, AuthTable, AuthView, NAME_BYTES_MAX, PASSWORD_HASH_BYTES_MAX,
-    Permission, Role, User, UserView, check_name,
+    ADMIN_ROLE, AUTH_BYTES_MAX, Access, AuthCommand, AuthTable, AuthView, NAME_BYTES_MAX,
+    PASSWORD_HASH_BYTES_MAX, Permission, Role, User, UserView, check_name,
 };
 pub use command::{Command, Entry, Origin, Query, Request, RequestHeader};
 pub use digest::command_digest;

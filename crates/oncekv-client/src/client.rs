@@ -275,7 +275,7 @@ impl Client {
         &self.inner.options
     }
 
-    fn rpc(&self, address: &str) -> Result<Rpc, String> {
+    pub(crate) fn rpc(&self, address: &str) -> Result<Rpc, String> {
         let channel = {
             let mut channels = lock(&self.inner.channels);
             match channels.get(address) {
@@ -294,18 +294,18 @@ impl Client {
             .max_encoding_message_size(limit))
     }
 
-    fn forget_channel(&self, address: &str) {
+    pub(crate) fn forget_channel(&self, address: &str) {
         lock(&self.inner.channels).remove(address);
     }
 
     /// The node to try first: the known leader, else the first endpoint.
-    fn first_target(&self) -> String {
+    pub(crate) fn first_target(&self) -> String {
         lock(&self.inner.leader)
             .clone()
             .unwrap_or_else(|| self.inner.endpoints[0].clone())
     }
 
-    fn next_target(&self, current: &str) -> String {
+    pub(crate) fn next_target(&self, current: &str) -> String {
         let endpoints = &self.inner.endpoints;
         let position = endpoints.iter().position(|e| e == current);
         let next = position.map_or(0, |p| (p + 1) % endpoints.len());
@@ -417,7 +417,7 @@ impl Client {
         }
     }
 
-    fn needs_login(&self) -> bool {
+    pub(crate) fn needs_login(&self) -> bool {
         matches!(
             self.inner.options.credentials,
             Some(Credentials::Password { .. })
@@ -427,7 +427,7 @@ impl Client {
     /// Logs in with the configured password and keeps the token: at any
     /// node (each checks against the replicated users after a read
     /// barrier), following leader hints, until `deadline`.
-    async fn login(&self, deadline: Instant) -> Result<(), ClientError> {
+    pub(crate) async fn login(&self, deadline: Instant) -> Result<(), ClientError> {
         let Some(Credentials::Password { user, password }) = &self.inner.options.credentials else {
             return Ok(());
         };

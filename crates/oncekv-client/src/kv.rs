@@ -7,11 +7,11 @@
 //! here too.
 
 use crate::auth::Credentials;
-use crate::client::{Client, ClientOptions};
+use crate::client::{Client, ClientOptions, Completed};
 use crate::connector::Connector;
 use crate::error::ClientError;
 use crate::session::{Session, SessionOptions};
-use oncekv_state::{Command, Query, Reply};
+use oncekv_state::{Command, KeyValue, Query, Reply, Txn};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,11 +24,37 @@ pub struct CasOutcome {
     pub current: Option<Vec<u8>>,
 }
 
+/// What a transaction did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TxnOutcome {
+    /// Whether every compare held (the success branch ran).
+    pub succeeded: bool,
+    /// One reply per operation of the branch that ran.
+    pub results: Vec<Reply>,
+    /// The revision it applied at (the original one for a replay).
+    pub revision: u64,
+    /// Whether this is the original answer of an earlier attempt.
+    pub replayed: bool,
+}
+
+fn txn_outcome(done: Completed) -> Result<TxnOutcome, ClientError> {
+    match done.reply {
+        Reply::Txn { succeeded, results } => Ok(TxnOutcome {
+            succeeded,
+            results,
+            revision: done.applied_index,
+            replayed: done.replayed,
+        }),
+        Reply::Rejected(rejection) => Err(ClientError::Rejected(rejection)),
+        other => unexpected(other),
+    }
+}
+
 /// Keys and values from a scan, in key order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ScanPage {
-    /// The pairs.
-    pub entries: Vec<(Vec<u8>, Vec<u8>)>,
+    /// The keys, their values and revisions.
+    pub entries: oncekv_state::KvPairs,
     /// Whether more keys match beyond this page (the server's limit).
     pub more: bool,
 }
@@ -92,10 +118,43 @@ impl Client {
             .map(|done| done.reply)
     }
 
+    /// Runs `txn` once (under a fresh idempotency key): a retry returns
+    /// its original result.
+    pub async fn txn(&self, txn: Txn) -> Result<TxnOutcome, ClientError> {
+        txn_outcome(self.execute_once(Command::Txn(txn), None).await?)
+    }
+
+    /// `key` with its value and revisions (linearizable), `None` if absent;
+    /// at `revision` if given (a past state, while the history reaches
+    /// back: else [`Rejection::Compacted`](oncekv_state::Rejection)).
+    pub async fn get_kv(
+        &self,
+        key: impl Into<Vec<u8>>,
+        revision: Option<u64>,
+    ) -> Result<Option<KeyValue>, ClientError> {
+        let key = key.into();
+        let mut query = Query::Get { key: key.clone() };
+        if let Some(revision) = revision {
+            query = Query::At {
+                revision,
+                query: Box::new(query),
+            };
+        }
+        match self.read(query, false).await? {
+            Reply::Get {
+                value: Some(value),
+                meta: Some(meta),
+            } => Ok(Some(KeyValue { key, value, meta })),
+            Reply::Get { .. } => Ok(None),
+            Reply::Rejected(rejection) => Err(ClientError::Rejected(rejection)),
+            other => unexpected(other),
+        }
+    }
+
     /// The value of `key` (linearizable), `None` if absent.
     pub async fn get(&self, key: impl Into<Vec<u8>>) -> Result<Option<Vec<u8>>, ClientError> {
         match self.read(Query::Get { key: key.into() }, false).await? {
-            Reply::Get { value } => Ok(value),
+            Reply::Get { value, .. } => Ok(value),
             other => unexpected(other),
         }
     }
@@ -222,6 +281,12 @@ impl Session {
         new: impl Into<Vec<u8>>,
     ) -> Result<CasOutcome, ClientError> {
         cas(self.execute(cas_command(key, expected, new)).await?)
+    }
+
+    /// Runs `txn` on this session: exactly once, and a retry returns its
+    /// original result.
+    pub async fn txn(&self, txn: Txn) -> Result<TxnOutcome, ClientError> {
+        txn_outcome(self.execute_completed(Command::Txn(txn)).await?)
     }
 
     /// A scan (see [`Client::scan`]).

@@ -63,6 +63,7 @@ mod lease;
 mod random;
 mod retry;
 mod session;
+mod watch;
 
 pub use auth::{AuthInterceptor, Credentials};
 pub use client::{Client, ClientOptions, Completed, SavedSnapshot};
@@ -71,9 +72,13 @@ pub use connector::{
     explain_tls_error, strip_scheme,
 };
 pub use error::ClientError;
-pub use kv::{CasOutcome, ScanPage};
+pub use kv::{CasOutcome, ScanPage, TxnOutcome};
 pub use lease::LeaseKeeper;
-pub use oncekv_state::{Command, Outcome, Query, Rejection, Reply, RequestId};
+pub use oncekv_state::{
+    Command, Compare, CompareOp, CompareTarget, KeyMeta, KeyValue, Outcome, Query, Rejection,
+    Reply, RequestId, Txn, TxnOp,
+};
 pub use random::{OsRandom, RandomSource};
 pub use retry::Backoff;
 pub use session::{Session, SessionOptions};
+pub use watch::{Event, EventKind, WatchOptions, WatchUpdate, Watcher};

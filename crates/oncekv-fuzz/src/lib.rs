@@ -37,7 +37,7 @@ use oncekv_state::Limits;
 
 /// Small limits, so that a few requests reach every bound: keys, values,
 /// sessions, windows, record and idempotency budgets, the store quota,
-/// leases and time-to-live ranges.
+/// leases, time-to-live ranges, the history and transactions.
 pub fn small_limits() -> Limits {
     Limits {
         key_bytes_max: 16,
@@ -59,6 +59,10 @@ pub fn small_limits() -> Limits {
         lease_name_bytes_max: 8,
         lease_ttl_ms_min: 100,
         lease_ttl_ms_max: 10_000,
+        history_events_max: 16,
+        history_bytes_max: 2048,
+        history_retention_ms: 5_000,
+        txn_ops_max: 4,
     }
 }
 

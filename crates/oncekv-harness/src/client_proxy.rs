@@ -19,7 +19,7 @@ use oncekv_proto::v1::{
     self, AddMemberRequest, AuthenticateRequest, AuthenticateResponse, ExecuteRequest,
     ExecuteResponse, MembershipResponse, ReadRequest, ReadResponse, RemoveMemberRequest,
     SaveSnapshotChunk, SaveSnapshotRequest, StateDigestRequest, StateDigestResponse, StatusRequest,
-    StatusResponse,
+    StatusResponse, WatchRequest, WatchResponse,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -454,6 +454,22 @@ impl Kv for Forwarder {
         let mut upstream = self.0.upstream.clone();
         let stream = upstream
             .save_snapshot(request.into_inner())
+            .await
+            .map_err(upstream_status)?
+            .into_inner();
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    type WatchStream =
+        std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<WatchResponse, Status>> + Send>>;
+
+    async fn watch(
+        &self,
+        request: Request<WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        let mut upstream = self.0.upstream.clone();
+        let stream = upstream
+            .watch(request.into_inner())
             .await
             .map_err(upstream_status)?
             .into_inner();

@@ -16,7 +16,7 @@ pub fn reply(reply: &state::Reply) -> Reply {
         state::Reply::Put { previous } => Reply::Put {
             previous: bytes(previous),
         },
-        state::Reply::Get { value } => Reply::Get {
+        state::Reply::Get { value, .. } => Reply::Get {
             value: bytes(value),
         },
         state::Reply::Append { length } => Reply::Append { length: *length },

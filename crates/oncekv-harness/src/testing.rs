@@ -277,7 +277,7 @@ impl NodeProcess {
     /// The value of `key` on this replica (serializable read).
     pub async fn local_value(&self, key: &[u8]) -> Option<Vec<u8>> {
         match self.read(&Query::Get { key: key.to_vec() }, true).await {
-            Ok(Reply::Get { value }) => value,
+            Ok(Reply::Get { value, .. }) => value,
             _ => None,
         }
     }
@@ -368,4 +368,44 @@ pub fn failure(response: &ExecuteResponse) -> Option<CallFailure> {
         }
         _ => None,
     }
+}
+
+/// A GET reply's revisions dropped (in a reply, an outcome or a result
+/// holding one), so a test compares values only.
+pub trait WithoutMeta {
+    /// This, with `Reply::Get`'s `meta` set to `None`.
+    fn without_meta(self) -> Self;
+}
+
+impl WithoutMeta for oncekv_state::Reply {
+    fn without_meta(self) -> Self {
+        match self {
+            oncekv_state::Reply::Get { value, .. } => {
+                oncekv_state::Reply::Get { value, meta: None }
+            }
+            other => other,
+        }
+    }
+}
+
+impl WithoutMeta for oncekv_state::Outcome {
+    fn without_meta(self) -> Self {
+        match self {
+            oncekv_state::Outcome::Applied(reply) => {
+                oncekv_state::Outcome::Applied(reply.without_meta())
+            }
+            other => other,
+        }
+    }
+}
+
+impl<T: WithoutMeta, E> WithoutMeta for Result<T, E> {
+    fn without_meta(self) -> Self {
+        self.map(T::without_meta)
+    }
+}
+
+/// `value` with GET revisions dropped ([`WithoutMeta`]).
+pub fn without_meta<T: WithoutMeta>(value: T) -> T {
+    value.without_meta()
 }

@@ -530,7 +530,7 @@ pub async fn record_final_values(
     for key in keys {
         loop {
             match client.read(Query::Get { key: key.clone() }, false).await {
-                Ok(Reply::Get { value }) => {
+                Ok(Reply::Get { value, .. }) => {
                     recorder.final_value(Bytes(key.clone()), value.map(Bytes));
                     break;
                 }

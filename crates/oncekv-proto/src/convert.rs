@@ -5,6 +5,9 @@
 use crate::v1;
 
 mod auth;
+mod txn;
+
+pub use txn::{event_to_wire, meta_from_wire, meta_to_wire};
 
 use oncekv_state::{
     ClusterTime, Command, IdempotencyKey, LeaseInfo, LogIndex, Malformed, Origin, Outcome,
@@ -119,6 +122,10 @@ fn command_from_wire(command: v1::Command) -> Result<Command> {
             Kind::Read(query) => Command::Read(query_from_wire(query)?),
             Kind::AlarmDisarm(_) => Command::AlarmDisarm,
             Kind::Auth(change) => Command::Auth(auth::change_from_wire(change)?),
+            Kind::Txn(wire) => Command::Txn(txn::txn_from_wire(wire)?),
+            Kind::Compact(compact) => Command::Compact {
+                revision: compact.revision,
+            },
         },
     )
 }
@@ -189,6 +196,10 @@ fn command_to_wire(command: &Command) -> Result<v1::Command> {
         Command::Read(query) => Kind::Read(query_to_wire(query)),
         Command::AlarmDisarm => Kind::AlarmDisarm(v1::Empty {}),
         Command::Auth(change) => Kind::Auth(auth::change_to_wire(change)),
+        Command::Txn(wire) => Kind::Txn(txn::txn_to_wire(wire)?),
+        Command::Compact { revision } => Kind::Compact(v1::Compact {
+            revision: *revision,
+        }),
     };
     Ok(v1::Command { kind: Some(kind) })
 }
@@ -198,28 +209,56 @@ pub fn query_from_wire(query: v1::Query) -> Result<Query> {
     use v1::query::Kind;
     Ok(
         match query.kind.ok_or(ConvertError::Missing("query.kind"))? {
-            Kind::Get(get) => Query::Get { key: get.key },
-            Kind::Scan(scan) => Query::Scan {
-                prefix: scan.prefix,
-                limit: scan.limit,
-            },
+            Kind::Get(get) => at_revision(get.revision, Query::Get { key: get.key }),
+            Kind::Scan(scan) => at_revision(
+                scan.revision,
+                Query::Scan {
+                    prefix: scan.prefix,
+                    limit: scan.limit,
+                },
+            ),
             Kind::LeaseList(_) => Query::LeaseList,
             Kind::Auth(_) => Query::Auth,
         },
     )
 }
 
+/// `query` at `revision` (0: now).
+fn at_revision(revision: u64, query: Query) -> Query {
+    if revision == 0 {
+        return query;
+    }
+    Query::At {
+        revision,
+        query: Box::new(query),
+    }
+}
+
 /// A query for the wire.
 pub fn query_to_wire(query: &Query) -> v1::Query {
     use v1::query::Kind;
     let kind = match query {
-        Query::Get { key } => Kind::Get(v1::Get { key: key.clone() }),
+        Query::Get { key } => Kind::Get(v1::Get {
+            key: key.clone(),
+            revision: 0,
+        }),
         Query::Scan { prefix, limit } => Kind::Scan(v1::Scan {
             prefix: prefix.clone(),
             limit: *limit,
+            revision: 0,
         }),
         Query::LeaseList => Kind::LeaseList(v1::Empty {}),
         Query::Auth => Kind::Auth(v1::Empty {}),
+        Query::At { revision, query } => {
+            let mut wire = query_to_wire(query);
+            match &mut wire.kind {
+                Some(Kind::Get(get)) => get.revision = *revision,
+                Some(Kind::Scan(scan)) => scan.revision = *revision,
+                // Refused by the state machine as not versioned; sent as is.
+                _ => {}
+            }
+            return wire;
+        }
     };
     v1::Query { kind: Some(kind) }
 }
@@ -449,6 +488,7 @@ pub fn reply_to_wire(reply: &Reply) -> v1::Reply {
     use v1::reply::Kind;
     let value = |value: &Option<Vec<u8>>| v1::OptionalValue {
         value: value.clone(),
+        meta: None,
     };
     let kind = match reply {
         Reply::SessionOpened {
@@ -468,7 +508,13 @@ pub fn reply_to_wire(reply: &Reply) -> v1::Reply {
         Reply::SessionClosed => Kind::SessionClosed(v1::Empty {}),
         Reply::Ticked => Kind::Ticked(v1::Empty {}),
         Reply::Put { previous } => Kind::Put(value(previous)),
-        Reply::Get { value: current } => Kind::Get(value(current)),
+        Reply::Get {
+            value: current,
+            meta,
+        } => Kind::Get(v1::OptionalValue {
+            value: current.clone(),
+            meta: meta.as_ref().map(meta_to_wire),
+        }),
         Reply::Delete { previous } => Kind::Delete(value(previous)),
         Reply::Append { length } => Kind::Append(v1::AppendReply { length: *length }),
         Reply::Incr { value } => Kind::Incr(v1::IncrReply { value: *value }),
@@ -477,13 +523,7 @@ pub fn reply_to_wire(reply: &Reply) -> v1::Reply {
             current: current.clone(),
         }),
         Reply::Scan { entries, more } => Kind::Scan(v1::ScanReply {
-            entries: entries
-                .iter()
-                .map(|(key, value)| v1::KeyValue {
-                    key: key.clone(),
-                    value: value.clone(),
-                })
-                .collect(),
+            entries: entries.iter().map(txn::key_value_to_wire).collect(),
             more: *more,
         }),
         Reply::LeaseGranted {
@@ -512,6 +552,16 @@ pub fn reply_to_wire(reply: &Reply) -> v1::Reply {
         }),
         Reply::AuthChanged => Kind::AuthChanged(v1::Empty {}),
         Reply::Auth(view) => Kind::Auth(auth::view_to_wire(view)),
+        Reply::Txn { succeeded, results } => Kind::Txn(v1::TxnReply {
+            succeeded: *succeeded,
+            results: results.iter().map(reply_to_wire).collect(),
+        }),
+        Reply::DeletePrefix { deleted } => {
+            Kind::DeletePrefix(v1::DeletePrefixReply { deleted: *deleted })
+        }
+        Reply::Compacted { revision } => Kind::Compacted(v1::CompactReply {
+            revision: *revision,
+        }),
     };
     v1::Reply { kind: Some(kind) }
 }
@@ -536,6 +586,7 @@ pub fn reply_from_wire(reply: v1::Reply) -> Result<Reply> {
                 previous: previous.value,
             },
             Kind::Get(current) => Reply::Get {
+                meta: current.meta.map(meta_from_wire),
                 value: current.value,
             },
             Kind::Delete(previous) => Reply::Delete {
@@ -553,7 +604,7 @@ pub fn reply_from_wire(reply: v1::Reply) -> Result<Reply> {
                 entries: scan
                     .entries
                     .into_iter()
-                    .map(|kv| (kv.key, kv.value))
+                    .map(txn::key_value_from_wire)
                     .collect(),
                 more: scan.more,
             },
@@ -588,6 +639,20 @@ pub fn reply_from_wire(reply: v1::Reply) -> Result<Reply> {
             },
             Kind::AuthChanged(_) => Reply::AuthChanged,
             Kind::Auth(view) => Reply::Auth(auth::view_from_wire(view)?),
+            Kind::Txn(wire) => Reply::Txn {
+                succeeded: wire.succeeded,
+                results: wire
+                    .results
+                    .into_iter()
+                    .map(reply_from_wire)
+                    .collect::<Result<_>>()?,
+            },
+            Kind::DeletePrefix(deleted) => Reply::DeletePrefix {
+                deleted: deleted.deleted,
+            },
+            Kind::Compacted(compacted) => Reply::Compacted {
+                revision: compacted.revision,
+            },
         },
     )
 }
@@ -628,7 +693,7 @@ fn rejection_to_wire(rejection: &Rejection) -> v1::Rejection {
         }
         Rejection::TooManyKeys { max } => Kind::TooManyKeys(v1::Max { max: *max }),
         Rejection::TooManyLeases { max } => Kind::TooManyLeases(v1::Max { max: *max }),
-        other => match auth::rejection_to_wire(other) {
+        other => match auth::rejection_to_wire(other).or_else(|| txn::rejection_to_wire(other)) {
             Some(kind) => kind,
             None => Kind::InvalidAuth(v1::Invalid {
                 reason: other.to_string(),
@@ -681,9 +746,11 @@ fn rejection_from_wire(rejection: v1::Rejection) -> Result<Rejection> {
             },
             Kind::TooManyKeys(max) => Rejection::TooManyKeys { max: max.max },
             Kind::TooManyLeases(max) => Rejection::TooManyLeases { max: max.max },
-            other => {
-                auth::rejection_from_wire(other).ok_or(ConvertError::Missing("rejection.kind"))?
-            }
+            other => match txn::rejection_from_wire(other.clone()) {
+                Some(rejection) => rejection,
+                None => auth::rejection_from_wire(other)
+                    .ok_or(ConvertError::Missing("rejection.kind"))?,
+            },
         },
     )
 }

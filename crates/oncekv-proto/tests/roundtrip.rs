@@ -7,8 +7,9 @@ use oncekv_proto::convert::{
 };
 use oncekv_proto::v1;
 use oncekv_state::{
-    ClusterTime, Command, IdempotencyKey, LeaseInfo, LogIndex, Malformed, Origin, Outcome,
-    Overload, Query, Rejection, Reply, Request, RequestHeader, RequestId, Secret, Seq, SessionId,
+    ClusterTime, Command, Compare, CompareOp, CompareTarget, IdempotencyKey, KeyMeta, KeyValue,
+    LeaseInfo, LogIndex, Malformed, Origin, Outcome, Overload, Query, Rejection, Reply, Request,
+    RequestHeader, RequestId, Secret, Seq, SessionId, Txn, TxnOp,
 };
 use proptest::prelude::*;
 
@@ -46,7 +47,81 @@ fn command() -> impl Strategy<Value = Command> {
             .prop_map(|(prefix, limit)| Command::Read(Query::Scan { prefix, limit })),
         Just(Command::Read(Query::LeaseList)),
         Just(Command::AlarmDisarm),
+        txn().prop_map(Command::Txn),
+        any::<u64>().prop_map(|revision| Command::Compact { revision }),
+        (1u64.., bytes()).prop_map(|(revision, key)| Command::Read(Query::At {
+            revision,
+            query: Box::new(Query::Get { key })
+        })),
+        (1u64.., bytes(), any::<u32>()).prop_map(|(revision, prefix, limit)| Command::Read(
+            Query::At {
+                revision,
+                query: Box::new(Query::Scan { prefix, limit })
+            }
+        )),
     ]
+}
+
+fn txn_op() -> impl Strategy<Value = TxnOp> {
+    prop_oneof![
+        (bytes(), bytes(), prop::option::of(".{0,4}")).prop_map(|(key, value, lease)| TxnOp::Put {
+            key,
+            value,
+            lease
+        }),
+        bytes().prop_map(|key| TxnOp::Delete { key }),
+        bytes().prop_map(|prefix| TxnOp::DeletePrefix { prefix }),
+        bytes().prop_map(|key| TxnOp::Get { key }),
+        (bytes(), any::<u32>()).prop_map(|(prefix, limit)| TxnOp::Scan { prefix, limit }),
+        (bytes(), bytes()).prop_map(|(key, value)| TxnOp::Append { key, value }),
+        (bytes(), any::<i64>()).prop_map(|(key, by)| TxnOp::Incr { key, by }),
+        (bytes(), prop::option::of(bytes()), bytes()).prop_map(|(key, expected, new)| TxnOp::Cas {
+            key,
+            expected,
+            new
+        }),
+    ]
+}
+
+fn txn() -> impl Strategy<Value = Txn> {
+    let target = prop_oneof![
+        bytes().prop_map(CompareTarget::Value),
+        any::<u64>().prop_map(CompareTarget::Version),
+        any::<u64>().prop_map(CompareTarget::CreateRevision),
+        any::<u64>().prop_map(CompareTarget::ModRevision),
+        any::<bool>().prop_map(CompareTarget::Exists),
+    ];
+    let op = prop_oneof![
+        Just(CompareOp::Equal),
+        Just(CompareOp::NotEqual),
+        Just(CompareOp::Less),
+        Just(CompareOp::Greater)
+    ];
+    let compare =
+        (bytes(), any::<bool>(), target, op).prop_map(|(key, prefix, target, op)| Compare {
+            key,
+            prefix,
+            target,
+            op,
+        });
+    (
+        prop::collection::vec(compare, 0..3),
+        prop::collection::vec(txn_op(), 0..3),
+        prop::collection::vec(txn_op(), 0..3),
+    )
+        .prop_map(|(compare, success, failure)| Txn {
+            compare,
+            success,
+            failure,
+        })
+}
+
+fn meta() -> impl Strategy<Value = KeyMeta> {
+    (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(c, m, v)| KeyMeta {
+        create_revision: c,
+        mod_revision: m,
+        version: v,
+    })
 }
 
 fn origin() -> impl Strategy<Value = Origin> {
@@ -103,6 +178,15 @@ fn rejection() -> impl Strategy<Value = Rejection> {
             .prop_map(|(window, max)| Rejection::WindowOutOfRange { window, max }),
         any::<u64>().prop_map(|max| Rejection::TooManyKeys { max }),
         any::<u64>().prop_map(|max| Rejection::TooManyLeases { max }),
+        (any::<u64>(), any::<u64>()).prop_map(|(revision, compacted)| Rejection::Compacted {
+            revision,
+            compacted
+        }),
+        (any::<u64>(), any::<u64>())
+            .prop_map(|(revision, current)| Rejection::FutureRevision { revision, current }),
+        Just(Rejection::NotVersioned),
+        (any::<u64>(), any::<u64>()).prop_map(|(ops, max)| Rejection::TxnTooLarge { ops, max }),
+        ".{0,6}".prop_map(|key| Rejection::TxnConflict { key }),
     ]
 }
 
@@ -120,17 +204,35 @@ fn reply() -> impl Strategy<Value = Reply> {
         Just(Reply::SessionClosed),
         Just(Reply::Ticked),
         prop::option::of(bytes()).prop_map(|previous| Reply::Put { previous }),
-        prop::option::of(bytes()).prop_map(|value| Reply::Get { value }),
+        (prop::option::of(bytes()), prop::option::of(meta()))
+            .prop_map(|(value, meta)| Reply::Get { value, meta }),
         prop::option::of(bytes()).prop_map(|previous| Reply::Delete { previous }),
         any::<u64>().prop_map(|length| Reply::Append { length }),
         any::<i64>().prop_map(|value| Reply::Incr { value }),
         (any::<bool>(), prop::option::of(bytes()))
             .prop_map(|(swapped, current)| Reply::Cas { swapped, current }),
         (
-            prop::collection::vec((bytes(), bytes()), 0..3),
+            prop::collection::vec((bytes(), bytes(), meta()), 0..3),
             any::<bool>()
         )
-            .prop_map(|(entries, more)| Reply::Scan { entries, more }),
+            .prop_map(|(entries, more)| Reply::Scan {
+                entries: entries
+                    .into_iter()
+                    .map(|(key, value, meta)| KeyValue { key, value, meta })
+                    .collect(),
+                more
+            }),
+        (any::<bool>(), prop::collection::vec(any::<i64>(), 0..3)).prop_map(
+            |(succeeded, values)| Reply::Txn {
+                succeeded,
+                results: values
+                    .into_iter()
+                    .map(|value| Reply::Incr { value })
+                    .collect()
+            }
+        ),
+        any::<u64>().prop_map(|deleted| Reply::DeletePrefix { deleted }),
+        any::<u64>().prop_map(|revision| Reply::Compacted { revision }),
         (".{0,4}", any::<u64>(), any::<u64>()).prop_map(|(name, ttl_ms, t)| Reply::LeaseGranted {
             name,
             ttl_ms,

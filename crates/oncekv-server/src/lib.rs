@@ -15,3 +15,4 @@ pub mod sync;
 pub mod telemetry;
 pub mod tls;
 pub mod transport;
+pub mod watch;

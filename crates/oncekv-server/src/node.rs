@@ -350,6 +350,18 @@ impl Node {
         serializable: bool,
         principal: Option<&Principal>,
     ) -> Result<Reply, WriteError> {
+        let (reply, _) = self.read_at(query, serializable, principal).await?;
+        Ok(reply)
+    }
+
+    /// [`read`](Self::read), returning the last applied index it was read
+    /// at too.
+    pub async fn read_at(
+        &self,
+        query: &Query,
+        serializable: bool,
+        principal: Option<&Principal>,
+    ) -> Result<(Reply, u64), WriteError> {
         if !serializable {
             self.inner.consensus.read_barrier().await?;
         }
@@ -357,8 +369,39 @@ impl Node {
             state
                 .check_query(principal, query)
                 .map_err(WriteError::PermissionDenied)?;
-            Ok(state.read(query))
+            let applied = state.last_applied().map_or(0, |index| index.0);
+            Ok((state.read(query), applied))
         })
+    }
+
+    /// Starts a watch of `spec` on this replica's applied state, if
+    /// `principal` may read every key it covers.
+    pub fn watch(
+        &self,
+        spec: crate::watch::WatchSpec,
+        principal: Option<&Principal>,
+    ) -> Result<tokio::sync::mpsc::Receiver<crate::watch::WatchMessage>, WriteError> {
+        let covered = if spec.prefix {
+            Query::Scan {
+                prefix: spec.key.clone(),
+                limit: 0,
+            }
+        } else {
+            Query::Get {
+                key: spec.key.clone(),
+            }
+        };
+        self.inner.consensus.with_state(|state| {
+            state
+                .check_query(principal, &covered)
+                .map_err(WriteError::PermissionDenied)
+        })?;
+        let consensus = self.inner.consensus.clone();
+        let lock =
+            move |f: &mut dyn FnMut(&oncekv_state::StateMachine, &crate::watch::WatchHub)| {
+                consensus.with_state_and_watch(f)
+            };
+        Ok(crate::watch::watch(lock, spec))
     }
 
     /// Consensus progress and state machine counts.

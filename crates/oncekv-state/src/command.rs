@@ -6,6 +6,7 @@ use crate::auth::AuthCommand;
 use crate::ids::{
     ClusterTime, IdempotencyKey, LogIndex, Principal, RequestId, Secret, Seq, SessionId,
 };
+use crate::txn::Txn;
 use serde::{Deserialize, Serialize};
 
 /// One entry of the replicated log, as the state machine applies it.
@@ -86,6 +87,15 @@ pub enum Query {
     LeaseList,
     /// Whether authentication is enforced, the users and the roles.
     Auth,
+    /// A [`Query::Get`] or [`Query::Scan`] of the store as it was at
+    /// `revision` (after every change at or below it), while the history
+    /// reaches back that far.
+    At {
+        /// The revision.
+        revision: u64,
+        /// The read.
+        query: Box<Query>,
+    },
 }
 
 /// An operation of the state machine.
@@ -180,6 +190,13 @@ pub enum Command {
     AlarmDisarm,
     /// Change users, roles or enforcement (admin only once enforced).
     Auth(AuthCommand),
+    /// A multi-key transaction, applied whole at one revision.
+    Txn(Txn),
+    /// Drop the history at and below `revision` (admin only once enforced).
+    Compact {
+        /// The revision.
+        revision: u64,
+    },
 }
 
 impl Command {
@@ -204,6 +221,10 @@ impl Command {
             | Command::Incr { key, .. }
             | Command::Read(Query::Get { key }) => key.len(),
             Command::Read(Query::Scan { prefix, .. }) => prefix.len(),
+            Command::Read(Query::At { query, .. }) => {
+                return Command::Read((**query).clone()).payload_bytes();
+            }
+            Command::Txn(txn) => return txn.payload_bytes(),
             Command::LeaseGrant { name, .. }
             | Command::LeaseKeepAlive { name }
             | Command::LeaseRevoke { name } => name.len(),
@@ -213,7 +234,8 @@ impl Command {
             | Command::CloseSession { .. }
             | Command::Tick
             | Command::Read(Query::LeaseList | Query::Auth)
-            | Command::AlarmDisarm => 0,
+            | Command::AlarmDisarm
+            | Command::Compact { .. } => 0,
         };
         bytes as u64
     }
@@ -228,6 +250,7 @@ impl Command {
                 | Command::Incr { .. }
                 | Command::Cas { .. }
                 | Command::LeaseGrant { .. }
+                | Command::Txn(_)
         )
     }
 
@@ -262,6 +285,9 @@ impl Command {
             Command::Read(Query::Scan { .. }) => "scan",
             Command::Read(Query::LeaseList) => "lease_list",
             Command::Read(Query::Auth) => "auth_status",
+            Command::Read(Query::At { .. }) => "read_at_revision",
+            Command::Txn(_) => "txn",
+            Command::Compact { .. } => "compact",
             Command::AlarmDisarm => "alarm_disarm",
             Command::Auth(auth) => auth.name(),
         }

@@ -1,27 +1,68 @@
-//! [`KvStore`]: the ordered key-value data and the operations on it (PUT,
-//! GET, DELETE, APPEND, INCR, CAS, SCAN). It knows nothing of sessions;
-//! lease attachment is recorded per key and kept consistent by the caller.
-//! It counts the bytes it holds, for the store's quota.
+//! [`KvStore`]: the ordered key-value data, each key with its revisions
+//! ([`KeyMeta`]), the operations on it (PUT, GET, DELETE, APPEND, INCR,
+//! CAS, SCAN, at the current revision or a past one) and the [`History`]
+//! of its changes. Every change goes through [`KvStore::write`], which
+//! stamps the revision and records the event. It knows nothing of
+//! sessions; lease attachment is recorded per key and kept consistent by
+//! the caller. It counts the bytes it holds, for the store's quota.
 
+use crate::history::{Event, History, Stamp};
+use crate::outcome::Rejection;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// Key-value pairs, in key order.
-pub type KvPairs = Vec<(Vec<u8>, Vec<u8>)>;
+/// A key, its value and its revisions.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyValue {
+    /// The key.
+    pub key: Vec<u8>,
+    /// The value.
+    pub value: Vec<u8>,
+    /// Its revisions.
+    pub meta: KeyMeta,
+}
 
-/// A stored value and the lease it is attached to, if any.
+/// Key-value pairs with their revisions, in key order.
+pub type KvPairs = Vec<KeyValue>;
+
+/// A key's revisions (as etcd's): all log indexes, so equal on every
+/// replica.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyMeta {
+    /// The revision that created the key (since it was last absent).
+    pub create_revision: u64,
+    /// The revision of its last change.
+    pub mod_revision: u64,
+    /// How many times it was written since it was created (1 after the
+    /// write that created it).
+    pub version: u64,
+}
+
+/// A stored value, its revisions and the lease it is attached to, if any.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StoredValue {
     /// The bytes.
     pub value: Vec<u8>,
     /// The lease that owns the key, if any.
     pub lease: Option<String>,
+    /// Its revisions.
+    pub meta: KeyMeta,
 }
 
-/// The key-value data, ordered by key.
+/// A point to undo changes back to ([`KvStore::undo_to`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UndoPoint {
+    events: u64,
+    revision: u64,
+}
+
+/// The key-value data, ordered by key, and its recent history.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KvStore {
     entries: BTreeMap<Vec<u8>, StoredValue>,
+    /// The revision of the last change (0 before any).
+    revision: u64,
+    history: History,
     /// What the entries weigh (derived; recounted on restore).
     #[serde(skip)]
     bytes: u64,
@@ -43,6 +84,7 @@ impl KvStore {
 
     /// Recounts the derived byte count (after decoding).
     pub(crate) fn recount(&mut self) {
+        self.history.recount();
         self.bytes = self
             .entries
             .iter()
@@ -70,54 +112,152 @@ impl KvStore {
         self.entries.get(key)
     }
 
-    /// Sets `key`, returning what was there.
-    pub fn insert(&mut self, key: Vec<u8>, value: StoredValue) -> Option<StoredValue> {
-        self.bytes += entry_weight_bytes(&key, &value);
-        let key_bytes = key.clone();
-        let previous = self.entries.insert(key, value);
-        if let Some(old) = &previous {
-            self.bytes -= entry_weight_bytes(&key_bytes, old);
+    /// The revision of the last change (0 before any).
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    /// The history of recent changes.
+    pub fn history(&self) -> &History {
+        &self.history
+    }
+
+    pub(crate) fn history_mut(&mut self) -> &mut History {
+        &mut self.history
+    }
+
+    /// Sets `key` to `value` (`None` deletes it) at `at`, keeping or
+    /// setting its lease as given; stamps its revisions, records the event
+    /// and returns what was there. The one way the data changes.
+    pub fn write(
+        &mut self,
+        key: &[u8],
+        value: Option<(Vec<u8>, Option<String>)>,
+        at: Stamp,
+    ) -> Option<StoredValue> {
+        let previous = match self.entries.remove(key) {
+            Some(old) => {
+                self.bytes -= entry_weight_bytes(key, &old);
+                Some(old)
+            }
+            None => None,
+        };
+        if previous.is_none() && value.is_none() {
+            return None;
         }
+        let stored = value.map(|(value, lease)| {
+            let meta = match &previous {
+                Some(old) => KeyMeta {
+                    create_revision: old.meta.create_revision,
+                    mod_revision: at.revision,
+                    version: old.meta.version.saturating_add(1),
+                },
+                None => KeyMeta {
+                    create_revision: at.revision,
+                    mod_revision: at.revision,
+                    version: 1,
+                },
+            };
+            StoredValue { value, lease, meta }
+        });
+        if let Some(stored) = &stored {
+            self.bytes += entry_weight_bytes(key, stored);
+            self.entries.insert(key.to_vec(), stored.clone());
+        }
+        self.revision = self.revision.max(at.revision);
+        self.history.record(Event {
+            revision: at.revision,
+            time: at.time,
+            key: key.to_vec(),
+            value: stored,
+            previous: previous.clone(),
+        });
         previous
     }
 
-    /// Removes `key`, returning what was there.
-    pub fn remove(&mut self, key: &[u8]) -> Option<StoredValue> {
-        let removed = self.entries.remove(key)?;
-        self.bytes -= entry_weight_bytes(key, &removed);
-        Some(removed)
+    /// Where the store is now, to undo later changes back to (while the
+    /// history is not compacted in between).
+    pub(crate) fn undo_point(&self) -> UndoPoint {
+        UndoPoint {
+            events: self.history.len(),
+            revision: self.revision,
+        }
     }
 
-    /// Appends `suffix` to the value at `key` (absent counts as empty, and
-    /// a new key has no lease).
-    pub fn append(&mut self, key: &[u8], suffix: &[u8]) {
-        match self.entries.get_mut(key) {
-            Some(stored) => {
-                stored.value.extend_from_slice(suffix);
-                self.bytes += suffix.len() as u64;
+    /// Undoes every change made since `point`, newest first, and returns
+    /// them (so the caller can undo what it derived from them).
+    pub(crate) fn undo_to(&mut self, point: UndoPoint) -> Vec<Event> {
+        let mut undone = Vec::new();
+        while self.history.len() > point.events {
+            let Some(event) = self.history.pop_newest() else {
+                break;
+            };
+            if let Some(now) = self.entries.remove(&event.key) {
+                self.bytes -= entry_weight_bytes(&event.key, &now);
             }
-            None => {
-                let stored = StoredValue {
-                    value: suffix.to_vec(),
-                    lease: None,
-                };
-                self.insert(key.to_vec(), stored);
+            if let Some(before) = &event.previous {
+                self.bytes += entry_weight_bytes(&event.key, before);
+                self.entries.insert(event.key.clone(), before.clone());
             }
+            undone.push(event);
         }
+        self.revision = point.revision;
+        undone
+    }
+
+    /// The entries whose key starts with `prefix`, in key order.
+    pub fn iter_prefix<'a>(
+        &'a self,
+        prefix: &'a [u8],
+    ) -> impl Iterator<Item = (&'a Vec<u8>, &'a StoredValue)> + 'a {
+        self.entries
+            .range(prefix.to_vec()..)
+            .take_while(move |(key, _)| key.starts_with(prefix))
+    }
+
+    /// Removes `key` at `at`, returning what was there.
+    pub fn remove(&mut self, key: &[u8], at: Stamp) -> Option<StoredValue> {
+        self.write(key, None, at)
     }
 
     /// Replaces the value at `key`, keeping its lease attachment (a new key
     /// has no lease).
-    pub fn set_value(&mut self, key: &[u8], value: Vec<u8>) {
-        match self.entries.get_mut(key) {
-            Some(stored) => {
-                self.bytes = self.bytes - stored.value.len() as u64 + value.len() as u64;
-                stored.value = value;
-            }
-            None => {
-                self.insert(key.to_vec(), StoredValue { value, lease: None });
-            }
+    pub fn set_value(&mut self, key: &[u8], value: Vec<u8>, at: Stamp) {
+        let lease = self
+            .entries
+            .get(key)
+            .and_then(|stored| stored.lease.clone());
+        self.write(key, Some((value, lease)), at);
+    }
+
+    /// Appends `suffix` to the value at `key` (absent counts as empty, and
+    /// a new key has no lease).
+    pub fn append(&mut self, key: &[u8], suffix: &[u8], at: Stamp) {
+        let mut value = self
+            .entries
+            .get(key)
+            .map(|stored| stored.value.clone())
+            .unwrap_or_default();
+        value.extend_from_slice(suffix);
+        self.set_value(key, value, at);
+    }
+
+    /// The value at `key` as it was at `revision` (after every change at
+    /// or below it), if the history still reaches back that far.
+    pub fn get_at(&self, key: &[u8], revision: u64) -> Option<StoredValue> {
+        let past = self
+            .history
+            .before_changes_after(revision, |changed| changed == key);
+        match past.get(key) {
+            Some(before) => before.cloned(),
+            None => self.entries.get(key).cloned(),
         }
+    }
+
+    /// Checks that `revision` can be read: not compacted, not beyond
+    /// `current` (the last applied index).
+    pub fn check_readable(&self, revision: u64, current: u64) -> Result<(), Rejection> {
+        self.history.check_readable(revision, current)
     }
 
     /// Entries whose key starts with `prefix`, in key order: at most
@@ -125,32 +265,72 @@ impl KvStore {
     /// and values (the first entry is always returned); and whether more
     /// exist.
     pub fn scan(&self, prefix: &[u8], limit: usize, bytes_max: u64) -> (KvPairs, bool) {
-        let mut matching = self
-            .entries
-            .range(prefix.to_vec()..)
-            .take_while(|(key, _)| key.starts_with(prefix))
-            .peekable();
-        let mut entries = Vec::new();
-        let mut bytes = 0u64;
-        while let Some((key, stored)) = matching.peek() {
-            let weight = (key.len() + stored.value.len()) as u64;
-            if entries.len() >= limit
-                || (!entries.is_empty() && bytes.saturating_add(weight) > bytes_max)
-            {
-                break;
-            }
-            bytes = bytes.saturating_add(weight);
-            entries.push(((*key).clone(), stored.value.clone()));
-            matching.next();
+        let matching = self
+            .iter_prefix(prefix)
+            .map(|(key, stored)| (key.as_slice(), stored));
+        page(matching, limit, bytes_max)
+    }
+
+    /// Like [`scan`](Self::scan), of the store as it was at `revision`.
+    pub fn scan_at(
+        &self,
+        prefix: &[u8],
+        revision: u64,
+        limit: usize,
+        bytes_max: u64,
+    ) -> (KvPairs, bool) {
+        let past = self
+            .history
+            .before_changes_after(revision, |key| key.starts_with(prefix));
+        if past.is_empty() {
+            return self.scan(prefix, limit, bytes_max);
         }
-        let more = matching.peek().is_some();
-        (entries, more)
+        let mut view: BTreeMap<&[u8], &StoredValue> = self
+            .iter_prefix(prefix)
+            .map(|(key, stored)| (key.as_slice(), stored))
+            .collect();
+        for (key, before) in past {
+            match before {
+                Some(stored) => view.insert(key, stored),
+                None => view.remove(key),
+            };
+        }
+        page(view.into_iter(), limit, bytes_max)
     }
 
     /// Every entry, in key order.
     pub fn iter(&self) -> impl Iterator<Item = (&Vec<u8>, &StoredValue)> {
         self.entries.iter()
     }
+}
+
+/// At most `limit` of `matching`, and no more once they hold `bytes_max`
+/// bytes of keys and values (the first is always taken); and whether more
+/// remain.
+fn page<'a>(
+    matching: impl Iterator<Item = (&'a [u8], &'a StoredValue)>,
+    limit: usize,
+    bytes_max: u64,
+) -> (KvPairs, bool) {
+    let mut matching = matching.peekable();
+    let mut entries = Vec::new();
+    let mut bytes = 0u64;
+    while let Some((key, stored)) = matching.peek() {
+        let weight = (key.len() + stored.value.len()) as u64;
+        if entries.len() >= limit
+            || (!entries.is_empty() && bytes.saturating_add(weight) > bytes_max)
+        {
+            break;
+        }
+        bytes = bytes.saturating_add(weight);
+        entries.push(KeyValue {
+            key: key.to_vec(),
+            value: stored.value.clone(),
+            meta: stored.meta,
+        });
+        matching.next();
+    }
+    (entries, matching.peek().is_some())
 }
 
 /// Parses a stored counter: absent is 0, otherwise an ASCII decimal `i64`.

@@ -42,6 +42,7 @@
 mod auth;
 mod command;
 mod digest;
+mod history;
 mod idempotency;
 mod ids;
 mod invariant;
@@ -52,6 +53,7 @@ mod machine;
 mod outcome;
 mod session;
 mod snapshot;
+mod txn;
 
 pub use auth::{
     ADMIN_ROLE, AUTH_BYTES_MAX, Access, AuthCommand, AuthTable, AuthView, NAME_BYTES_MAX,
@@ -59,13 +61,14 @@ pub use auth::{
 };
 pub use command::{Command, Entry, Origin, Query, Request, RequestHeader};
 pub use digest::command_digest;
+pub use history::{EVENT_OVERHEAD_BYTES, Event, History, HistoryBounds, Stamp};
 pub use idempotency::{IdempotencyKeys, KeyRecord};
 pub use ids::{
     ClusterTime, IdempotencyKey, LogIndex, Principal, RequestId, Secret, SecretHash, Seq,
     SessionId, TokenKey,
 };
 pub use invariant::{BrokenInvariant, Table};
-pub use kv::{KvPairs, KvStore, StoredValue, entry_weight_bytes};
+pub use kv::{KeyMeta, KeyValue, KvPairs, KvStore, StoredValue, UndoPoint, entry_weight_bytes};
 pub use lease::{Lease, Leases};
 pub use limits::{InvalidRequest, Limits, WINDOW_DEFAULT, WINDOW_MAX_ABSOLUTE};
 pub use machine::{StateMachine, Stats};
@@ -75,3 +78,4 @@ pub use outcome::{
 };
 pub use session::{CompletionRecord, NotExecuted, RecordBudget, Session, SessionTable};
 pub use snapshot::{FORMAT_VERSION, SnapshotError};
+pub use txn::{Compare, CompareOp, CompareTarget, Txn, TxnOp};

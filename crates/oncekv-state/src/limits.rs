@@ -53,6 +53,15 @@ pub struct Limits {
     pub lease_ttl_ms_min: u64,
     /// Longest lease time-to-live.
     pub lease_ttl_ms_max: u64,
+    /// Most changes the history keeps for reads of the past and watches
+    /// (the oldest revisions are compacted past it).
+    pub history_events_max: u64,
+    /// Most bytes of keys and values the history keeps.
+    pub history_bytes_max: u64,
+    /// Longest time a change stays in the history, in cluster time.
+    pub history_retention_ms: u64,
+    /// Most compares, and most operations per branch, in a transaction.
+    pub txn_ops_max: u32,
 }
 
 /// The default in-flight window of a session (as RIFL).
@@ -82,6 +91,10 @@ impl Default for Limits {
             lease_name_bytes_max: 256,
             lease_ttl_ms_min: 100,
             lease_ttl_ms_max: DAY_MS,
+            history_events_max: 100_000,
+            history_bytes_max: 64 * MIB,
+            history_retention_ms: 60 * 60 * 1000,
+            txn_ops_max: 128,
         }
     }
 }
@@ -103,6 +116,15 @@ pub enum InvalidRequest {
 }
 
 impl Limits {
+    /// The history's bounds.
+    pub fn history_bounds(&self) -> crate::history::HistoryBounds {
+        crate::history::HistoryBounds {
+            events_max: self.history_events_max,
+            bytes_max: self.history_bytes_max,
+            retention_ms: self.history_retention_ms,
+        }
+    }
+
     /// Checks what can be checked without state: the header's framing, the
     /// idempotency key's length, where session control may be sent, key,
     /// value and lease-name sizes, time-to-live and window ranges. The
@@ -169,6 +191,24 @@ impl Limits {
             Command::Delete { key }
             | Command::Incr { key, .. }
             | Command::Read(Query::Get { key }) => self.check_key(key)?,
+            Command::Read(Query::At { query, .. }) => match &**query {
+                Query::Get { key } => self.check_key(key)?,
+                Query::Scan { .. } => {}
+                _ => return Err(Rejection::NotVersioned),
+            },
+            Command::Txn(txn) => {
+                txn.check_shape(self.txn_ops_max as usize)?;
+                for compare in &txn.compare {
+                    if !compare.prefix {
+                        self.check_key(&compare.key)?;
+                    }
+                }
+                for op in txn.success.iter().chain(&txn.failure) {
+                    if let Some(command) = op.as_command() {
+                        self.check_command(&command)?;
+                    }
+                }
+            }
             Command::LeaseGrant { name, ttl_ms } => {
                 self.check_lease_name(name)?;
                 check_ttl(*ttl_ms, self.lease_ttl_ms_min, self.lease_ttl_ms_max)?;
@@ -179,7 +219,8 @@ impl Limits {
             | Command::LeaseKeepAlive { .. }
             | Command::LeaseRevoke { .. }
             | Command::Read(Query::Scan { .. } | Query::LeaseList | Query::Auth)
-            | Command::AlarmDisarm => {}
+            | Command::AlarmDisarm
+            | Command::Compact { .. } => {}
             Command::Auth(change) => change.check(self.key_bytes_max)?,
         }
         Ok(())

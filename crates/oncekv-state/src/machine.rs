@@ -7,6 +7,7 @@
 use crate::auth::{Access, AuthTable};
 use crate::command::{Command, Entry, Origin, Query, Request};
 use crate::digest::command_digest;
+use crate::history::Stamp;
 use crate::idempotency::IdempotencyKeys;
 use crate::ids::{ClusterTime, LogIndex, Principal, SessionId};
 use crate::invariant::{BrokenInvariant, Table};
@@ -15,6 +16,7 @@ use crate::lease::Leases;
 use crate::limits::Limits;
 use crate::outcome::{Malformed, Outcome, Overload, Rejection, Reply};
 use crate::session::{CompletionRecord, NotExecuted, RecordBudget, SessionTable};
+use crate::txn::{Txn, TxnOp};
 use std::collections::BTreeMap;
 
 /// Counts that describe the state, for status and metrics.
@@ -166,6 +168,8 @@ impl StateMachine {
     pub fn apply(&mut self, entry: &Entry) -> Outcome {
         self.advance(entry.index, entry.time);
         let outcome = self.apply_request(&entry.request, entry.principal.as_ref(), entry.index);
+        let bounds = self.limits.history_bounds();
+        self.kv.history_mut().enforce(bounds, self.clock);
         self.debug_check();
         outcome
     }
@@ -185,10 +189,19 @@ impl StateMachine {
         let now = self.clock;
         self.sessions.expire(now);
         self.keys.expire(now, self.limits.idempotency_key_ttl_ms);
+        let at = self.stamp(index);
         for lease in self.leases.expire(now) {
             for key in &lease.keys {
-                self.kv.remove(key);
+                self.kv.remove(key, at);
             }
+        }
+    }
+
+    /// The revision and time of changes made by entry `index`.
+    fn stamp(&self, index: LogIndex) -> Stamp {
+        Stamp {
+            revision: index.0,
+            time: self.clock,
         }
     }
 
@@ -347,7 +360,9 @@ impl StateMachine {
                 None => Ok(()),
             },
             Command::Read(query) => self.check_query(principal, query),
+            Command::Txn(txn) => self.check_txn(principal, txn),
             Command::AlarmDisarm => admin("disarming an alarm"),
+            Command::Compact { .. } => admin("compacting the history"),
             Command::Auth(_) => admin("changing users, roles or authentication"),
             Command::OpenSession { .. }
             | Command::KeepAlive { .. }
@@ -373,6 +388,7 @@ impl StateMachine {
             Query::Scan { prefix, .. } => auth.allows_prefix(Some(user), prefix, Access::Read),
             Query::LeaseList => true,
             Query::Auth => auth.is_admin(Some(user)),
+            Query::At { query, .. } => return self.check_query(principal, query),
         };
         if allowed {
             return Ok(());
@@ -388,11 +404,49 @@ impl StateMachine {
                 user.0,
                 String::from_utf8_lossy(prefix)
             ),
-            Query::LeaseList | Query::Auth => format!(
+            Query::LeaseList | Query::Auth | Query::At { .. } => format!(
                 "listing users and roles needs the admin role; user {:?} lacks it",
                 user.0
             ),
         })
+    }
+
+    /// Whether `principal` may run `txn`: read on every compared key or
+    /// prefix, and each operation of both branches as its own command
+    /// (write on every key under a deleted prefix).
+    fn check_txn(&self, principal: Option<&Principal>, txn: &Txn) -> Result<(), String> {
+        for compare in &txn.compare {
+            let query = if compare.prefix {
+                Query::Scan {
+                    prefix: compare.key.clone(),
+                    limit: 0,
+                }
+            } else {
+                Query::Get {
+                    key: compare.key.clone(),
+                }
+            };
+            self.check_query(principal, &query)?;
+        }
+        for op in txn.success.iter().chain(&txn.failure) {
+            match op.as_command() {
+                Some(command) => self.check_permission(principal, &command)?,
+                None => {
+                    let TxnOp::DeletePrefix { prefix } = op else {
+                        continue;
+                    };
+                    let user = principal.filter(|p| self.auth.user(&p.0).is_some());
+                    if !self.auth.allows_prefix(user, prefix, Access::Write) {
+                        return Err(format!(
+                            "user {:?} has no write permission on every key under prefix {:?}",
+                            user.map_or("", |u| u.0.as_str()),
+                            String::from_utf8_lossy(prefix)
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// A reply as `principal` may see it: the previous value a PUT or DELETE
@@ -407,6 +461,22 @@ impl StateMachine {
             }
             (Command::Delete { key }, Reply::Delete { .. }) if !readable(key) => {
                 Reply::Delete { previous: None }
+            }
+            (Command::Txn(txn), Reply::Txn { succeeded, results }) => {
+                let ops = if succeeded {
+                    &txn.success
+                } else {
+                    &txn.failure
+                };
+                let results = ops
+                    .iter()
+                    .zip(results)
+                    .map(|(op, result)| match op.as_command() {
+                        Some(command) => self.visible_to(principal, &command, result),
+                        None => result,
+                    })
+                    .collect();
+                Reply::Txn { succeeded, results }
             }
             (_, reply) => reply,
         }
@@ -456,6 +526,7 @@ impl StateMachine {
                 let new = StoredValue {
                     value: value.clone(),
                     lease: lease.clone(),
+                    meta: crate::kv::KeyMeta::default(),
                 };
                 entry_weight_bytes(key, &new).saturating_sub(stored(key))
             }
@@ -473,6 +544,15 @@ impl StateMachine {
             }
             Command::Cas { key, new, .. } => {
                 new.len() as u64 + key.len() as u64 + crate::outcome::STORE_ENTRY_OVERHEAD_BYTES
+            }
+            Command::Txn(txn) => {
+                let branch = |ops: &[TxnOp]| -> u64 {
+                    ops.iter()
+                        .filter_map(TxnOp::as_command)
+                        .map(|command| self.growth_bytes(&command))
+                        .fold(0u64, u64::saturating_add)
+                };
+                branch(&txn.success).max(branch(&txn.failure))
             }
             _ => 0,
         }
@@ -555,6 +635,21 @@ impl StateMachine {
                 Ok(()) => Outcome::Applied(Reply::AuthChanged),
                 Err(rejection) => Outcome::Applied(Reply::Rejected(rejection)),
             },
+            Command::Compact { revision } => {
+                let current = self.last_applied.map_or(0, |i| i.0);
+                let history = self.kv.history_mut();
+                if *revision > current {
+                    let rejection = Rejection::FutureRevision {
+                        revision: *revision,
+                        current,
+                    };
+                    return Outcome::Applied(Reply::Rejected(rejection));
+                }
+                history.compact(*revision);
+                Outcome::Applied(Reply::Compacted {
+                    revision: history.compacted(),
+                })
+            }
             _ => {
                 let reply = self.execute(command, index);
                 Outcome::Applied(self.visible_to(principal, command, reply))
@@ -572,6 +667,7 @@ impl StateMachine {
 
     fn try_execute(&mut self, command: &Command, index: LogIndex) -> Result<Reply, Rejection> {
         let now = self.clock;
+        let at = self.stamp(index);
         match command {
             Command::Put { key, value, lease } => {
                 self.check_key(key)?;
@@ -582,11 +678,7 @@ impl StateMachine {
                     return Err(Rejection::LeaseNotFound { name: name.clone() });
                 }
                 self.check_room_for(key)?;
-                let stored = StoredValue {
-                    value: value.clone(),
-                    lease: lease.clone(),
-                };
-                let previous = self.kv.insert(key.clone(), stored);
+                let previous = self.kv.write(key, Some((value.clone(), lease.clone())), at);
                 if let Some(StoredValue {
                     lease: Some(old), ..
                 }) = &previous
@@ -603,7 +695,7 @@ impl StateMachine {
             Command::Delete { key } => {
                 self.check_key(key)?;
                 Ok(Reply::Delete {
-                    previous: self.remove_key(key),
+                    previous: self.remove_key(key, at),
                 })
             }
             Command::Append { key, value } => {
@@ -612,7 +704,7 @@ impl StateMachine {
                 let length = current.saturating_add(value.len());
                 self.check_value(length)?;
                 self.check_room_for(key)?;
-                self.kv.append(key, value);
+                self.kv.append(key, value, at);
                 Ok(Reply::Append {
                     length: length as u64,
                 })
@@ -623,7 +715,7 @@ impl StateMachine {
                 let current = parse_counter(current).ok_or(Rejection::NotAnInteger)?;
                 let value = current.checked_add(*by).ok_or(Rejection::Overflow)?;
                 self.check_room_for(key)?;
-                self.kv.set_value(key, value.to_string().into_bytes());
+                self.kv.set_value(key, value.to_string().into_bytes(), at);
                 Ok(Reply::Incr { value })
             }
             Command::Cas { key, expected, new } => {
@@ -637,7 +729,7 @@ impl StateMachine {
                     });
                 }
                 self.check_room_for(key)?;
-                self.kv.set_value(key, new.clone());
+                self.kv.set_value(key, new.clone(), at);
                 Ok(Reply::Cas {
                     swapped: true,
                     current: Some(new.clone()),
@@ -682,7 +774,7 @@ impl StateMachine {
                     .remove(name)
                     .ok_or_else(|| Rejection::LeaseNotFound { name: name.clone() })?;
                 for key in &lease.keys {
-                    self.kv.remove(key);
+                    self.kv.remove(key, at);
                 }
                 Ok(Reply::LeaseRevoked {
                     name: name.clone(),
@@ -690,12 +782,14 @@ impl StateMachine {
                 })
             }
             Command::Read(query) => Ok(self.read(query)),
+            Command::Txn(txn) => self.run_txn(txn, index),
             Command::OpenSession { .. }
             | Command::KeepAlive { .. }
             | Command::CloseSession { .. }
             | Command::Tick
             | Command::AlarmDisarm
-            | Command::Auth(_) => unreachable!("control commands are run, not executed"),
+            | Command::Auth(_)
+            | Command::Compact { .. } => unreachable!("control commands are run, not executed"),
         }
     }
 
@@ -707,8 +801,10 @@ impl StateMachine {
                 if let Err(rejection) = self.check_key(key) {
                     return Reply::Rejected(rejection);
                 }
+                let stored = self.kv.get(key);
                 Reply::Get {
-                    value: self.kv.get(key).map(|stored| stored.value.clone()),
+                    value: stored.map(|stored| stored.value.clone()),
+                    meta: stored.map(|stored| stored.meta),
                 }
             }
             Query::Scan { prefix, limit } => {
@@ -722,6 +818,103 @@ impl StateMachine {
                 leases: self.leases.iter().map(|lease| lease.info()).collect(),
             },
             Query::Auth => Reply::Auth(self.auth.view()),
+            Query::At { revision, query } => {
+                let current = self.last_applied.map_or(0, |i| i.0);
+                if let Err(rejection) = self.kv.check_readable(*revision, current) {
+                    return Reply::Rejected(rejection);
+                }
+                match &**query {
+                    Query::Get { key } => {
+                        if let Err(rejection) = self.check_key(key) {
+                            return Reply::Rejected(rejection);
+                        }
+                        let stored = self.kv.get_at(key, *revision);
+                        Reply::Get {
+                            meta: stored.as_ref().map(|stored| stored.meta),
+                            value: stored.map(|stored| stored.value),
+                        }
+                    }
+                    Query::Scan { prefix, limit } => {
+                        let max = self.limits.scan_limit_max;
+                        let limit = if *limit == 0 { max } else { (*limit).min(max) };
+                        let bytes_max = self.limits.scan_bytes_max;
+                        let (entries, more) =
+                            self.kv
+                                .scan_at(prefix, *revision, limit as usize, bytes_max);
+                        Reply::Scan { entries, more }
+                    }
+                    _ => Reply::Rejected(Rejection::NotVersioned),
+                }
+            }
+        }
+    }
+
+    /// Runs a transaction: evaluates its compares, then runs the chosen
+    /// branch's operations in order, each seeing the earlier ones' writes.
+    /// If one is refused, every change the branch made is undone and the
+    /// whole transaction answers that refusal.
+    fn run_txn(&mut self, txn: &Txn, index: LogIndex) -> Result<Reply, Rejection> {
+        txn.check_shape(self.limits.txn_ops_max as usize)?;
+        for compare in txn.compare.iter().filter(|c| !c.prefix) {
+            self.check_key(&compare.key)?;
+        }
+        let succeeded = txn.compare.iter().all(|compare| {
+            if compare.prefix {
+                let under = self.kv.iter_prefix(&compare.key).map(|(_, stored)| stored);
+                crate::txn::holds_for_prefix(compare, under)
+            } else {
+                crate::txn::holds_for(compare, self.kv.get(&compare.key))
+            }
+        });
+        let ops = if succeeded {
+            &txn.success
+        } else {
+            &txn.failure
+        };
+        let undo = self.kv.undo_point();
+        let mut results = Vec::with_capacity(ops.len());
+        for op in ops {
+            let result = match op.as_command() {
+                Some(command) => self.try_execute(&command, index),
+                None => {
+                    let TxnOp::DeletePrefix { prefix } = op else {
+                        unreachable!("only a prefix delete has no command");
+                    };
+                    let keys: Vec<Vec<u8>> = self
+                        .kv
+                        .iter_prefix(prefix)
+                        .map(|(key, _)| key.clone())
+                        .collect();
+                    let at = self.stamp(index);
+                    for key in &keys {
+                        self.remove_key(key, at);
+                    }
+                    Ok(Reply::DeletePrefix {
+                        deleted: keys.len() as u64,
+                    })
+                }
+            };
+            match result {
+                Ok(Reply::Rejected(rejection)) | Err(rejection) => {
+                    self.undo_to(undo);
+                    return Err(rejection);
+                }
+                Ok(reply) => results.push(reply),
+            }
+        }
+        Ok(Reply::Txn { succeeded, results })
+    }
+
+    /// Undoes every change since `point`, newest first, with the lease
+    /// attachments they made.
+    fn undo_to(&mut self, point: crate::kv::UndoPoint) {
+        for event in self.kv.undo_to(point) {
+            if let Some(lease) = event.value.as_ref().and_then(|v| v.lease.as_ref()) {
+                self.leases.detach(lease, &event.key);
+            }
+            if let Some(lease) = event.previous.as_ref().and_then(|v| v.lease.as_ref()) {
+                self.leases.attach(lease, &event.key);
+            }
         }
     }
 
@@ -745,8 +938,8 @@ impl StateMachine {
         Ok(())
     }
 
-    fn remove_key(&mut self, key: &[u8]) -> Option<Vec<u8>> {
-        let stored = self.kv.remove(key)?;
+    fn remove_key(&mut self, key: &[u8], at: Stamp) -> Option<Vec<u8>> {
+        let stored = self.kv.remove(key, at)?;
         if let Some(lease) = &stored.lease {
             self.leases.detach(lease, key);
         }
@@ -764,6 +957,10 @@ impl StateMachine {
             limits.idempotency_keys_max,
         )?;
         self.leases.check_invariants(now, limits.leases_max)?;
+        self.kv
+            .history()
+            .check_invariants()
+            .map_err(|detail| BrokenInvariant::new(Table::Store, detail))?;
         self.auth
             .check_invariants()
             .map_err(|detail| BrokenInvariant::new(Table::Auth, detail))?;

@@ -211,6 +211,8 @@ pub enum Reply {
     Get {
         /// Its value, if present.
         value: Option<Vec<u8>>,
+        /// Its revisions, if present.
+        meta: Option<crate::kv::KeyMeta>,
     },
     /// A key was removed.
     Delete {
@@ -276,6 +278,23 @@ pub enum Reply {
     },
     /// Users, roles or enforcement changed.
     AuthChanged,
+    /// A transaction ran.
+    Txn {
+        /// Whether every compare held (so `success` ran, else `failure`).
+        succeeded: bool,
+        /// One reply per operation of the branch that ran.
+        results: Vec<Reply>,
+    },
+    /// The keys under a prefix were removed (in a transaction).
+    DeletePrefix {
+        /// How many.
+        deleted: u64,
+    },
+    /// The history was compacted.
+    Compacted {
+        /// The compacted revision now.
+        revision: u64,
+    },
     /// Whether authentication is enforced, the users and the roles.
     Auth(crate::auth::AuthView),
     /// A deterministic application-level "no": nothing changed, and the
@@ -307,12 +326,13 @@ impl Reply {
         let len = |bytes: &Option<Vec<u8>>| bytes.as_ref().map_or(0, Vec::len) as u64;
         let contents = match self {
             Reply::Put { previous } | Reply::Delete { previous } => len(previous),
-            Reply::Get { value } => len(value),
+            Reply::Get { value, .. } => len(value) + 24,
             Reply::Cas { current, .. } => len(current),
             Reply::Scan { entries, .. } => entries
                 .iter()
-                .map(|(k, v)| (k.len() + v.len()) as u64 + 16)
+                .map(|kv| (kv.key.len() + kv.value.len()) as u64 + 40)
                 .sum(),
+            Reply::Txn { results, .. } => results.iter().map(Reply::weight_bytes).sum(),
             Reply::LeaseGranted { name, .. }
             | Reply::LeaseKeptAlive { name, .. }
             | Reply::LeaseRevoked { name, .. } => name.len() as u64,
@@ -326,7 +346,9 @@ impl Reply {
             | Reply::Append { .. }
             | Reply::Incr { .. }
             | Reply::AlarmDisarmed { .. }
-            | Reply::AuthChanged => 0,
+            | Reply::AuthChanged
+            | Reply::DeletePrefix { .. }
+            | Reply::Compacted { .. } => 0,
         };
         contents.saturating_add(ENTRY_OVERHEAD_BYTES)
     }
@@ -371,6 +393,7 @@ impl Rejection {
             | Rejection::RoleExists { name }
             | Rejection::RoleNotFound { name } => name.len() as u64,
             Rejection::InvalidAuth { reason } => reason.len() as u64,
+            Rejection::TxnConflict { key } => key.len() as u64,
             _ => 0,
         }
     }
@@ -516,5 +539,39 @@ pub enum Rejection {
     InvalidAuth {
         /// What is wrong.
         reason: String,
+    },
+    /// The history no longer reaches back to that revision.
+    #[error("revision {revision} is compacted (history starts after revision {compacted})")]
+    Compacted {
+        /// The revision asked for.
+        revision: u64,
+        /// The compacted revision.
+        compacted: u64,
+    },
+    /// The revision is beyond the last applied one.
+    #[error("revision {revision} is in the future (the store is at {current})")]
+    FutureRevision {
+        /// The revision asked for.
+        revision: u64,
+        /// The last applied index.
+        current: u64,
+    },
+    /// Only a get or a scan can read a past revision.
+    #[error("only a get or a scan can read a past revision")]
+    NotVersioned,
+    /// A transaction has more compares or operations than allowed.
+    #[error("a transaction may hold {max} compares and {max} operations per branch, got {ops}")]
+    TxnTooLarge {
+        /// The count found.
+        ops: u64,
+        /// The limit.
+        max: u64,
+    },
+    /// A transaction branch writes a key twice (or under a prefix it
+    /// deletes).
+    #[error("a transaction writes key {key:?} twice, or under a prefix it deletes")]
+    TxnConflict {
+        /// The key (lossy UTF-8).
+        key: String,
     },
 }

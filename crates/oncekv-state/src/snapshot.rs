@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 
 const MAGIC: &[u8; 8] = b"OKVSNAP\0";
 /// The snapshot format this build writes and reads.
-pub const FORMAT_VERSION: u32 = 3;
+pub const FORMAT_VERSION: u32 = 4;
 const HEADER_BYTES: usize = 8 + 4 + 8;
 
 /// Why snapshot bytes could not be restored.

@@ -19,6 +19,14 @@
 //!   changed (`sessions_max`, `idempotency_keys_max`,
 //!   `idempotency_bytes_max`, `session_record_bytes_max`,
 //!   `record_bytes_max`, `store_bytes_max`, `scan_bytes_max`).
+//! - `get K rev=R` and `scan P [LIMIT] rev=R`: read the store as it was at
+//!   revision R; `get` prints the key's revisions as `@create/mod/version`;
+//! - `txn CMP ... | OP, OP ... | OP, OP ...`: a transaction; a CMP is
+//!   `TARGET(KEY)OP VALUE` (`TARGET(PREFIX*)` for a prefix) with TARGET one
+//!   of `value`, `version`, `create`, `mod`, `exists` and OP one of `=`,
+//!   `!=`, `<`, `>`; an OP is any operation above, or `delp PREFIX`;
+//! - `compact R` (an OP): drops the history at and below revision R;
+//!   `events FROM`: prints the history's events from revision FROM;
 //! - `nodedup`: switch deduplication off (the checkers' negative control).
 //! - `as USER` (`as -` for nobody): the principal of the following entries;
 //! - auth OPs: `auth-enable`, `auth-disable`, `auth-status`, `user-add U`,
@@ -27,9 +35,9 @@
 //!   [prefix]`, `role-revoke R K [prefix]`.
 
 use oncekv_state::{
-    Access, AuthCommand, ClusterTime, Command, Entry, IdempotencyKey, Limits, LogIndex, Origin,
-    Outcome, Permission, Principal, Query, Reply, Request, RequestHeader, RequestId, Secret, Seq,
-    SessionId, StateMachine, TokenKey,
+    Access, AuthCommand, ClusterTime, Command, Compare, CompareOp, CompareTarget, Entry,
+    IdempotencyKey, Limits, LogIndex, Origin, Outcome, Permission, Principal, Query, Reply,
+    Request, RequestHeader, RequestId, Secret, Seq, SessionId, StateMachine, TokenKey, Txn, TxnOp,
 };
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -124,6 +132,10 @@ impl Runner {
                         "record_bytes_max" => limits.record_bytes_max = value,
                         "store_bytes_max" => limits.store_bytes_max = value,
                         "scan_bytes_max" => limits.scan_bytes_max = value,
+                        "history_events_max" => limits.history_events_max = value,
+                        "history_bytes_max" => limits.history_bytes_max = value,
+                        "history_retention_ms" => limits.history_retention_ms = value,
+                        "txn_ops_max" => limits.txn_ops_max = value as u32,
                         other => return Err(format!("unknown limit {other}")),
                     }
                 }
@@ -139,6 +151,43 @@ impl Runner {
                     s.store_bytes,
                     if s.no_space_alarm { "NOSPACE" } else { "none" }
                 )));
+            }
+            "events" => {
+                let from = number(rest.first())?;
+                let history = self.machine.kv().history();
+                let mut out = format!("events compacted={}", history.compacted());
+                match history.since(from) {
+                    Err(rejection) => {
+                        let _ = write!(out, " refused: {rejection}");
+                    }
+                    Ok(events) => {
+                        for event in events {
+                            match &event.value {
+                                Some(stored) => {
+                                    let _ = write!(
+                                        out,
+                                        " {}:put {}={}",
+                                        event.revision,
+                                        bytes(&event.key),
+                                        bytes(&stored.value)
+                                    );
+                                }
+                                None => {
+                                    let _ = write!(
+                                        out,
+                                        " {}:del {}",
+                                        event.revision,
+                                        bytes(&event.key)
+                                    );
+                                }
+                            }
+                            if let Some(previous) = &event.previous {
+                                let _ = write!(out, "(was {})", bytes(&previous.value));
+                            }
+                        }
+                    }
+                }
+                return Ok(Some(out));
             }
             "stats" => {
                 let s = self.machine.stats();
@@ -200,8 +249,44 @@ impl Runner {
             origin = Origin::Key(IdempotencyKey(key.as_bytes().to_vec()));
             words = &words[1..];
         }
-        let command = self.command(words)?;
+        let command = if words.first() == Some(&"txn") {
+            Command::Txn(self.txn(&words[1..])?)
+        } else {
+            self.command(words)?
+        };
         Ok(Some(render(&self.apply(Request { origin, command }))))
+    }
+
+    fn txn(&self, words: &[&str]) -> Result<Txn, String> {
+        let text = words.join(" ");
+        let mut parts = text.split('|').map(str::trim);
+        let compares = parts.next().unwrap_or("");
+        let ops = |part: Option<&str>| -> Result<Vec<TxnOp>, String> {
+            part.unwrap_or("")
+                .split(',')
+                .map(str::trim)
+                .filter(|op| !op.is_empty())
+                .map(|op| {
+                    let words: Vec<&str> = op.split_whitespace().collect();
+                    if words.first() == Some(&"delp") {
+                        let prefix = words.get(1).ok_or("delp needs a prefix")?;
+                        return Ok(TxnOp::DeletePrefix {
+                            prefix: prefix.as_bytes().to_vec(),
+                        });
+                    }
+                    txn_op(self.command(&words)?)
+                })
+                .collect()
+        };
+        let compare = compares
+            .split_whitespace()
+            .map(compare)
+            .collect::<Result<_, _>>()?;
+        Ok(Txn {
+            compare,
+            success: ops(parts.next())?,
+            failure: ops(parts.next())?,
+        })
     }
 
     fn command(&self, words: &[&str]) -> Result<Command, String> {
@@ -229,7 +314,7 @@ impl Runner {
                     lease,
                 }
             }
-            "get" => Command::Read(Query::Get { key: arg(1)? }),
+            "get" => at_revision(words, Query::Get { key: arg(1)? })?,
             "del" => Command::Delete { key: arg(1)? },
             "append" => Command::Append {
                 key: arg(1)?,
@@ -246,10 +331,17 @@ impl Runner {
                 expected: (words.get(2) != Some(&"-")).then(|| arg(2)).transpose()?,
                 new: arg(3)?,
             },
-            "scan" => Command::Read(Query::Scan {
-                prefix: arg(1)?,
-                limit: words.get(2).map_or(Ok(0), |w| parse_u(w))? as u32,
-            }),
+            "scan" => {
+                let limit = words.get(2).filter(|w| !w.starts_with("rev="));
+                let query = Query::Scan {
+                    prefix: arg(1)?,
+                    limit: limit.map_or(Ok(0), |w| parse_u(w))? as u32,
+                };
+                at_revision(words, query)?
+            }
+            "compact" => Command::Compact {
+                revision: parse_u(&text(1)?)?,
+            },
             "lease-grant" => Command::LeaseGrant {
                 name: text(1)?,
                 ttl_ms: parse_u(&text(2)?)?,
@@ -318,6 +410,72 @@ impl Runner {
     }
 }
 
+/// `query` as a read, at the revision a `rev=R` word names, if any.
+fn at_revision(words: &[&str], query: Query) -> Result<Command, String> {
+    let revision = words.iter().find_map(|w| w.strip_prefix("rev="));
+    Ok(Command::Read(match revision {
+        Some(revision) => Query::At {
+            revision: parse_u(revision)?,
+            query: Box::new(query),
+        },
+        None => query,
+    }))
+}
+
+/// A transaction operation from the command a script line names.
+fn txn_op(command: Command) -> Result<TxnOp, String> {
+    Ok(match command {
+        Command::Put { key, value, lease } => TxnOp::Put { key, value, lease },
+        Command::Delete { key } => TxnOp::Delete { key },
+        Command::Append { key, value } => TxnOp::Append { key, value },
+        Command::Incr { key, by } => TxnOp::Incr { key, by },
+        Command::Cas { key, expected, new } => TxnOp::Cas { key, expected, new },
+        Command::Read(Query::Get { key }) => TxnOp::Get { key },
+        Command::Read(Query::Scan { prefix, limit }) => TxnOp::Scan { prefix, limit },
+        other => return Err(format!("{} cannot run in a transaction", other.name())),
+    })
+}
+
+/// A compare written `TARGET(KEY)OP VALUE`, e.g. `value(a)=1`,
+/// `version(p/*)>0`, `exists(b)=false`.
+fn compare(word: &str) -> Result<Compare, String> {
+    let (target, rest) = word
+        .split_once('(')
+        .ok_or_else(|| format!("bad compare {word:?}"))?;
+    let (key, rest) = rest
+        .split_once(')')
+        .ok_or_else(|| format!("bad compare {word:?}"))?;
+    let (op, value) = if let Some(v) = rest.strip_prefix("!=") {
+        (CompareOp::NotEqual, v)
+    } else if let Some(v) = rest.strip_prefix('=') {
+        (CompareOp::Equal, v)
+    } else if let Some(v) = rest.strip_prefix('<') {
+        (CompareOp::Less, v)
+    } else if let Some(v) = rest.strip_prefix('>') {
+        (CompareOp::Greater, v)
+    } else {
+        return Err(format!("bad compare operator in {word:?}"));
+    };
+    let (key, prefix) = match key.strip_suffix('*') {
+        Some(prefix) => (prefix, true),
+        None => (key, false),
+    };
+    let target = match target {
+        "value" => CompareTarget::Value(value.as_bytes().to_vec()),
+        "version" => CompareTarget::Version(parse_u(value)?),
+        "create" => CompareTarget::CreateRevision(parse_u(value)?),
+        "mod" => CompareTarget::ModRevision(parse_u(value)?),
+        "exists" => CompareTarget::Exists(value == "true"),
+        other => return Err(format!("unknown compare target {other}")),
+    };
+    Ok(Compare {
+        key: key.as_bytes().to_vec(),
+        prefix,
+        target,
+        op,
+    })
+}
+
 fn number(word: Option<&&str>) -> Result<u64, String> {
     parse_u(word.ok_or("missing number")?)
 }
@@ -365,7 +523,16 @@ fn render_reply(reply: &Reply) -> String {
         Reply::SessionClosed => "closed".into(),
         Reply::Ticked => "ticked".into(),
         Reply::Put { previous } => format!("put previous={}", maybe(previous)),
-        Reply::Get { value } => format!("get value={}", maybe(value)),
+        Reply::Get { value, meta } => match meta {
+            Some(m) => format!(
+                "get value={} @{}/{}/{}",
+                maybe(value),
+                m.create_revision,
+                m.mod_revision,
+                m.version
+            ),
+            None => format!("get value={}", maybe(value)),
+        },
         Reply::Delete { previous } => format!("del previous={}", maybe(previous)),
         Reply::Append { length } => format!("append length={length}"),
         Reply::Incr { value } => format!("incr value={value}"),
@@ -374,8 +541,8 @@ fn render_reply(reply: &Reply) -> String {
         }
         Reply::Scan { entries, more } => {
             let mut out = String::from("scan");
-            for (k, v) in entries {
-                let _ = write!(out, " {}={}", bytes(k), bytes(v));
+            for kv in entries {
+                let _ = write!(out, " {}={}", bytes(&kv.key), bytes(&kv.value));
             }
             let _ = write!(out, " more={more}");
             out
@@ -407,6 +574,12 @@ fn render_reply(reply: &Reply) -> String {
         Reply::Rejected(rejection) => format!("rejected: {rejection}"),
         Reply::AlarmDisarmed { was_raised } => format!("alarm-disarmed was_raised={was_raised}"),
         Reply::AuthChanged => "auth-changed".into(),
+        Reply::Txn { succeeded, results } => {
+            let results: Vec<String> = results.iter().map(render_reply).collect();
+            format!("txn succeeded={succeeded} [{}]", results.join("; "))
+        }
+        Reply::DeletePrefix { deleted } => format!("delp deleted={deleted}"),
+        Reply::Compacted { revision } => format!("compacted revision={revision}"),
         Reply::Auth(view) => {
             let mut out = format!("auth enabled={}", view.enabled);
             for user in &view.users {

@@ -326,19 +326,7 @@ async fn with_tls_and_auth_on_users_reach_only_their_keys_and_retries_still_repl
         matches!(&retry, Ok(done) if done.replayed && done.reply == Reply::Incr { value: 3 }),
         "{retry:?}"
     );
-    assert_eq!(
-        alice
-            .read(
-                Query::Get {
-                    key: b"app/n".to_vec()
-                },
-                false
-            )
-            .await,
-        Ok(Reply::Get {
-            value: Some(b"3".to_vec())
-        })
-    );
+    assert_eq!(alice.get("app/n").await, Ok(Some(b"3".to_vec())));
 
     // A new password voids the old one's tokens: alice logs in again only
     // with the new one.
@@ -363,19 +351,7 @@ async fn with_tls_and_auth_on_users_reach_only_their_keys_and_retries_still_repl
         "the old token and password no longer work: {refused:?}"
     );
     let renewed = client(&cluster, password("alice", "alice-pw-2"));
-    assert_eq!(
-        renewed
-            .read(
-                Query::Get {
-                    key: b"app/n".to_vec()
-                },
-                false
-            )
-            .await,
-        Ok(Reply::Get {
-            value: Some(b"3".to_vec())
-        })
-    );
+    assert_eq!(renewed.get("app/n").await, Ok(Some(b"3".to_vec())));
 }
 
 /// The command line: `user`, `role` and `auth` set a cluster up, `--user`

@@ -8,7 +8,9 @@ use oncekv_state::{
     Command, IdempotencyKey, Malformed, Origin, Outcome, Query, Reply, Request, Secret, SessionId,
 };
 use std::time::{Duration, Instant};
-use support::{CallFailure, Cluster, FAST, TestSession, eventually, exclusive, execute_on};
+use support::{
+    CallFailure, Cluster, FAST, TestSession, eventually, exclusive, execute_on, without_meta,
+};
 
 const ELECTION: Duration = Duration::from_secs(15);
 
@@ -95,9 +97,10 @@ async fn a_retry_after_the_leader_dies_is_replayed_not_reapplied() {
         )
         .await;
     assert_eq!(
-        value,
+        without_meta(value),
         Ok(Reply::Get {
-            value: Some(b"token-1;".to_vec())
+            value: Some(b"token-1;".to_vec()),
+            meta: None,
         })
     );
 }
@@ -160,9 +163,10 @@ async fn a_whole_cluster_restart_keeps_writes_and_completion_records() {
         )
         .await;
     assert_eq!(
-        value,
+        without_meta(value),
         Ok(Reply::Get {
-            value: Some(b"40".to_vec())
+            value: Some(b"40".to_vec()),
+            meta: None,
         })
     );
     let statuses = eventually(Duration::from_secs(20), "replicas to converge", || {
@@ -332,9 +336,10 @@ async fn an_idle_session_expires_on_every_node_and_after_failover() {
     })
     .await;
     assert_eq!(
-        value,
+        without_meta(value),
         Reply::Get {
-            value: Some(b"v".to_vec())
+            value: Some(b"v".to_vec()),
+            meta: None,
         }
     );
 }
@@ -450,9 +455,10 @@ async fn bad_input_gets_clear_errors_and_the_node_keeps_serving() {
         Outcome::Applied(_)
     ));
     assert_eq!(
-        node.read(&Query::Get { key: b"k".to_vec() }, false).await,
+        without_meta(node.read(&Query::Get { key: b"k".to_vec() }, false).await),
         Ok(Reply::Get {
-            value: Some(b"v".to_vec())
+            value: Some(b"v".to_vec()),
+            meta: None,
         })
     );
 }
@@ -497,9 +503,10 @@ async fn a_restarted_leader_never_serves_a_stale_read() {
         })
         .await;
         assert_eq!(
-            answer.1,
+            without_meta(answer.1),
             Reply::Get {
-                value: Some(expected)
+                value: Some(expected),
+                meta: None,
             },
             "stale read from node {} in round {round}",
             answer.0
@@ -559,9 +566,10 @@ async fn concurrent_retries_of_one_request_apply_it_once() {
         )
         .await;
     assert_eq!(
-        value,
+        without_meta(value),
         Outcome::Applied(Reply::Get {
-            value: Some(b"once;".to_vec())
+            value: Some(b"once;".to_vec()),
+            meta: None,
         })
     );
 }

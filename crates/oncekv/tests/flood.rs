@@ -13,7 +13,7 @@ use oncekv_state::{
     Command, IdempotencyKey, Origin, Outcome, Overload, Query, Reply, Request, Secret,
 };
 use std::time::{Duration, Instant};
-use support::{Cluster, FAST, NodeProcess, TestSession, exclusive};
+use support::{Cluster, FAST, NodeProcess, TestSession, exclusive, without_meta};
 use tonic::transport::Channel;
 
 const ELECTION: Duration = Duration::from_secs(15);
@@ -100,16 +100,19 @@ async fn a_key_flood_cannot_make_an_accepted_keys_retry_apply_twice() {
         }
     ));
     assert_eq!(
-        cluster.nodes[0]
-            .read(
-                &Query::Get {
-                    key: b"paid".to_vec()
-                },
-                false
-            )
-            .await,
+        without_meta(
+            cluster.nodes[0]
+                .read(
+                    &Query::Get {
+                        key: b"paid".to_vec()
+                    },
+                    false
+                )
+                .await
+        ),
         Ok(Reply::Get {
-            value: Some(b"100".to_vec())
+            value: Some(b"100".to_vec()),
+            meta: None,
         })
     );
 }
@@ -173,7 +176,9 @@ async fn reads_through_the_log_under_keys_do_not_grow_memory_past_the_budget() {
     for i in 0..1000 {
         let read = keyed(&format!("read-{i}"), get(b"big"));
         match outcome_of(&mut client, &read).await {
-            Outcome::Applied(Reply::Get { value: Some(value) }) => {
+            Outcome::Applied(Reply::Get {
+                value: Some(value), ..
+            }) => {
                 assert_eq!(value.len(), 1 << 20)
             }
             other => panic!("read {i}: {other:?}"),
@@ -311,7 +316,9 @@ async fn wrong_secret_callers_never_receive_another_sessions_reply() {
             }
         }
     }
-    let Ok(Reply::Get { value: Some(log) }) = cluster.nodes[(leader - 1) as usize]
+    let Ok(Reply::Get {
+        value: Some(log), ..
+    }) = cluster.nodes[(leader - 1) as usize]
         .read(
             &Query::Get {
                 key: b"log".to_vec(),

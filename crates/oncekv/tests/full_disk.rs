@@ -178,7 +178,7 @@ async fn a_full_disk_stops_the_node_clearly_and_loses_no_acknowledged_write() {
         let key = format!("key{index}").into_bytes();
         let value = node.read(&Query::Get { key }, false).await;
         assert!(
-            matches!(&value, Ok(Reply::Get { value: Some(v) }) if *v == value_of(*index)),
+            matches!(&value, Ok(Reply::Get { value: Some(v), .. }) if *v == value_of(*index)),
             "acknowledged write {index} lost after the restart"
         );
     }

@@ -7,15 +7,19 @@
 use crate::auth::Credentials;
 use crate::node::Node;
 use crate::raft::consensus::WriteError;
+use crate::watch::{PROGRESS_INTERVAL_DEFAULT, WatchMessage, WatchSpec};
+use futures_util::StreamExt;
 use oncekv_proto::convert::{self, CallFailure, failure_to_wire, outcome_to_wire, reply_to_wire};
 use oncekv_proto::v1::kv_server::Kv;
 use oncekv_proto::v1::{
     AddMemberRequest, AuthenticateRequest, AuthenticateResponse, ExecuteRequest, ExecuteResponse,
     Failure, Member, Members, MembershipResponse, ReadRequest, ReadResponse, RemoveMemberRequest,
     SaveSnapshotChunk, SaveSnapshotRequest, SnapshotInfo, StateDigestRequest, StateDigestResponse,
-    StatusRequest, StatusResponse, Token, authenticate_response, execute_response,
-    membership_response, read_response, save_snapshot_chunk,
+    StatusRequest, StatusResponse, Token, WatchCanceled, WatchEvents, WatchRequest, WatchResponse,
+    WatchStarted, authenticate_response, execute_response, membership_response, read_response,
+    save_snapshot_chunk, watch_response,
 };
+use std::time::Duration;
 use tonic::{Request, Response, Status};
 
 /// The client service of one node.
@@ -132,12 +136,66 @@ fn invalid(reason: impl Into<String>) -> Failure {
 /// Bytes per `data` chunk of a streamed snapshot.
 const SNAPSHOT_CHUNK_BYTES: usize = 1024 * 1024;
 
+type WatchStream =
+    std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<WatchResponse, Status>> + Send>>;
+
 type SnapshotStream =
     std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<SaveSnapshotChunk, Status>> + Send>>;
 
 #[tonic::async_trait]
 impl Kv for KvService {
     type SaveSnapshotStream = SnapshotStream;
+    type WatchStream = WatchStream;
+
+    async fn watch(
+        &self,
+        request: Request<WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        use watch_response::Kind;
+        let principal = self.node.authenticate(&Credentials::of(&request));
+        let request = request.into_inner();
+        let interval = match request.progress_interval_ms {
+            0 => PROGRESS_INTERVAL_DEFAULT,
+            ms => Duration::from_millis(u64::from(ms)),
+        };
+        let spec = WatchSpec {
+            key: request.key,
+            prefix: request.prefix,
+            start_revision: request.start_revision,
+            previous: request.previous,
+            progress_interval: interval,
+        };
+        let previous = spec.previous;
+        let started = principal.and_then(|principal| self.node.watch(spec, principal.as_ref()));
+        let messages = match started {
+            Ok(messages) => messages,
+            Err(error) => {
+                let failure = Ok(WatchResponse {
+                    kind: Some(Kind::Failure(self.failure(error)?)),
+                });
+                return Ok(Response::new(Box::pin(futures_util::stream::iter([
+                    failure,
+                ]))));
+            }
+        };
+        let stream = tokio_stream::wrappers::ReceiverStream::new(messages).map(move |message| {
+            let kind = match message {
+                WatchMessage::Started { revision } => Kind::Started(WatchStarted { revision }),
+                WatchMessage::Events(events) => Kind::Events(WatchEvents {
+                    events: events
+                        .iter()
+                        .map(|event| convert::event_to_wire(event, previous))
+                        .collect(),
+                }),
+                WatchMessage::Progress(revision) => Kind::Progress(revision),
+                WatchMessage::Canceled { reason, compacted } => {
+                    Kind::Canceled(WatchCanceled { reason, compacted })
+                }
+            };
+            Ok(WatchResponse { kind: Some(kind) })
+        });
+        Ok(Response::new(Box::pin(stream)))
+    }
 
     async fn save_snapshot(
         &self,
@@ -219,22 +277,27 @@ impl Kv for KvService {
             .query
             .ok_or(convert::ConvertError::Missing("query"))
             .and_then(convert::query_from_wire);
+        let mut revision = 0;
         let result = match (query, principal) {
             (Err(error), _) => read_response::Result::Failure(invalid(error.to_string())),
             (Ok(_), Err(error)) => read_response::Result::Failure(self.failure(error)?),
             (Ok(query), Ok(principal)) => {
                 let read = self
                     .node
-                    .read(&query, request.serializable, principal.as_ref())
+                    .read_at(&query, request.serializable, principal.as_ref())
                     .await;
                 match read {
-                    Ok(reply) => read_response::Result::Reply(reply_to_wire(&reply)),
+                    Ok((reply, applied)) => {
+                        revision = applied;
+                        read_response::Result::Reply(reply_to_wire(&reply))
+                    }
                     Err(error) => read_response::Result::Failure(self.failure(error)?),
                 }
             }
         };
         Ok(Response::new(ReadResponse {
             result: Some(result),
+            revision,
         }))
     }
 

@@ -254,6 +254,16 @@ impl Consensus {
         f(&self.state.lock().machine)
     }
 
+    /// Runs `f` on this replica's applied state and its watch hub, under
+    /// the state's lock.
+    pub fn with_state_and_watch(
+        &self,
+        f: &mut dyn FnMut(&oncekv_state::StateMachine, &crate::watch::WatchHub),
+    ) {
+        let state = self.state.lock();
+        f(&state.machine, &state.watch)
+    }
+
     /// The applied state's counts.
     pub fn stats(&self) -> oncekv_state::Stats {
         self.state.lock().machine.stats()

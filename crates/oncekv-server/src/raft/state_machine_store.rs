@@ -34,6 +34,8 @@ pub struct AppliedState {
     /// (not persisted): a snapshot is due when it passes
     /// `ConsensusOptions::snapshot_after_bytes`.
     pub bytes_since_snapshot: u64,
+    /// Tells watchers of each applied change (under this lock).
+    pub watch: crate::watch::WatchHub,
 }
 
 /// A handle to the applied state.
@@ -96,6 +98,7 @@ impl StateMachineStore {
                 last_applied: None,
                 membership: StoredMembershipOf::<TypeConfig>::default(),
                 bytes_since_snapshot: 0,
+                watch: crate::watch::WatchHub::default(),
             }))),
             limits,
             dedup: true,
@@ -195,6 +198,8 @@ impl StateMachineStore {
         state.machine = machine;
         state.last_applied = snapshot.meta.last_log_id;
         state.membership = snapshot.meta.last_membership.clone();
+        let revision = expected.map_or(0, |index| index.0);
+        state.watch.reset(revision);
         Ok(())
     }
 
@@ -322,7 +327,9 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                             principal: proposal.principal,
                             request: proposal.request,
                         };
-                        Some(state.machine.apply(&applied))
+                        let outcome = state.machine.apply(&applied);
+                        state.watch.applied(&state.machine, index.0);
+                        Some(outcome)
                     }
                     EntryPayload::Membership(membership) => {
                         state.machine.apply_empty(index);

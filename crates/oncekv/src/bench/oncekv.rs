@@ -124,7 +124,7 @@ impl OncekvTask {
 
     async fn get(&self, key: Vec<u8>, serializable: bool) -> Result<Option<Vec<u8>>, ClientError> {
         match self.client.read(Query::Get { key }, serializable).await? {
-            Reply::Get { value } => Ok(value),
+            Reply::Get { value, .. } => Ok(value),
             other => Err(ClientError::Invalid(format!(
                 "a GET was answered with {other:?}"
             ))),

@@ -136,8 +136,11 @@ pub(super) fn reply_fields(reply: &Reply, fields: &mut Map<String, Value>) -> (S
                 EXIT_OK,
             )
         }
-        Reply::Get { value } => {
+        Reply::Get { value, meta } => {
             fields.insert("value".into(), json!(optional(value)));
+            if let Some(meta) = meta {
+                insert_meta(fields, meta);
+            }
             match value {
                 Some(value) => (text(value), EXIT_OK),
                 None => (String::new(), EXIT_REJECTED),
@@ -167,13 +170,19 @@ pub(super) fn reply_fields(reply: &Reply, fields: &mut Map<String, Value>) -> (S
         Reply::Scan { entries, more } => {
             let list: Vec<Value> = entries
                 .iter()
-                .map(|(k, v)| json!({"key": text(k), "value": text(v)}))
+                .map(|kv| {
+                    let mut entry = Map::new();
+                    entry.insert("key".into(), json!(text(&kv.key)));
+                    entry.insert("value".into(), json!(text(&kv.value)));
+                    insert_meta(&mut entry, &kv.meta);
+                    Value::Object(entry)
+                })
                 .collect();
             fields.insert("entries".into(), Value::Array(list));
             fields.insert("more".into(), json!(more));
             let lines: Vec<String> = entries
                 .iter()
-                .map(|(k, v)| format!("{} {}", text(k), text(v)))
+                .map(|kv| format!("{} {}", text(&kv.key), text(&kv.value)))
                 .collect();
             (lines.join("\n"), EXIT_OK)
         }
@@ -248,5 +257,41 @@ pub(super) fn reply_fields(reply: &Reply, fields: &mut Map<String, Value>) -> (S
             fields.insert("error".into(), json!(rejection.to_string()));
             (format!("rejected: {rejection}"), EXIT_REJECTED)
         }
+        Reply::Txn { succeeded, results } => {
+            fields.insert("succeeded".into(), json!(succeeded));
+            let mut lines = vec![if *succeeded { "SUCCESS" } else { "FAILURE" }.to_string()];
+            let mut list = Vec::new();
+            for result in results {
+                let mut op = Map::new();
+                let (human, _) = reply_fields(result, &mut op);
+                list.push(Value::Object(op));
+                lines.push(if human.is_empty() {
+                    "(absent)".into()
+                } else {
+                    human
+                });
+            }
+            fields.insert("results".into(), Value::Array(list));
+            let code = if *succeeded { EXIT_OK } else { EXIT_REJECTED };
+            (lines.join("\n"), code)
+        }
+        Reply::DeletePrefix { deleted } => {
+            fields.insert("deleted".into(), json!(deleted));
+            (format!("{deleted} key(s) deleted"), EXIT_OK)
+        }
+        Reply::Compacted { revision } => {
+            fields.insert("compacted".into(), json!(revision));
+            (
+                format!("history compacted up to revision {revision}"),
+                EXIT_OK,
+            )
+        }
     }
+}
+
+/// A key's revisions, as fields.
+fn insert_meta(fields: &mut Map<String, Value>, meta: &oncekv_client::KeyMeta) {
+    fields.insert("create_revision".into(), json!(meta.create_revision));
+    fields.insert("mod_revision".into(), json!(meta.mod_revision));
+    fields.insert("version".into(), json!(meta.version));
 }

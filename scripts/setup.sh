@@ -2,9 +2,12 @@
 # Makes sure the pinned Rust toolchain (rust-toolchain.toml) with rustfmt and
 # clippy is present; installs it with rustup only if it is missing. Also
 # installs Debian's fiu-utils, when it can, so that `oncekv verify` can make
-# disk syncs fail (without it, that fault kind is skipped with a message),
-# and etcd-server, so that `oncekv bench --target etcd` is tested against a
-# real etcd (without it, that test is skipped with a message).
+# disk syncs fail, and etcd-server, so that `oncekv bench --target etcd` is
+# tested against a real etcd. Without one of them, the test that needs it is
+# skipped with a `skipped: ...` line, and `cargo xtask verify` lists it at
+# the end; with CI=true (as in CI, .ci/run) it fails instead, saying what is
+# missing (oncekv_harness::testing::missing_dependency). The full-disk test
+# needs root too, which this script cannot grant: run the tests as root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Debian packages the tests use, installed when missing (as root, with apt):

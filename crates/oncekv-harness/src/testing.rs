@@ -7,7 +7,9 @@
 //! outcome through leader changes, sessions ([`TestSession`]). Failures
 //! panic, with the nodes' logs where they help. Every wait is bounded
 //! ([`eventually`]); [`exclusive`] runs one cluster of a test binary at a
-//! time.
+//! time. A test that cannot run for lack of something on the machine
+//! (root, etcd, fiu) says so through [`missing_dependency`]: it fails
+//! under `CI=true` and is skipped, and listed, elsewhere.
 
 use crate::cluster::{Cluster, ClusterOptions, NodeProcess, free_address};
 use oncekv_proto::convert::{self, CallFailure};
@@ -17,6 +19,7 @@ use oncekv_state::{
     Command, Origin, Outcome, Query, Reply, Request, RequestHeader, RequestId, Secret, Seq,
     SessionId,
 };
+use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
 use tonic::transport::Channel;
@@ -408,4 +411,145 @@ impl<T: WithoutMeta, E> WithoutMeta for Result<T, E> {
 /// `value` with GET revisions dropped ([`WithoutMeta`]).
 pub fn without_meta<T: WithoutMeta>(value: T) -> T {
     value.without_meta()
+}
+
+/// The environment variable naming a file to which [`missing_dependency`]
+/// appends one line per skipped test: `cargo xtask verify` sets it and
+/// prints the file at the end, so a skip shows in the final summary.
+pub const SKIP_LOG_ENV: &str = "ONCEKV_SKIP_LOG";
+
+/// Something a test needs from the machine that the build cannot provide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dependency {
+    /// Root, to mount a private tmpfs (`unshare --mount`, `mount`,
+    /// `nsenter`).
+    Root,
+    /// An `etcd` binary on `PATH` (Debian's etcd-server).
+    Etcd,
+    /// `fiu-run` and `fiu-ctrl` on `PATH` (Debian's fiu-utils), to make
+    /// disk syncs fail.
+    Fiu,
+}
+
+impl Dependency {
+    /// What is missing.
+    pub fn what(self) -> &'static str {
+        match self {
+            Dependency::Root => "root, to mount a private tmpfs (unshare, mount, nsenter)",
+            Dependency::Etcd => "an etcd binary on PATH",
+            Dependency::Fiu => "fiu-run and fiu-ctrl on PATH",
+        }
+    }
+
+    /// How to provide it.
+    pub fn remedy(self) -> &'static str {
+        match self {
+            Dependency::Root => {
+                "run the tests as root, where mounting is allowed (scripts/setup.sh cannot \
+                 grant that)"
+            }
+            Dependency::Etcd => {
+                "scripts/setup.sh installs it as root with apt (apt-get install etcd-server)"
+            }
+            Dependency::Fiu => {
+                "scripts/setup.sh installs them as root with apt (apt-get install fiu-utils)"
+            }
+        }
+    }
+}
+
+/// Whether this is a CI run: the `CI` environment variable is `true` (or
+/// `1`), as CI services set it.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|value| {
+        let value = value.trim();
+        value.eq_ignore_ascii_case("true") || value == "1"
+    })
+}
+
+/// Test `test` cannot run here for lack of `dependency`; `detail` says
+/// what was found missing. Under `CI=true` ([`in_ci`]) this panics, naming
+/// the dependency and how to provide it, so that CI fails instead of
+/// passing a test that never ran. Elsewhere it prints a `skipped: ...`
+/// line and appends it to the file [`SKIP_LOG_ENV`] names (when set), and
+/// the caller skips what it cannot do.
+#[track_caller]
+pub fn missing_dependency(test: &str, dependency: Dependency, detail: &str) {
+    let log = std::env::var_os(SKIP_LOG_ENV).filter(|path| !path.is_empty());
+    report_missing(
+        in_ci(),
+        log.as_deref().map(Path::new),
+        test,
+        dependency,
+        detail,
+    );
+}
+
+/// [`missing_dependency`] with the environment read: panics if `ci`, else
+/// prints the skip and appends it to `log`.
+#[track_caller]
+fn report_missing(ci: bool, log: Option<&Path>, test: &str, dependency: Dependency, detail: &str) {
+    let what = dependency.what();
+    let remedy = dependency.remedy();
+    let detail = detail.split_whitespace().collect::<Vec<_>>().join(" ");
+    if ci {
+        panic!(
+            "{test} needs {what}, missing here ({detail}); with CI=true a missing dependency \
+             fails the test instead of skipping it: {remedy}"
+        );
+    }
+    let line = format!("skipped: {test}: needs {what} ({detail}); {remedy}");
+    eprintln!("{line}");
+    if let Some(path) = log {
+        // One write of one line: lines from concurrent tests stay whole.
+        let appended = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .and_then(|mut file| file.write_all(format!("{line}\n").as_bytes()));
+        if let Err(error) = appended {
+            eprintln!(
+                "could not record the skip in {} ({SKIP_LOG_ENV}): {error}",
+                path.display()
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Dependency, report_missing};
+
+    #[test]
+    fn a_skip_outside_ci_is_printed_and_logged_line_by_line() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let log = dir.path().join("skipped.txt");
+        report_missing(false, Some(&log), "a::b", Dependency::Etcd, "no etcd\nhere");
+        report_missing(false, Some(&log), "c::d", Dependency::Fiu, "fsync: skipped");
+        report_missing(false, None, "e::f", Dependency::Root, "not logged");
+        let text = std::fs::read_to_string(&log).expect("log written");
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        assert!(
+            lines[0].starts_with("skipped: a::b: needs an etcd binary"),
+            "{text}"
+        );
+        assert!(lines[0].contains("(no etcd here)"), "{text}");
+        assert!(lines[0].contains("apt-get install etcd-server"), "{text}");
+        assert!(lines[1].contains("apt-get install fiu-utils"), "{text}");
+    }
+
+    #[test]
+    #[should_panic(expected = "a::b needs root")]
+    fn a_missing_dependency_fails_in_ci() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let log = dir.path().join("skipped.txt");
+        report_missing(
+            true,
+            Some(&log),
+            "a::b",
+            Dependency::Root,
+            "unshare: denied",
+        );
+    }
 }

@@ -2,7 +2,8 @@
 //! INCR workloads and `--ops` against an oncekv node (checking the JSON
 //! report and, for INCR, the counter the cluster holds), its flag checks,
 //! and, when an `etcd` binary is on PATH, the etcd target in plain and
-//! session mode against a 1-node etcd.
+//! session mode against a 1-node etcd (without one it is skipped, and
+//! listed by `cargo xtask verify`, or failed under `CI=true`).
 
 mod support;
 
@@ -315,7 +316,11 @@ impl Etcd {
 async fn bench_runs_against_etcd_in_plain_and_session_mode() {
     let _one = exclusive().await;
     let Some(etcd) = Etcd::start() else {
-        eprintln!("no etcd binary on PATH: skipped (apt-get install etcd-server)");
+        support::missing_dependency(
+            "bench::bench_runs_against_etcd_in_plain_and_session_mode",
+            support::Dependency::Etcd,
+            "no etcd binary on PATH",
+        );
         return;
     };
     let mut client = etcd.ready().await;

@@ -2,8 +2,9 @@
 //! acknowledged write is lost, and once space is freed the node restarts
 //! and serves every acknowledged write. The disk is a small tmpfs mounted
 //! in a mount namespace of the test's own, which ends with the test, so
-//! nothing outside it ever sees the mount (needs root; skipped, saying
-//! so, otherwise).
+//! nothing outside it ever sees the mount (needs root; otherwise skipped,
+//! and listed by `cargo xtask verify`, or failed under `CI=true`:
+//! `oncekv_harness::testing::missing_dependency`).
 
 mod support;
 
@@ -12,7 +13,7 @@ use oncekv_state::{Command, Outcome, Query, Reply, Request};
 use std::path::Path;
 use std::process::{Child, Command as Process, Stdio};
 use std::time::{Duration, Instant};
-use support::{Cluster, FAST, eventually, execute_on};
+use support::{Cluster, Dependency, FAST, eventually, execute_on, missing_dependency};
 
 /// A tmpfs over one directory, inside a private mount namespace held open
 /// by a `sleep` process; processes join it through `nsenter`.
@@ -113,7 +114,11 @@ async fn a_full_disk_stops_the_node_clearly_and_loses_no_acknowledged_write() {
     let disk = match PrivateDisk::mount(&cluster.node(1).data_dir, "4m") {
         Ok(disk) => disk,
         Err(why) => {
-            eprintln!("skipped: no private tmpfs to fill here ({why}); needs root");
+            missing_dependency(
+                "full_disk::a_full_disk_stops_the_node_clearly_and_loses_no_acknowledged_write",
+                Dependency::Root,
+                &format!("no private tmpfs to fill here: {why}"),
+            );
             return;
         }
     };

@@ -5,7 +5,8 @@
 
 pub use oncekv_harness::cluster::NodeProcess;
 pub use oncekv_harness::testing::{
-    FAST, TestSession, connect, eventually, exclusive, execute_on, failure, free_port, without_meta,
+    Dependency, FAST, TestSession, connect, eventually, exclusive, execute_on, failure, free_port,
+    missing_dependency, without_meta,
 };
 pub use oncekv_proto::convert::CallFailure;
 

@@ -78,6 +78,7 @@ pub mod jepsen;
 pub mod linearizability;
 pub mod record;
 pub mod report;
+mod search;
 pub mod verify;
 
 pub use history::{Call, ClientId, History, HistoryError, Key, Operation, Output, Value};

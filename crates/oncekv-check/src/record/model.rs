@@ -100,6 +100,14 @@ impl Op {
 
     /// Whether `reply` is a reply this operation can get.
     pub fn accepts(&self, reply: &Reply) -> bool {
+        if let (Self::Txn(txn), Reply::Txn { succeeded, results }) = (self, reply) {
+            let branch = txn.branch(*succeeded);
+            return branch.len() == results.len()
+                && branch
+                    .iter()
+                    .zip(results)
+                    .all(|(op, result)| op.accepts(result));
+        }
         matches!(
             (self, reply),
             (_, Reply::Rejected { .. })
@@ -109,7 +117,6 @@ impl Op {
                 | (Self::Put { .. }, Reply::Put { .. })
                 | (Self::Get { .. }, Reply::Get { .. })
                 | (Self::Delete { .. }, Reply::Delete { .. })
-                | (Self::Txn(_), Reply::Txn { .. })
                 | (Self::LeaseGrant { .. }, Reply::LeaseGranted { .. })
                 | (Self::LeaseRevoke { .. }, Reply::LeaseRevoked { .. })
         )

@@ -153,11 +153,6 @@ fn read_both(client: u64, keys: (&str, &str), values: (&str, &str), at: (u64, u6
     )
 }
 
-fn verdict(ops: Vec<KvOperation>) -> KvVerdict {
-    let history = KvHistory::new(ops).expect("valid history");
-    check(&history, &Bounds::default())
-}
-
 fn refused(ops: Vec<KvOperation>) -> String {
     let history = KvHistory::new(ops).expect("valid history");
     let result = check(&history, &Bounds::default());

@@ -26,11 +26,12 @@
 //! store saw.
 
 use crate::history::Key;
-use crate::kv_history::KvHistory;
+use crate::kv_history::{KvCall, KvHistory};
 use crate::kv_model::KvModel;
 use crate::linearizability::{Bounds, SearchStats};
+use crate::record::TxnOp;
 use crate::search::{Interval, Outcome, Search};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::time::{Duration, Instant};
 
@@ -218,6 +219,15 @@ impl fmt::Display for KvUnknownReason {
     }
 }
 
+/// What makes two unknown-outcome operations interchangeable.
+#[derive(PartialEq, Eq, Hash)]
+enum ClassKey<'a> {
+    /// The same call.
+    Call(&'a KvCall),
+    /// Appends of the same length to the same length-only key.
+    Length(&'a [u8], usize),
+}
+
 /// Union-find over key indices.
 struct Components {
     parent: Vec<usize>,
@@ -355,11 +365,29 @@ pub fn check_with_stats(history: &KvHistory, bounds: &Bounds) -> (KvVerdict, Sea
             .iter()
             .filter_map(|&i| history.operations().get(i))
             .collect();
+        // Unknown operations with the same call (appends to a length-only
+        // key: the same length) are interchangeable.
+        let mut classes: HashMap<ClassKey<'_>, u32> = HashMap::new();
         let intervals: Vec<Interval> = ops
             .iter()
-            .map(|op| Interval {
-                invoke_ns: op.invoke_ns,
-                complete_ns: op.output.as_ref().and(op.complete_ns),
+            .map(|op| {
+                let class = op.output.is_none().then(|| {
+                    let key = match &op.call {
+                        KvCall::Op(TxnOp::Append { key, value })
+                            if !observed.contains(key.as_slice()) =>
+                        {
+                            ClassKey::Length(key.as_slice(), value.len())
+                        }
+                        call => ClassKey::Call(call),
+                    };
+                    let next = u32::try_from(classes.len()).unwrap_or(u32::MAX - 1);
+                    *classes.entry(key).or_insert(next)
+                });
+                Interval {
+                    invoke_ns: op.invoke_ns,
+                    complete_ns: op.output.as_ref().and(op.complete_ns),
+                    class,
+                }
             })
             .collect();
         let length_only = partition

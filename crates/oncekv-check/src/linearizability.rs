@@ -302,7 +302,7 @@ type State = u32;
 const ABSENT: State = 0;
 
 /// An operation compiled against the partition's interned values.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Step {
     /// A read that returned this value.
     Read(State),
@@ -368,6 +368,8 @@ fn compile(operations: &[Operation], origin: &[usize]) -> (Register, Vec<Interva
     };
     let mut steps = Vec::with_capacity(origin.len());
     let mut intervals = Vec::with_capacity(origin.len());
+    // Unknown operations with the same step are interchangeable.
+    let mut classes: HashMap<Step, u32> = HashMap::new();
     for &index in origin {
         let Some(op) = operations.get(index) else {
             continue;
@@ -392,9 +394,14 @@ fn compile(operations: &[Operation], origin: &[usize]) -> (Register, Vec<Interva
             (Call::Read, _) => Step::Read(ABSENT),
         };
         steps.push(step);
+        let class = op.output.is_none().then(|| {
+            let next = u32::try_from(classes.len()).unwrap_or(u32::MAX - 1);
+            *classes.entry(step).or_insert(next)
+        });
         intervals.push(Interval {
             invoke_ns: op.invoke_ns,
             complete_ns: op.output.as_ref().and(op.complete_ns),
+            class,
         });
     }
     (Register { steps, values }, intervals)

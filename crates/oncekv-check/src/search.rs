@@ -24,6 +24,13 @@
 //!   return entry at +∞. Once the walk meets a +∞ return entry every
 //!   completed operation has been placed, and the rest are taken not to
 //!   have happened.
+//! * **Interchangeable operations.** Unknown-outcome operations the model
+//!   puts in one class (identical calls: say, many unknown `incr c 1`) are
+//!   interchangeable, so only the earliest-invoked one not yet linearized
+//!   is ever tried: a linearization using any `m` of them can use the `m`
+//!   invoked first, in invocation order, at the same places (the `i`-th
+//!   place comes after at least `i + 1` invocations of the class). This
+//!   turns the `2^k` subsets of `k` such operations into `k + 1`.
 //!
 //! The walk checks the clock every [`CLOCK_INTERVAL`] steps and stops at
 //! the memo table's cap; the callers turn either into "unknown".
@@ -49,11 +56,17 @@ pub(crate) trait Model {
 
 /// The real-time interval of one operation: its invocation, and its
 /// completion when the outcome is known (`None`: unknown, return at +∞).
+/// `class`, for an unknown outcome only, groups operations the model says
+/// have the same effect in every state.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Interval {
     pub invoke_ns: u64,
     pub complete_ns: Option<u64>,
+    pub class: Option<u32>,
 }
+
+/// No class.
+const NO_CLASS: u32 = u32::MAX;
 
 /// Why a partition has no linearization: the longest prefix found (local
 /// operation indices, in order), the state after it, and the completed
@@ -93,6 +106,12 @@ pub(crate) struct Search {
     unknown: Vec<bool>,
     /// Zobrist keys, by local index.
     zobrist: Vec<u64>,
+    /// The class of each local operation (`NO_CLASS`: none), its rank in
+    /// invocation order within the class, and how many of each class are
+    /// linearized (always the lowest ranks).
+    class: Vec<u32>,
+    rank: Vec<u32>,
+    taken: Vec<u32>,
     /// Entry list: `next`/`prev` links, the local operation of each entry,
     /// whether it is a call, and a call's return entry. Entry 0 is the
     /// head, the last one the tail.
@@ -153,9 +172,38 @@ impl Search {
         let mut seed = 0x6f6e_6365_6b76_u64 ^ (count as u64).rotate_left(32);
         let zobrist = (0..count).map(|_| splitmix64(&mut seed)).collect();
 
+        // Classes, renumbered densely, with ranks in call-entry order.
+        let mut dense: std::collections::HashMap<u32, u32> = std::collections::HashMap::new();
+        let mut class = vec![NO_CLASS; count];
+        let mut rank = vec![0; count];
+        let mut taken: Vec<u32> = Vec::new();
+        for &(_, _, is_return, local) in &events {
+            let local = local as usize;
+            let Some(interval) = intervals.get(local) else {
+                continue;
+            };
+            let (false, Some(given), None) = (is_return, interval.class, interval.complete_ns)
+            else {
+                continue;
+            };
+            let next = local_u32(dense.len());
+            let id = *dense.entry(given).or_insert(next);
+            if id as usize == taken.len() {
+                taken.push(0);
+            }
+            class[local] = id;
+            // `taken` counts members while ranking, then restarts at 0.
+            rank[local] = taken[id as usize];
+            taken[id as usize] += 1;
+        }
+        taken.iter_mut().for_each(|t| *t = 0);
+
         Self {
             unknown,
             zobrist,
+            class,
+            rank,
+            taken,
             next,
             prev,
             op_of,
@@ -217,6 +265,14 @@ impl Search {
 
             let local = self.op_of[entry as usize] as usize;
             if self.is_call[entry as usize] {
+                let class = self.class[local];
+                if class != NO_CLASS && self.rank[local] != self.taken[class as usize] {
+                    // An earlier-invoked interchangeable operation is not
+                    // linearized yet: it goes first.
+                    entry = self.next[entry as usize];
+                    choice = 0;
+                    continue;
+                }
                 let choices = model.choices(local);
                 let mut advanced = false;
                 while choice < choices {
@@ -233,6 +289,9 @@ impl Search {
                                 });
                                 state = new_state;
                                 self.lift(entry);
+                                if class != NO_CLASS {
+                                    self.taken[class as usize] += 1;
+                                }
                                 advanced = true;
                                 break;
                             }
@@ -279,6 +338,9 @@ impl Search {
                 }));
             };
             let undone = self.op_of[frame.entry as usize] as usize;
+            if let Some(taken) = self.taken.get_mut(self.class[undone] as usize) {
+                *taken = taken.saturating_sub(1);
+            }
             bits[undone / 64] &= !(1u64 << (undone % 64));
             hash ^= self.zobrist[undone];
             state = frame.state;

@@ -350,9 +350,18 @@ fn random_history(rng: &mut Rng, honest: bool, versions: bool) -> KvHistory {
         let invoke = rng.below(12);
         let complete = invoke + rng.below(6);
         points.push((invoke * 8 + rng.below((complete - invoke) * 8 + 1), client));
+        // Repeated calls exercise the search's interchangeable classes.
+        let call = match ops.len() as u64 {
+            0 => rng.call(versions),
+            earlier if rng.chance(35) => {
+                let KvOperation { call, .. } = &ops[rng.below(earlier) as usize];
+                call.clone()
+            }
+            _ => rng.call(versions),
+        };
         ops.push(KvOperation {
             client,
-            call: rng.call(versions),
+            call,
             output: None,
             invoke_ns: invoke,
             complete_ns: Some(complete),
@@ -403,7 +412,7 @@ fn random_history(rng: &mut Rng, honest: bool, versions: bool) -> KvHistory {
         if refused[i] {
             continue;
         }
-        if rng.chance(20) {
+        if rng.chance(30) {
             op.output = None;
             if rng.chance(50) {
                 op.complete_ns = None;

@@ -617,3 +617,19 @@ fn tiny_bounds_answer_unknown() {
     assert!(full.is_not_linearizable(), "{full}");
     assert!(stats.states < 1 << 16, "{stats:?}");
 }
+
+#[test]
+fn identical_unknown_operations_are_interchangeable() {
+    // Sixteen unknown increments, none of which applied: without the
+    // symmetry reduction the search walks all 2^16 subsets of them before
+    // finding the empty one.
+    let mut ops: Vec<KvOperation> = (0..16).map(|i| unknown(i, incr_call("c", 1), i)).collect();
+    ops.push(incr(99, "c", 1, 1, (100, 101)));
+    // And sixteen unknown, unread appends of one length: two applied.
+    ops.extend((0..16).map(|i| unknown(i, append_call("a", &format!("{:02};", i)), i)));
+    ops.push(append(99, "a", "zz;", 9, (100, 101)));
+    let history = KvHistory::new(ops).expect("valid history");
+    let (result, stats) = check_with_stats(&history, &Bounds::default());
+    assert!(result.is_linearizable(), "{}", result.describe(&history));
+    assert!(stats.states < 200, "{stats:?}");
+}

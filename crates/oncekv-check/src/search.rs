@@ -1,6 +1,6 @@
 //! The Wing–Gong/Lowe/Porcupine search itself, independent of what the
 //! operations do: the entry list, the depth-first walk, the memo table and
-//! the bounds. A [`Model`] says what each operation does to a state; the
+//! the bounds. A `Model` says what each operation does to a state; the
 //! search only ever sees states as `u32` ids the model hands out (the
 //! register model uses interned values, the KV model interned key maps).
 //!
@@ -32,7 +32,7 @@
 //!   place comes after at least `i + 1` invocations of the class). This
 //!   turns the `2^k` subsets of `k` such operations into `k + 1`.
 //!
-//! The walk checks the clock every [`CLOCK_INTERVAL`] steps and stops at
+//! The walk checks the clock every 1024 steps and stops at
 //! the memo table's cap; the callers turn either into "unknown".
 
 use std::time::Instant;

@@ -20,7 +20,9 @@
 //! * **Bounds.** The same [`Bounds`] as the register search: a wall-clock
 //!   budget for the whole history and a cap on the configurations
 //!   memoised per partition; hitting either is [`KvVerdict::Unknown`],
-//!   never a pass.
+//!   never a pass. Besides the memo's configurations, the KV model keeps
+//!   each distinct state it reaches (one `u32` per key of the partition,
+//!   held twice), at most one per configuration.
 //!
 //! Everything starts absent: the history is taken to hold every write the
 //! store saw.

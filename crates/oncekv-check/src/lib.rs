@@ -12,7 +12,9 @@
 //!   tokens), [`checkers::replies`] (retries get the original reply),
 //!   [`checkers::counters`] (acknowledged plus a subset of unknown
 //!   increments), [`checkers::session_expiry`] (nothing applies after
-//!   expiry) and [`checkers::linearizable_registers`] (PUT/GET/CAS).
+//!   expiry), [`checkers::linearizable_kv`] (every key operation, the
+//!   linearizability verdict `verify` uses) and
+//!   [`checkers::linearizable_registers`] (PUT/GET/CAS alone).
 //! * [`coverage`]: whether the dangerous paths were exercised, and the
 //!   run's overall verdict: a checker failure is `Fail`; anything
 //!   undecided or under-exercised is `Inconclusive`, never `Pass`.
@@ -20,10 +22,15 @@
 //!   with a timeline.
 //! * [`verify`]: runs all of the above on a record.
 //!
-//! Underneath, [`history`] models register histories, [`linearizability`]
-//! decides whether such a history could have come from atomic registers,
-//! within a time and memory budget, and [`jepsen`] reads the Jepsen etcd
-//! register log format, used to validate that checker against recorded
+//! Underneath, [`history`] models register histories and
+//! [`linearizability`] decides whether such a history could have come from
+//! atomic registers; [`kv_history`] models whole key-value histories
+//! (get, put, delete, append, incr, cas, prefixes, multi-key transactions)
+//! and [`kv_linearizability`] decides them against the store's sequential
+//! model (`kv_model`), partitioned by the keys transactions link. Both run
+//! the same bounded, memoised search (`search`: Wing–Gong/Lowe/Porcupine,
+//! Unknown rather than a false pass). [`jepsen`] reads the Jepsen etcd
+//! register log format, used to validate the search against recorded
 //! histories.
 //!
 //! ```
@@ -75,9 +82,13 @@ pub mod checkers;
 pub mod coverage;
 pub mod history;
 pub mod jepsen;
+pub mod kv_history;
+pub mod kv_linearizability;
+pub mod kv_model;
 pub mod linearizability;
 pub mod record;
 pub mod report;
+pub mod search;
 pub mod verify;
 
 pub use history::{Call, ClientId, History, HistoryError, Key, Operation, Output, Value};

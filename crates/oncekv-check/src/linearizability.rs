@@ -8,30 +8,19 @@
 //! * **P-compositionality.** Registers are independent, so the history is
 //!   split per key and each partition is checked alone, smallest first; the
 //!   whole is linearizable exactly when every partition is.
-//! * **Entry list.** A partition becomes a doubly linked list of call and
-//!   return entries in real-time order (calls before returns on equal
-//!   times). A depth-first search walks it: at a call it tries to linearize
-//!   that operation next (the register model must accept its output); on
-//!   success both of its entries are *lifted* out of the list and the walk
-//!   restarts from the head. Reaching a return entry means the operation it
-//!   closes should have been linearized already, so the search backtracks:
-//!   it pops the last choice, *unlifts* its entries and moves past it.
-//! * **Memoisation.** Each configuration reached, the set of linearized
-//!   operations (a bitset of `u64` words) with the register's value, is
-//!   kept in a compact open-addressing table keyed by an incrementally
-//!   updated Zobrist hash; a configuration seen before is never explored
-//!   again.
-//! * **Unknown outcomes.** An operation whose outcome is unknown gets its
-//!   return entry at +∞. It may be linearized at any point after its call,
-//!   or never: once the walk meets a +∞ return entry every completed
-//!   operation has been placed, and the rest are taken not to have happened.
-//!   Unknown reads constrain nothing and are dropped up front.
+//! * **The search.** Each partition goes through [`crate::search`] (entry
+//!   list, depth-first walk, memo table of configurations) with the
+//!   register model below: the state is the register's interned value.
+//! * **Unknown outcomes.** An operation whose outcome is unknown may be
+//!   linearized at any point after its call, or never. Unknown reads
+//!   constrain nothing and are dropped up front.
 //!
 //! The search is bounded by a wall-clock budget and by the number of
 //! memoised configurations ([`Bounds`]); a search that hits either bound
 //! reports [`Verdict::Unknown`], never a pass.
 
 use crate::history::{Call, History, Key, Operation, Output, Value};
+use crate::search::{Interval, Model, Outcome, Search};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -260,15 +249,22 @@ pub fn check_with_stats(history: &History, bounds: &Bounds) -> (Verdict, SearchS
     let mut undecided = None;
     for (key, indices) in partitions {
         stats.partitions += 1;
-        let mut search = Search::new(history.operations(), indices);
-        let outcome = search.run(deadline, bounds.max_states);
-        let states = search.memo.len();
+        let (mut model, intervals) = compile(history.operations(), &indices);
+        let mut search = Search::new(&intervals);
+        let outcome = search.run(&mut model, ABSENT, deadline, bounds.max_states);
+        let states = search.states();
         stats.states += states;
         stats.max_partition_states = stats.max_partition_states.max(states);
         match outcome {
             Outcome::Linearizable => {}
-            Outcome::NotLinearizable(explanation) => {
+            Outcome::NotLinearizable(failure) => {
                 stats.elapsed = started.elapsed();
+                let origin = |local: usize| indices.get(local).copied().unwrap_or(usize::MAX);
+                let explanation = Explanation {
+                    longest_prefix: failure.longest_prefix.iter().map(|&l| origin(l)).collect(),
+                    value_after_prefix: model.value_of(failure.state_after_prefix),
+                    blocked: failure.blocked.map(origin),
+                };
                 let verdict = Verdict::NotLinearizable {
                     key: key.to_vec(),
                     explanation,
@@ -306,7 +302,7 @@ type State = u32;
 const ABSENT: State = 0;
 
 /// An operation compiled against the partition's interned values.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Step {
     /// A read that returned this value.
     Read(State),
@@ -334,352 +330,81 @@ impl Step {
     }
 }
 
-enum Outcome {
-    Linearizable,
-    NotLinearizable(Explanation),
-    OutOfTime,
-    OutOfStates,
-}
-
-/// The entry list sentinels.
-const HEAD: u32 = 0;
-
-/// How many search steps run between clock checks.
-const CLOCK_INTERVAL: u32 = 1 << 10;
-
-/// One saved choice: the call entry linearized and the state before it.
-#[derive(Clone, Copy, Debug)]
-struct Frame {
-    entry: u32,
-    state: State,
-}
-
-/// The search over one partition.
-struct Search {
-    /// History positions of the partition's operations (local index →
-    /// history index).
-    origin: Vec<usize>,
-    /// Compiled operations, by local index.
+/// The register model of one partition: its compiled steps and interned
+/// values (state `n` is `values[n - 1]`).
+struct Register {
     steps: Vec<Step>,
-    /// Interned values (state `n` is `values[n - 1]`).
     values: Vec<Value>,
-    /// Whether the local operation's outcome is unknown.
-    unknown: Vec<bool>,
-    /// Zobrist keys, by local index.
-    zobrist: Vec<u64>,
-    /// Entry list: `next`/`prev` links, the local operation of each entry,
-    /// whether it is a call, and a call's return entry. Entry 0 is the
-    /// head, the last one the tail.
-    next: Vec<u32>,
-    prev: Vec<u32>,
-    op_of: Vec<u32>,
-    is_call: Vec<bool>,
-    partner: Vec<u32>,
-    tail: u32,
-    memo: Memo,
 }
 
-impl Search {
-    fn new(operations: &[Operation], origin: Vec<usize>) -> Self {
-        let mut interned: HashMap<Value, State> = HashMap::new();
-        let mut values: Vec<Value> = Vec::new();
-        let mut intern = |value: &[u8]| -> State {
-            if let Some(&state) = interned.get(value) {
-                return state;
-            }
-            values.push(value.to_vec());
-            // At most two values per operation, and History caps the
-            // operation count well below u32::MAX / 2.
-            let state = State::try_from(values.len()).unwrap_or(State::MAX);
-            interned.insert(value.to_vec(), state);
-            state
-        };
-        let mut steps = Vec::with_capacity(origin.len());
-        let mut unknown = Vec::with_capacity(origin.len());
-        for &index in &origin {
-            let Some(op) = operations.get(index) else {
-                continue;
-            };
-            let step = match (&op.call, &op.output) {
-                (Call::Read, Some(Output::Read(value))) => {
-                    Step::Read(value.as_deref().map_or(ABSENT, &mut intern))
-                }
-                (Call::Write(value), _) => Step::Write(intern(value)),
-                (Call::Cas { expected, new }, output) => {
-                    let expected = expected.as_deref().map_or(ABSENT, &mut intern);
-                    let new = intern(new);
-                    match output {
-                        Some(Output::Cas { swapped: false }) => Step::CasKept { expected },
-                        None => Step::CasMaybe { expected, new },
-                        _ => Step::CasSwapped { expected, new },
-                    }
-                }
-                // Unknown reads are filtered out by the caller and History
-                // rules out mismatched outputs; treat anything else as a
-                // read of absent so the search stays total.
-                (Call::Read, _) => Step::Read(ABSENT),
-            };
-            steps.push(step);
-            unknown.push(op.output.is_none());
-        }
-
-        let count = steps.len();
-        // Events: (return at +inf, time, is return, local op).
-        let mut events: Vec<(bool, u64, bool, u32)> = Vec::with_capacity(2 * count);
-        for (local, &index) in origin.iter().enumerate() {
-            let Some(op) = operations.get(index) else {
-                continue;
-            };
-            let local = local_u32(local);
-            events.push((false, op.invoke_ns, false, local));
-            match (op.output.is_some(), op.complete_ns) {
-                (true, Some(at)) => events.push((false, at, true, local)),
-                _ => events.push((true, 0, true, local)),
-            }
-        }
-        events.sort_unstable();
-
-        let entries = events.len() + 2;
-        let tail = local_u32(entries - 1);
-        let mut next = Vec::with_capacity(entries);
-        let mut prev = Vec::with_capacity(entries);
-        let mut op_of = vec![0; entries];
-        let mut is_call = vec![false; entries];
-        let mut partner = vec![0; entries];
-        let mut return_entry = vec![0; count];
-        for entry in 0..entries {
-            next.push(local_u32(entry + 1).min(tail));
-            prev.push(local_u32(entry.saturating_sub(1)));
-        }
-        for (position, &(_, _, is_return, local)) in events.iter().enumerate() {
-            let entry = position + 1;
-            op_of[entry] = local;
-            is_call[entry] = !is_return;
-            if is_return {
-                return_entry[local as usize] = local_u32(entry);
-            }
-        }
-        for entry in 1..entries - 1 {
-            if is_call[entry] {
-                partner[entry] = return_entry[op_of[entry] as usize];
-            }
-        }
-
-        let mut seed = 0x6f6e_6365_6b76_u64 ^ (count as u64).rotate_left(32);
-        let zobrist = (0..count).map(|_| splitmix64(&mut seed)).collect();
-
-        Self {
-            origin,
-            steps,
-            values,
-            unknown,
-            zobrist,
-            next,
-            prev,
-            op_of,
-            is_call,
-            partner,
-            tail,
-            memo: Memo::new(count.div_ceil(64)),
-        }
-    }
-
-    fn lift(&mut self, call: u32) {
-        let ret = self.partner[call as usize];
-        for entry in [call, ret] {
-            let (p, n) = (self.prev[entry as usize], self.next[entry as usize]);
-            self.next[p as usize] = n;
-            self.prev[n as usize] = p;
-        }
-    }
-
-    fn unlift(&mut self, call: u32) {
-        let ret = self.partner[call as usize];
-        for entry in [ret, call] {
-            let (p, n) = (self.prev[entry as usize], self.next[entry as usize]);
-            self.next[p as usize] = entry;
-            self.prev[n as usize] = entry;
-        }
-    }
-
+impl Register {
     fn value_of(&self, state: State) -> Option<Value> {
         let index = usize::try_from(state).ok()?.checked_sub(1)?;
         self.values.get(index).cloned()
     }
+}
 
-    fn run(&mut self, deadline: Option<Instant>, max_states: usize) -> Outcome {
-        let mut bits = vec![0u64; self.memo.words];
-        let mut hash = 0u64;
-        let mut state = ABSENT;
-        let mut stack: Vec<Frame> = Vec::with_capacity(self.steps.len());
-        let mut best: Option<Explanation> = None;
-        let mut clock = 0u32;
+impl Model for Register {
+    fn step(&mut self, local: usize, state: u32, _choice: u32) -> Option<u32> {
+        self.steps.get(local)?.apply(state)
+    }
+}
 
-        let mut entry = self.next[HEAD as usize];
-        loop {
-            if entry == self.tail {
-                return Outcome::Linearizable;
+/// Compiles the operations of one partition (history positions
+/// `origin`) into the register model and their intervals.
+fn compile(operations: &[Operation], origin: &[usize]) -> (Register, Vec<Interval>) {
+    let mut interned: HashMap<Value, State> = HashMap::new();
+    let mut values: Vec<Value> = Vec::new();
+    let mut intern = |value: &[u8]| -> State {
+        if let Some(&state) = interned.get(value) {
+            return state;
+        }
+        values.push(value.to_vec());
+        // At most two values per operation, and History caps the
+        // operation count well below u32::MAX / 2.
+        let state = State::try_from(values.len()).unwrap_or(State::MAX);
+        interned.insert(value.to_vec(), state);
+        state
+    };
+    let mut steps = Vec::with_capacity(origin.len());
+    let mut intervals = Vec::with_capacity(origin.len());
+    // Unknown operations with the same step are interchangeable.
+    let mut classes: HashMap<Step, u32> = HashMap::new();
+    for &index in origin {
+        let Some(op) = operations.get(index) else {
+            continue;
+        };
+        let step = match (&op.call, &op.output) {
+            (Call::Read, Some(Output::Read(value))) => {
+                Step::Read(value.as_deref().map_or(ABSENT, &mut intern))
             }
-            if clock == 0 && deadline.is_some_and(|d| Instant::now() >= d) {
-                return Outcome::OutOfTime;
-            }
-            clock = (clock + 1) % CLOCK_INTERVAL;
-
-            let local = self.op_of[entry as usize] as usize;
-            if self.is_call[entry as usize] {
-                if let Some(new_state) = self.steps[local].apply(state) {
-                    let (word, bit) = (local / 64, 1u64 << (local % 64));
-                    bits[word] |= bit;
-                    hash ^= self.zobrist[local];
-                    match self.memo.insert(&bits, new_state, hash, max_states) {
-                        Insert::New => {
-                            stack.push(Frame { entry, state });
-                            state = new_state;
-                            self.lift(entry);
-                            entry = self.next[HEAD as usize];
-                            continue;
-                        }
-                        Insert::Seen => {}
-                        Insert::Full => return Outcome::OutOfStates,
-                    }
-                    bits[word] &= !bit;
-                    hash ^= self.zobrist[local];
+            (Call::Write(value), _) => Step::Write(intern(value)),
+            (Call::Cas { expected, new }, output) => {
+                let expected = expected.as_deref().map_or(ABSENT, &mut intern);
+                let new = intern(new);
+                match output {
+                    Some(Output::Cas { swapped: false }) => Step::CasKept { expected },
+                    None => Step::CasMaybe { expected, new },
+                    _ => Step::CasSwapped { expected, new },
                 }
-                entry = self.next[entry as usize];
-                continue;
             }
-
-            if self.unknown[local] {
-                // Every completed operation is placed; the unknown ones left
-                // over are taken never to have happened.
-                return Outcome::Linearizable;
-            }
-            if best
-                .as_ref()
-                .is_none_or(|b| stack.len() > b.longest_prefix.len())
-            {
-                best = Some(Explanation {
-                    longest_prefix: stack
-                        .iter()
-                        .map(|frame| self.origin[self.op_of[frame.entry as usize] as usize])
-                        .collect(),
-                    value_after_prefix: self.value_of(state),
-                    blocked: Some(self.origin[local]),
-                });
-            }
-            let Some(frame) = stack.pop() else {
-                return Outcome::NotLinearizable(best.unwrap_or(Explanation {
-                    longest_prefix: Vec::new(),
-                    value_after_prefix: None,
-                    blocked: None,
-                }));
-            };
-            let undone = self.op_of[frame.entry as usize] as usize;
-            bits[undone / 64] &= !(1u64 << (undone % 64));
-            hash ^= self.zobrist[undone];
-            state = frame.state;
-            self.unlift(frame.entry);
-            entry = self.next[frame.entry as usize];
-        }
+            // Unknown reads are filtered out by the caller and History
+            // rules out mismatched outputs; treat anything else as a
+            // read of absent so the search stays total.
+            (Call::Read, _) => Step::Read(ABSENT),
+        };
+        steps.push(step);
+        let class = op.output.is_none().then(|| {
+            let next = u32::try_from(classes.len()).unwrap_or(u32::MAX - 1);
+            *classes.entry(step).or_insert(next)
+        });
+        intervals.push(Interval {
+            invoke_ns: op.invoke_ns,
+            complete_ns: op.output.as_ref().and(op.complete_ns),
+            class,
+        });
     }
-}
-
-fn local_u32(index: usize) -> u32 {
-    // Partitions hold at most History::MAX_OPERATIONS operations, so their
-    // entry indices fit.
-    u32::try_from(index).unwrap_or(u32::MAX)
-}
-
-fn splitmix64(seed: &mut u64) -> u64 {
-    *seed = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *seed;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-fn mix_state(hash: u64, state: State) -> u64 {
-    let mut z = hash ^ u64::from(state).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 29)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z ^ (z >> 32)
-}
-
-enum Insert {
-    New,
-    Seen,
-    Full,
-}
-
-/// The set of visited configurations: an open-addressing hash table of
-/// indices into a flat arena of records `[hash, state, bitset words...]`.
-struct Memo {
-    words: usize,
-    stride: usize,
-    records: Vec<u64>,
-    /// 0 is empty; otherwise record index + 1.
-    slots: Vec<u32>,
-    len: usize,
-}
-
-impl Memo {
-    fn new(words: usize) -> Self {
-        Self {
-            words,
-            stride: words + 2,
-            records: Vec::new(),
-            slots: vec![0; 1 << 10],
-            len: 0,
-        }
-    }
-
-    fn len(&self) -> usize {
-        self.len
-    }
-
-    fn insert(&mut self, bits: &[u64], state: State, bits_hash: u64, max_states: usize) -> Insert {
-        let hash = mix_state(bits_hash, state);
-        let mask = self.slots.len() - 1;
-        let mut slot = (hash as usize) & mask;
-        loop {
-            let occupant = self.slots[slot];
-            if occupant == 0 {
-                break;
-            }
-            let start = (occupant as usize - 1) * self.stride;
-            let record = &self.records[start..start + self.stride];
-            if record[0] == hash && record[1] == u64::from(state) && &record[2..] == bits {
-                return Insert::Seen;
-            }
-            slot = (slot + 1) & mask;
-        }
-        if self.len >= max_states || self.len >= u32::MAX as usize - 1 {
-            return Insert::Full;
-        }
-        self.records.push(hash);
-        self.records.push(u64::from(state));
-        self.records.extend_from_slice(bits);
-        self.len += 1;
-        self.slots[slot] = local_u32(self.len);
-        if self.len * 2 > self.slots.len() {
-            self.grow();
-        }
-        Insert::New
-    }
-
-    fn grow(&mut self) {
-        let size = self.slots.len() * 2;
-        let mask = size - 1;
-        let mut slots = vec![0u32; size];
-        for index in 0..self.len {
-            let hash = self.records[index * self.stride];
-            let mut slot = (hash as usize) & mask;
-            while slots[slot] != 0 {
-                slot = (slot + 1) & mask;
-            }
-            slots[slot] = local_u32(index + 1);
-        }
-        self.slots = slots;
-    }
+    (Register { steps, values }, intervals)
 }
 
 #[cfg(test)]
@@ -993,25 +718,5 @@ mod tests {
         let (result, stats) = check_with_stats(&history, &Bounds::default());
         assert!(result.is_not_linearizable(), "{result}");
         assert!(stats.states < 1 << 16, "{stats:?}");
-    }
-
-    #[test]
-    fn memo_grows_past_its_initial_table() {
-        let mut memo = Memo::new(1);
-        for i in 0..5000u64 {
-            let bits = [i];
-            assert!(matches!(
-                memo.insert(&bits, 3, i.wrapping_mul(31), usize::MAX),
-                Insert::New
-            ));
-        }
-        for i in 0..5000u64 {
-            let bits = [i];
-            assert!(matches!(
-                memo.insert(&bits, 3, i.wrapping_mul(31), usize::MAX),
-                Insert::Seen
-            ));
-        }
-        assert_eq!(memo.len(), 5000);
     }
 }

@@ -41,11 +41,13 @@ mod events;
 mod file;
 mod ids;
 mod model;
+mod txn;
 
 pub use events::*;
 pub use file::*;
 pub use ids::*;
 pub use model::*;
+pub use txn::*;
 
 /// One operation, folded from its invocation and completion.
 #[derive(Clone, Debug, PartialEq, Eq)]

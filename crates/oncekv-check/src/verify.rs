@@ -5,10 +5,16 @@
 //! the run) and a [`VerifyConfig`], runs the five checkers, counts
 //! coverage, and returns the typed verdicts together with the [`Report`]
 //! and its overall [`RunVerdict`](crate::coverage::RunVerdict).
+//!
+//! Linearizability is judged by [`linearizable_kv`] over every key
+//! operation. The register checker
+//! ([`crate::checkers::linearizable_registers`]) is not run: every history
+//! it would check is part of the KV history, checked there with more
+//! constraints.
 
 use crate::checkers::counters::{self, CountersOptions, CountersVerdict};
 use crate::checkers::exactly_once::{self, ExactlyOnceVerdict, TokenFormat};
-use crate::checkers::linearizable_registers::{self, RegistersVerdict};
+use crate::checkers::linearizable_kv::{self, KvCheckVerdict};
 use crate::checkers::replies::{self, RepliesVerdict};
 use crate::checkers::session_expiry::{self, SessionExpiryVerdict};
 use crate::checkers::{CheckerSummary, CheckerVerdict};
@@ -24,8 +30,8 @@ pub struct VerifyConfig {
     pub tokens: TokenFormat,
     /// Bounds of the counters' subset-sum search.
     pub counters: CountersOptions,
-    /// Bounds of the register linearizability search.
-    pub registers: Bounds,
+    /// Bounds of the KV linearizability search.
+    pub linearizability: Bounds,
     /// What the run must exercise to pass.
     pub coverage: CoverageRequirements,
 }
@@ -41,8 +47,8 @@ pub struct Verification {
     pub counters: CountersVerdict,
     /// Nothing ran after its session expired.
     pub session_expiry: SessionExpiryVerdict,
-    /// Registers are linearizable.
-    pub registers: RegistersVerdict,
+    /// Key operations are linearizable.
+    pub kv: KvCheckVerdict,
     /// The summary of it all, with coverage and the overall verdict.
     pub report: Report,
 }
@@ -55,7 +61,7 @@ impl Verification {
             &self.replies,
             &self.counters,
             &self.session_expiry,
-            &self.registers,
+            &self.kv,
         )
     }
 }
@@ -65,14 +71,14 @@ fn summaries(
     replies: &RepliesVerdict,
     counters: &CountersVerdict,
     session_expiry: &SessionExpiryVerdict,
-    registers: &RegistersVerdict,
+    kv: &KvCheckVerdict,
 ) -> Vec<CheckerSummary> {
     vec![
         exactly_once.summary(),
         replies.summary(),
         counters.summary(),
         session_expiry.summary(),
-        registers.summary(),
+        kv.summary(),
     ]
 }
 
@@ -83,21 +89,15 @@ pub fn verify(record: &Record, config: &VerifyConfig) -> Verification {
     let replies = replies::check(record);
     let counters = counters::check(record, finals, &config.counters);
     let session_expiry = session_expiry::check(record, finals, config.tokens);
-    let registers = linearizable_registers::check(record, &config.registers);
-    let checks = summaries(
-        &exactly_once,
-        &replies,
-        &counters,
-        &session_expiry,
-        &registers,
-    );
+    let kv = linearizable_kv::check(record, config.tokens, &config.linearizability);
+    let checks = summaries(&exactly_once, &replies, &counters, &session_expiry, &kv);
     let report = Report::new(record, checks, &config.coverage);
     Verification {
         exactly_once,
         replies,
         counters,
         session_expiry,
-        registers,
+        kv,
         report,
     }
 }

@@ -17,6 +17,12 @@
 //!
 //! Keys also touched by APPEND or INCR are not registers and are skipped
 //! (and named in the verdict).
+//!
+//! [`crate::verify`] no longer runs this checker: [`super::linearizable_kv`]
+//! checks every history this one would, with more constraints (a put's
+//! previous value) and without skipping keys. It stays for callers that
+//! want the register view alone, next to the register search that the
+//! Jepsen etcd histories validate.
 
 use super::{CheckerVerdict, Status};
 use crate::history::{Call, History, HistoryError, Operation, Output};

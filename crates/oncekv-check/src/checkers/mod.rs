@@ -16,11 +16,17 @@
 //!   unknown ones; session counters return exactly `1..=N`;
 //! * [`session_expiry`]: nothing applies on a session after its client was
 //!   told it expired;
+//! * [`linearizable_kv`]: every key operation (GET, PUT, DELETE, APPEND,
+//!   INCR, CAS, transactions) through the KV linearizability checker; the
+//!   one [`crate::verify`] runs;
 //! * [`linearizable_registers`]: PUT/GET/CAS histories through the
-//!   register linearizability checker.
+//!   register linearizability checker, skipping keys also appended or
+//!   incremented (kept for callers that want the register view alone;
+//!   `linearizable_kv` subsumes it).
 
 pub mod counters;
 pub mod exactly_once;
+pub mod linearizable_kv;
 pub mod linearizable_registers;
 pub mod replies;
 pub mod session_expiry;

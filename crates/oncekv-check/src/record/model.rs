@@ -46,6 +46,13 @@ pub enum Op {
         /// The key.
         key: Bytes,
     },
+    /// Remove `key`.
+    Delete {
+        /// The key.
+        key: Bytes,
+    },
+    /// An atomic transaction over several keys.
+    Txn(Txn),
     /// Create the lease `name`.
     LeaseGrant {
         /// The lease's name.
@@ -68,8 +75,11 @@ impl Op {
             | Self::Incr { key, .. }
             | Self::Cas { key, .. }
             | Self::Put { key, .. }
-            | Self::Get { key } => Some(key),
-            Self::LeaseGrant { .. } | Self::LeaseRevoke { .. } => None,
+            | Self::Get { key }
+            | Self::Delete { key } => Some(key),
+            // A transaction touches many keys; the KV checker reads them
+            // from its compares and operations.
+            Self::Txn(_) | Self::LeaseGrant { .. } | Self::LeaseRevoke { .. } => None,
         }
     }
 
@@ -81,6 +91,8 @@ impl Op {
             Self::Cas { .. } => "cas",
             Self::Put { .. } => "put",
             Self::Get { .. } => "get",
+            Self::Delete { .. } => "delete",
+            Self::Txn(_) => "txn",
             Self::LeaseGrant { .. } => "lease_grant",
             Self::LeaseRevoke { .. } => "lease_revoke",
         }
@@ -88,6 +100,14 @@ impl Op {
 
     /// Whether `reply` is a reply this operation can get.
     pub fn accepts(&self, reply: &Reply) -> bool {
+        if let (Self::Txn(txn), Reply::Txn { succeeded, results }) = (self, reply) {
+            let branch = txn.branch(*succeeded);
+            return branch.len() == results.len()
+                && branch
+                    .iter()
+                    .zip(results)
+                    .all(|(op, result)| op.accepts(result));
+        }
         matches!(
             (self, reply),
             (_, Reply::Rejected { .. })
@@ -96,6 +116,7 @@ impl Op {
                 | (Self::Cas { .. }, Reply::Cas { .. })
                 | (Self::Put { .. }, Reply::Put { .. })
                 | (Self::Get { .. }, Reply::Get { .. })
+                | (Self::Delete { .. }, Reply::Delete { .. })
                 | (Self::LeaseGrant { .. }, Reply::LeaseGranted { .. })
                 | (Self::LeaseRevoke { .. }, Reply::LeaseRevoked { .. })
         )
@@ -113,6 +134,22 @@ impl fmt::Display for Op {
             },
             Self::Put { key, value } => write!(f, "put {key} {value}"),
             Self::Get { key } => write!(f, "get {key}"),
+            Self::Delete { key } => write!(f, "delete {key}"),
+            Self::Txn(txn) => {
+                f.write_str("txn if")?;
+                for compare in &txn.compares {
+                    write!(f, " [{compare}]")?;
+                }
+                f.write_str(" then")?;
+                for op in &txn.success {
+                    write!(f, " [{op}]")?;
+                }
+                f.write_str(" else")?;
+                for op in &txn.failure {
+                    write!(f, " [{op}]")?;
+                }
+                Ok(())
+            }
             Self::LeaseGrant { name, ttl_ms } => write!(f, "lease-grant {name} {ttl_ms}ms"),
             Self::LeaseRevoke { name } => write!(f, "lease-revoke {name}"),
         }
@@ -136,6 +173,20 @@ pub enum Reply {
         /// The value, if present.
         #[serde(default)]
         value: Option<Bytes>,
+    },
+    /// `Delete`: the previous value.
+    Delete {
+        /// The value before, if any.
+        #[serde(default)]
+        previous: Option<Bytes>,
+    },
+    /// `Txn`: which branch ran and one result per operation of it.
+    Txn {
+        /// Whether every compare held (the success branch ran).
+        succeeded: bool,
+        /// The results of the branch's operations, in order.
+        #[serde(default)]
+        results: Vec<TxnOpResult>,
     },
     /// `Append`: the value's length after the append.
     Append {
@@ -196,6 +247,11 @@ impl fmt::Display for Reply {
         match self {
             Self::Put { previous } => write!(f, "put (previous {})", opt(previous)),
             Self::Get { value } => write!(f, "value {}", opt(value)),
+            Self::Delete { previous } => write!(f, "deleted (previous {})", opt(previous)),
+            Self::Txn { succeeded, results } => {
+                let branch = if *succeeded { "succeeded" } else { "failed" };
+                write!(f, "txn {branch} ({} results)", results.len())
+            }
             Self::Append { length } => write!(f, "length {length}"),
             Self::Incr { value } => write!(f, "value {value}"),
             Self::Cas { swapped, current } => {

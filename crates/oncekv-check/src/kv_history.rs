@@ -1,0 +1,447 @@
+//! The KV history model: what clients asked of the whole key-value store
+//! (get, put, delete, append, incr, cas, prefix reads and deletes, and
+//! multi-key transactions), what they were told, and when.
+//!
+//! A [`KvHistory`] is a validated list of [`KvOperation`]s. Each names its
+//! client, its [`KvCall`] (one [`TxnOp`] on its own, or a [`Txn`]), its
+//! [`KvOutput`] when the outcome is known, and its real-time interval. An
+//! operation with no output may have taken effect at any time after its
+//! invocation, or never. This module owns the data types and their
+//! invariants; what the operations do is [`crate::kv_model`]'s, and the
+//! search [`crate::kv_linearizability`]'s.
+//!
+//! The operations reuse the record's shapes ([`TxnOp`], [`TxnOpResult`],
+//! [`Txn`]): a single operation is exactly a transaction operation run on
+//! its own.
+
+use crate::history::ClientId;
+use crate::record::{Bytes, KeyRange, Txn, TxnOp, TxnOpResult};
+use std::collections::BTreeSet;
+use std::fmt;
+use thiserror::Error;
+
+/// What a client asked of the store.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum KvCall {
+    /// One operation on its own.
+    Op(TxnOp),
+    /// An atomic transaction.
+    Txn(Txn),
+}
+
+/// Where an operation reads or writes: one key, or every key under a
+/// prefix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Touch<'a> {
+    /// One key.
+    Key(&'a [u8]),
+    /// Every key under a prefix.
+    Prefix(&'a [u8]),
+}
+
+impl Touch<'_> {
+    /// Whether `key` is touched.
+    pub fn covers(self, key: &[u8]) -> bool {
+        match self {
+            Self::Key(k) => k == key,
+            Self::Prefix(p) => key.starts_with(p),
+        }
+    }
+}
+
+fn op_touch(op: &TxnOp) -> Touch<'_> {
+    match op {
+        TxnOp::Put { key, .. }
+        | TxnOp::Delete { key }
+        | TxnOp::Get { key }
+        | TxnOp::Append { key, .. }
+        | TxnOp::Incr { key, .. }
+        | TxnOp::Cas { key, .. } => Touch::Key(key.as_slice()),
+        TxnOp::DeletePrefix { prefix } | TxnOp::GetPrefix { prefix } => {
+            Touch::Prefix(prefix.as_slice())
+        }
+    }
+}
+
+impl KvCall {
+    /// Every key or prefix the call reads or writes, in either branch.
+    pub fn touches(&self) -> Vec<Touch<'_>> {
+        match self {
+            Self::Op(op) => vec![op_touch(op)],
+            Self::Txn(txn) => txn
+                .compares
+                .iter()
+                .map(|compare| match &compare.range {
+                    KeyRange::Key(key) => Touch::Key(key.as_slice()),
+                    KeyRange::Prefix(prefix) => Touch::Prefix(prefix.as_slice()),
+                })
+                .chain(txn.success.iter().chain(&txn.failure).map(op_touch))
+                .collect(),
+        }
+    }
+
+    /// The keys of `universe` the call touches.
+    pub fn keys_in<'u>(&self, universe: &'u BTreeSet<Vec<u8>>) -> BTreeSet<&'u [u8]> {
+        let mut keys = BTreeSet::new();
+        for touch in self.touches() {
+            match touch {
+                Touch::Key(key) => {
+                    if let Some(found) = universe.get(key) {
+                        keys.insert(found.as_slice());
+                    }
+                }
+                Touch::Prefix(prefix) => keys.extend(
+                    universe
+                        .range(prefix.to_vec()..)
+                        .take_while(|key| key.starts_with(prefix))
+                        .map(Vec::as_slice),
+                ),
+            }
+        }
+        keys
+    }
+
+    /// Whether it can change the store (anything but reads).
+    pub fn may_write(&self) -> bool {
+        match self {
+            Self::Op(op) => !op.is_read(),
+            Self::Txn(txn) => txn
+                .success
+                .iter()
+                .chain(&txn.failure)
+                .any(|op| !op.is_read()),
+        }
+    }
+
+    /// Whether it is a plain append (on its own, not in a transaction).
+    pub fn is_append(&self) -> bool {
+        matches!(self, Self::Op(TxnOp::Append { .. }))
+    }
+}
+
+/// What a client was told when its operation completed.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum KvOutput {
+    /// It took effect within its interval, with a result that was not
+    /// recorded (any result is accepted, a deterministic refusal included).
+    Acknowledged,
+    /// A single operation's result.
+    Op(TxnOpResult),
+    /// A transaction's branch and one result per operation of it.
+    Txn {
+        /// Whether every compare held.
+        succeeded: bool,
+        /// The branch's results, in order.
+        results: Vec<TxnOpResult>,
+    },
+}
+
+/// One client operation: its call, its outcome if known, and its interval.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct KvOperation {
+    /// The client that issued it.
+    pub client: ClientId,
+    /// What was asked.
+    pub call: KvCall,
+    /// What the client was told; `None` when the outcome is unknown.
+    pub output: Option<KvOutput>,
+    /// When the call was issued.
+    pub invoke_ns: u64,
+    /// When the response arrived (required when `output` is known; ignored
+    /// otherwise).
+    pub complete_ns: Option<u64>,
+}
+
+fn fmt_result(f: &mut fmt::Formatter<'_>, result: &TxnOpResult) -> fmt::Result {
+    let opt = |value: &Option<Bytes>| {
+        value
+            .as_ref()
+            .map_or_else(|| "nil".to_owned(), |v| format!("{v:?}"))
+    };
+    match result {
+        TxnOpResult::Put { previous } => write!(f, "ok (previous {})", opt(previous)),
+        TxnOpResult::Delete { previous } => write!(f, "deleted (previous {})", opt(previous)),
+        TxnOpResult::DeletePrefix { deleted } => write!(f, "{deleted} deleted"),
+        TxnOpResult::Get { value } => f.write_str(&opt(value)),
+        TxnOpResult::GetPrefix { entries } => {
+            f.write_str("{")?;
+            for (i, entry) in entries.iter().enumerate() {
+                let sep = if i == 0 { "" } else { ", " };
+                write!(f, "{sep}{:?}: {:?}", entry.key, entry.value)?;
+            }
+            f.write_str("}")
+        }
+        TxnOpResult::Append { length } => write!(f, "length {length}"),
+        TxnOpResult::Incr { value } => write!(f, "{value}"),
+        TxnOpResult::Cas { swapped, current } => {
+            let verb = if *swapped { "swapped" } else { "not swapped" };
+            write!(f, "{verb} (now {})", opt(current))
+        }
+    }
+}
+
+impl fmt::Display for KvOperation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "client {} ", self.client)?;
+        match &self.call {
+            KvCall::Op(op) => write!(f, "{op}")?,
+            KvCall::Txn(txn) => write!(f, "{}", crate::record::Op::Txn(txn.clone()))?,
+        }
+        f.write_str(" => ")?;
+        match &self.output {
+            None => f.write_str("unknown")?,
+            Some(KvOutput::Acknowledged) => f.write_str("ok")?,
+            Some(KvOutput::Op(result)) => fmt_result(f, result)?,
+            Some(KvOutput::Txn { succeeded, results }) => {
+                f.write_str(if *succeeded { "succeeded" } else { "failed" })?;
+                for result in results {
+                    f.write_str(" [")?;
+                    fmt_result(f, result)?;
+                    f.write_str("]")?;
+                }
+            }
+        }
+        write!(f, " [{}, ", self.invoke_ns)?;
+        match (&self.output, self.complete_ns) {
+            (Some(_), Some(at)) => write!(f, "{at}]"),
+            _ => f.write_str("inf)"),
+        }
+    }
+}
+
+/// Why a list of operations is not a valid [`KvHistory`].
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum KvHistoryError {
+    /// The output's kind does not answer the call's kind.
+    #[error("operation {index}: the output does not match the call")]
+    OutputMismatch {
+        /// Position of the operation in the list.
+        index: usize,
+    },
+    /// A transaction reported a different number of results than its
+    /// branch has operations.
+    #[error("operation {index}: the branch has {expected} operations but {got} results")]
+    ResultCount {
+        /// Position of the operation in the list.
+        index: usize,
+        /// Operations in the branch.
+        expected: usize,
+        /// Results reported.
+        got: usize,
+    },
+    /// A transaction result does not answer its operation.
+    #[error("operation {index}: result {position} does not answer its operation")]
+    ResultMismatch {
+        /// Position of the operation in the list.
+        index: usize,
+        /// Position of the result in the branch.
+        position: usize,
+    },
+    /// An operation with a known output has no completion time.
+    #[error("operation {index}: a completed operation needs a completion time")]
+    MissingCompletion {
+        /// Position of the operation in the list.
+        index: usize,
+    },
+    /// An operation completed before it was invoked.
+    #[error("operation {index}: completed at {complete_ns} before its invocation at {invoke_ns}")]
+    CompletedBeforeInvoked {
+        /// Position of the operation in the list.
+        index: usize,
+        /// Its invocation time.
+        invoke_ns: u64,
+        /// Its completion time.
+        complete_ns: u64,
+    },
+    /// The operation count does not fit the checker's 32-bit indices.
+    #[error("a history holds at most {max} operations, got {got}")]
+    TooLong {
+        /// The limit.
+        max: usize,
+        /// The number given.
+        got: usize,
+    },
+}
+
+/// A validated list of KV operations, in no particular order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KvHistory {
+    operations: Vec<KvOperation>,
+}
+
+impl KvHistory {
+    /// The most operations a history may hold.
+    pub const MAX_OPERATIONS: usize = (u32::MAX / 4) as usize;
+
+    /// Validates `operations`: every output answers its call (a
+    /// transaction's results match its branch one for one), every known
+    /// outcome has a completion time, and nothing completes before it is
+    /// invoked.
+    pub fn new(operations: Vec<KvOperation>) -> Result<Self, KvHistoryError> {
+        if operations.len() > Self::MAX_OPERATIONS {
+            return Err(KvHistoryError::TooLong {
+                max: Self::MAX_OPERATIONS,
+                got: operations.len(),
+            });
+        }
+        for (index, op) in operations.iter().enumerate() {
+            match (&op.call, &op.output) {
+                (_, None | Some(KvOutput::Acknowledged)) => {}
+                (KvCall::Op(call), Some(KvOutput::Op(result))) if call.accepts(result) => {}
+                (KvCall::Txn(txn), Some(KvOutput::Txn { succeeded, results })) => {
+                    let branch = txn.branch(*succeeded);
+                    if branch.len() != results.len() {
+                        return Err(KvHistoryError::ResultCount {
+                            index,
+                            expected: branch.len(),
+                            got: results.len(),
+                        });
+                    }
+                    if let Some(position) = branch
+                        .iter()
+                        .zip(results)
+                        .position(|(op, result)| !op.accepts(result))
+                    {
+                        return Err(KvHistoryError::ResultMismatch { index, position });
+                    }
+                }
+                _ => return Err(KvHistoryError::OutputMismatch { index }),
+            }
+            match op.complete_ns {
+                None if op.output.is_some() => {
+                    return Err(KvHistoryError::MissingCompletion { index });
+                }
+                Some(complete_ns) if complete_ns < op.invoke_ns => {
+                    return Err(KvHistoryError::CompletedBeforeInvoked {
+                        index,
+                        invoke_ns: op.invoke_ns,
+                        complete_ns,
+                    });
+                }
+                _ => {}
+            }
+        }
+        Ok(Self { operations })
+    }
+
+    /// The operations, in the order given; verdicts refer to them by
+    /// position in this slice.
+    pub fn operations(&self) -> &[KvOperation] {
+        &self.operations
+    }
+
+    /// How many operations the history holds.
+    pub fn len(&self) -> usize {
+        self.operations.len()
+    }
+
+    /// Whether the history holds no operation.
+    pub fn is_empty(&self) -> bool {
+        self.operations.is_empty()
+    }
+
+    /// Every key named by some operation (prefixes name none).
+    pub fn keys(&self) -> BTreeSet<Vec<u8>> {
+        self.operations
+            .iter()
+            .flat_map(|op| op.call.touches())
+            .filter_map(|touch| match touch {
+                Touch::Key(key) => Some(key.to_vec()),
+                Touch::Prefix(_) => None,
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{Compare, CompareOp, CompareTarget};
+
+    fn op(call: KvCall, output: Option<KvOutput>) -> KvOperation {
+        KvOperation {
+            client: 1,
+            call,
+            output,
+            invoke_ns: 0,
+            complete_ns: Some(1),
+        }
+    }
+
+    fn txn() -> Txn {
+        Txn {
+            compares: vec![Compare {
+                range: KeyRange::Prefix("a/".into()),
+                op: CompareOp::Equal,
+                target: CompareTarget::Exists(true),
+            }],
+            success: vec![TxnOp::Get { key: "b".into() }],
+            failure: vec![],
+        }
+    }
+
+    #[test]
+    fn results_must_answer_the_branch() {
+        let ok = op(
+            KvCall::Txn(txn()),
+            Some(KvOutput::Txn {
+                succeeded: true,
+                results: vec![TxnOpResult::Get { value: None }],
+            }),
+        );
+        assert!(KvHistory::new(vec![ok]).is_ok());
+        let short = op(
+            KvCall::Txn(txn()),
+            Some(KvOutput::Txn {
+                succeeded: true,
+                results: vec![],
+            }),
+        );
+        assert_eq!(
+            KvHistory::new(vec![short]),
+            Err(KvHistoryError::ResultCount {
+                index: 0,
+                expected: 1,
+                got: 0
+            })
+        );
+        let wrong = op(
+            KvCall::Txn(txn()),
+            Some(KvOutput::Txn {
+                succeeded: true,
+                results: vec![TxnOpResult::Incr { value: 1 }],
+            }),
+        );
+        assert_eq!(
+            KvHistory::new(vec![wrong]),
+            Err(KvHistoryError::ResultMismatch {
+                index: 0,
+                position: 0
+            })
+        );
+        let mismatch = op(
+            KvCall::Op(TxnOp::Get { key: "k".into() }),
+            Some(KvOutput::Op(TxnOpResult::Append { length: 1 })),
+        );
+        assert_eq!(
+            KvHistory::new(vec![mismatch]),
+            Err(KvHistoryError::OutputMismatch { index: 0 })
+        );
+    }
+
+    #[test]
+    fn prefixes_cover_the_keys_under_them() {
+        let history = KvHistory::new(vec![
+            op(KvCall::Op(TxnOp::Get { key: "a/1".into() }), None),
+            op(KvCall::Op(TxnOp::Get { key: "a/2".into() }), None),
+            op(KvCall::Op(TxnOp::Get { key: "b".into() }), None),
+            op(KvCall::Txn(txn()), None),
+        ])
+        .expect("valid");
+        let universe = history.keys();
+        let touched = KvCall::Txn(txn()).keys_in(&universe);
+        let touched: Vec<&[u8]> = touched.into_iter().collect();
+        assert_eq!(touched, vec![&b"a/1"[..], b"a/2", b"b"]);
+        assert!(!KvCall::Txn(txn()).may_write());
+    }
+}

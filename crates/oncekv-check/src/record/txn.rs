@@ -1,0 +1,288 @@
+//! A transaction as the history records it: [`Txn`] (compares, then the
+//! success or the failure branch), its [`Compare`]s and [`TxnOp`]s, and the
+//! [`TxnOpResult`] of each operation of the branch that ran. The shape
+//! mirrors the state machine's planned `Txn{compare, success, failure}`:
+//! keys are bytes; a compare tests a key or every key under a prefix.
+
+use super::*;
+
+/// An atomic transaction: when every compare holds, the `success`
+/// operations run, otherwise the `failure` ones, in order.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Txn {
+    /// The conditions, all of which must hold.
+    #[serde(default)]
+    pub compares: Vec<Compare>,
+    /// The operations run when they all hold.
+    #[serde(default)]
+    pub success: Vec<TxnOp>,
+    /// The operations run otherwise.
+    #[serde(default)]
+    pub failure: Vec<TxnOp>,
+}
+
+impl Txn {
+    /// The branch taken for `succeeded`.
+    pub fn branch(&self, succeeded: bool) -> &[TxnOp] {
+        if succeeded {
+            &self.success
+        } else {
+            &self.failure
+        }
+    }
+}
+
+/// What a compare looks at: one key, or every key under a prefix.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KeyRange {
+    /// One key.
+    Key(Bytes),
+    /// Every key starting with these bytes.
+    Prefix(Bytes),
+}
+
+impl fmt::Display for KeyRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Key(key) => write!(f, "{key}"),
+            Self::Prefix(prefix) => write!(f, "{prefix}*"),
+        }
+    }
+}
+
+/// How a compare relates the key's property to its operand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CompareOp {
+    /// `==`.
+    Equal,
+    /// `!=`.
+    NotEqual,
+    /// `<` (bytewise for values).
+    Less,
+    /// `>` (bytewise for values).
+    Greater,
+}
+
+impl CompareOp {
+    /// Whether `actual` relates to `operand` as this operator says.
+    pub fn holds<T: Ord + ?Sized>(self, actual: &T, operand: &T) -> bool {
+        match self {
+            Self::Equal => actual == operand,
+            Self::NotEqual => actual != operand,
+            Self::Less => actual < operand,
+            Self::Greater => actual > operand,
+        }
+    }
+
+    fn symbol(self) -> &'static str {
+        match self {
+            Self::Equal => "==",
+            Self::NotEqual => "!=",
+            Self::Less => "<",
+            Self::Greater => ">",
+        }
+    }
+}
+
+/// The property a compare tests, with its operand.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CompareTarget {
+    /// The value's bytes.
+    Value(Bytes),
+    /// How many times the key was written since it was created.
+    Version(u64),
+    /// The revision that created the key.
+    CreateRevision(u64),
+    /// The revision that last changed the key.
+    ModRevision(u64),
+    /// Whether the key exists (`false < true`).
+    Exists(bool),
+}
+
+/// One condition of a [`Txn`].
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Compare {
+    /// The key or prefix.
+    pub range: KeyRange,
+    /// The operator.
+    pub op: CompareOp,
+    /// The property and operand.
+    pub target: CompareTarget,
+}
+
+impl fmt::Display for Compare {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let symbol = self.op.symbol();
+        match &self.target {
+            CompareTarget::Value(value) => write!(f, "value({}) {symbol} {value}", self.range),
+            CompareTarget::Version(n) => write!(f, "version({}) {symbol} {n}", self.range),
+            CompareTarget::CreateRevision(n) => {
+                write!(f, "create_revision({}) {symbol} {n}", self.range)
+            }
+            CompareTarget::ModRevision(n) => write!(f, "mod_revision({}) {symbol} {n}", self.range),
+            CompareTarget::Exists(b) => write!(f, "exists({}) {symbol} {b}", self.range),
+        }
+    }
+}
+
+/// One operation inside a [`Txn`] branch.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum TxnOp {
+    /// Set `key` to `value`.
+    Put {
+        /// The key.
+        key: Bytes,
+        /// The value.
+        value: Bytes,
+    },
+    /// Remove `key`.
+    Delete {
+        /// The key.
+        key: Bytes,
+    },
+    /// Remove every key under `prefix`.
+    DeletePrefix {
+        /// The prefix.
+        prefix: Bytes,
+    },
+    /// Read `key`.
+    Get {
+        /// The key.
+        key: Bytes,
+    },
+    /// Read every key under `prefix`.
+    GetPrefix {
+        /// The prefix.
+        prefix: Bytes,
+    },
+    /// Append `value`'s bytes to `key` (absent counts as empty).
+    Append {
+        /// The key.
+        key: Bytes,
+        /// The suffix.
+        value: Bytes,
+    },
+    /// Add `by` to the decimal integer at `key` (absent counts as 0).
+    Incr {
+        /// The key.
+        key: Bytes,
+        /// The increment.
+        by: i64,
+    },
+    /// Set `key` to `new` when it holds `expected` (`None`: absent).
+    Cas {
+        /// The key.
+        key: Bytes,
+        /// The value it must hold.
+        #[serde(default)]
+        expected: Option<Bytes>,
+        /// The value written.
+        new: Bytes,
+    },
+}
+
+impl TxnOp {
+    /// Whether `result` is a result this operation can have.
+    pub fn accepts(&self, result: &TxnOpResult) -> bool {
+        matches!(
+            (self, result),
+            (Self::Put { .. }, TxnOpResult::Put { .. })
+                | (Self::Delete { .. }, TxnOpResult::Delete { .. })
+                | (Self::DeletePrefix { .. }, TxnOpResult::DeletePrefix { .. })
+                | (Self::Get { .. }, TxnOpResult::Get { .. })
+                | (Self::GetPrefix { .. }, TxnOpResult::GetPrefix { .. })
+                | (Self::Append { .. }, TxnOpResult::Append { .. })
+                | (Self::Incr { .. }, TxnOpResult::Incr { .. })
+                | (Self::Cas { .. }, TxnOpResult::Cas { .. })
+        )
+    }
+
+    /// Whether it only reads.
+    pub fn is_read(&self) -> bool {
+        matches!(self, Self::Get { .. } | Self::GetPrefix { .. })
+    }
+}
+
+impl fmt::Display for TxnOp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Put { key, value } => write!(f, "put {key} {value}"),
+            Self::Delete { key } => write!(f, "delete {key}"),
+            Self::DeletePrefix { prefix } => write!(f, "delete {prefix}*"),
+            Self::Get { key } => write!(f, "get {key}"),
+            Self::GetPrefix { prefix } => write!(f, "get {prefix}*"),
+            Self::Append { key, value } => write!(f, "append {key} {value}"),
+            Self::Incr { key, by } => write!(f, "incr {key} {by}"),
+            Self::Cas { key, expected, new } => match expected {
+                Some(expected) => write!(f, "cas {key} {expected} -> {new}"),
+                None => write!(f, "cas {key} absent -> {new}"),
+            },
+        }
+    }
+}
+
+/// A key and its value, as a prefix read returns them.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct KeyValue {
+    /// The key.
+    pub key: Bytes,
+    /// Its value.
+    pub value: Bytes,
+}
+
+/// The result of one [`TxnOp`].
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum TxnOpResult {
+    /// `Put`: the previous value.
+    Put {
+        /// The value before, if any.
+        #[serde(default)]
+        previous: Option<Bytes>,
+    },
+    /// `Delete`: the previous value.
+    Delete {
+        /// The value before, if any.
+        #[serde(default)]
+        previous: Option<Bytes>,
+    },
+    /// `DeletePrefix`: how many keys were removed.
+    DeletePrefix {
+        /// The count.
+        deleted: u64,
+    },
+    /// `Get`: the value read.
+    Get {
+        /// The value, if present.
+        #[serde(default)]
+        value: Option<Bytes>,
+    },
+    /// `GetPrefix`: the keys present under the prefix, in key order.
+    GetPrefix {
+        /// The keys and values.
+        #[serde(default)]
+        entries: Vec<KeyValue>,
+    },
+    /// `Append`: the value's new length.
+    Append {
+        /// The length in bytes.
+        length: u64,
+    },
+    /// `Incr`: the new value.
+    Incr {
+        /// The new value.
+        value: i64,
+    },
+    /// `Cas`: whether it swapped and the value after it.
+    Cas {
+        /// Whether it swapped.
+        swapped: bool,
+        /// The value after it.
+        #[serde(default)]
+        current: Option<Bytes>,
+    },
+}

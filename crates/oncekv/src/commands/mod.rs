@@ -23,6 +23,8 @@ mod endpoint;
 mod output;
 mod session;
 mod snapshot;
+mod txn;
+mod watch;
 
 use auth::{AuthSwitch, RoleCommand, UserCommand};
 use cluster::{alarms, member, status};
@@ -149,12 +151,17 @@ pub enum ClientCommand {
         #[command(flatten)]
         once: Once,
     },
-    /// Print the value of KEY (exit 3 if absent).
+    /// Print the value of KEY (exit 3 if absent); with -o json, its
+    /// revisions too.
     Get {
         key: String,
         /// Read this node's state without a read-index round (may be stale).
         #[arg(long)]
         serializable: bool,
+        /// Read KEY as it was at this revision (while the history reaches
+        /// back that far; else exit 3, compacted).
+        #[arg(long, value_name = "REVISION")]
+        rev: Option<u64>,
     },
     /// Delete KEY (prints the previous value).
     Del {
@@ -196,6 +203,58 @@ pub enum ClientCommand {
         /// Most keys to list (0: the server's maximum).
         #[arg(long, default_value_t = 0)]
         limit: u32,
+        /// List the keys as they were at this revision.
+        #[arg(long, value_name = "REVISION")]
+        rev: Option<u64>,
+    },
+    /// Run a transaction read from standard input, exactly once: compares,
+    /// a blank line, the operations run if all hold, a blank line, the
+    /// operations run otherwise (exit 3 when a compare failed).
+    ///
+    /// Compares: TARGET("KEY") OP "VALUE", TARGET one of value, version,
+    /// create, mod, exists; OP one of =, !=, <, >; "PREFIX*" compares every
+    /// key under a prefix. Operations: put KEY VALUE [--lease NAME],
+    /// get KEY, del KEY, del --prefix PREFIX, scan PREFIX [LIMIT],
+    /// append KEY VALUE, incr KEY [BY], cas KEY EXPECTED NEW,
+    /// cas --absent KEY NEW. Example:
+    ///
+    ///   printf 'value("acct/a") = "100"\n\nincr acct/a -30\nincr acct/b 30\n\nget acct/a\n' | oncekv txn
+    #[command(verbatim_doc_comment)]
+    Txn {
+        #[command(flatten)]
+        once: Once,
+    },
+    /// Print every change to KEY (or under it, with --prefix) as it
+    /// happens: one line "REVISION PUT KEY VALUE" or "REVISION DELETE KEY"
+    /// each (-o json: one object each). Resumes across node failures
+    /// without losing or repeating a change.
+    Watch {
+        key: String,
+        /// Watch every key starting with KEY.
+        #[arg(long)]
+        prefix: bool,
+        /// Start at this revision (exit 3 if compacted); by default, with
+        /// the changes after now.
+        #[arg(long, value_name = "REVISION", default_value_t = 0)]
+        rev: u64,
+        /// Print each change's previous value too.
+        #[arg(long)]
+        prev: bool,
+        /// Exit after printing this many changes.
+        #[arg(long, value_name = "N")]
+        count: Option<u64>,
+        /// Print progress notices ("REVISION PROGRESS") while idle.
+        #[arg(long)]
+        progress: bool,
+    },
+    /// Drop the history of changes at and below REVISION (reads of the
+    /// past and watches from there are refused after; admin only once
+    /// authentication is on). The history is also compacted on its own,
+    /// past its bounds (`serve --history-*`).
+    Compact {
+        revision: u64,
+        #[command(flatten)]
+        once: Once,
     },
     /// Leases: named TTLs that own keys.
     #[command(subcommand)]
@@ -449,23 +508,61 @@ pub async fn run(connection: &Connection, command: ClientCommand) -> anyhow::Res
                 .await?,
             )
         }
-        ClientCommand::Get { key, serializable } => read(
+        ClientCommand::Get {
+            key,
+            serializable,
+            rev,
+        } => read(
             &printer,
             client
-                .read(Query::Get { key: bytes(&key) }, serializable)
+                .read(at(rev, Query::Get { key: bytes(&key) }), serializable)
                 .await,
         ),
-        ClientCommand::Scan { prefix, limit } => read(
+        ClientCommand::Scan { prefix, limit, rev } => read(
             &printer,
             client
                 .read(
-                    Query::Scan {
-                        prefix: bytes(&prefix),
-                        limit,
-                    },
+                    at(
+                        rev,
+                        Query::Scan {
+                            prefix: bytes(&prefix),
+                            limit,
+                        },
+                    ),
                     false,
                 )
                 .await,
+        ),
+        ClientCommand::Txn { once } => {
+            let text = String::from_utf8(value_or_stdin(None)?)
+                .context("the transaction on standard input is not UTF-8 text")?;
+            let parsed = txn::parse(&text)?;
+            finish(
+                &printer,
+                mutate(&client, &once, Command::Txn(parsed)).await?,
+            )
+        }
+        ClientCommand::Watch {
+            key,
+            prefix,
+            rev,
+            prev,
+            count,
+            progress,
+        } => {
+            let args = watch::WatchArgs {
+                key,
+                prefix,
+                rev,
+                prev,
+                count,
+                progress,
+            };
+            watch::watch(&client, &printer, args).await
+        }
+        ClientCommand::Compact { revision, once } => finish(
+            &printer,
+            mutate(&client, &once, Command::Compact { revision }).await?,
         ),
         ClientCommand::Lease(LeaseCommand::Grant { name, ttl, once }) => {
             let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
@@ -505,6 +602,17 @@ pub async fn run(connection: &Connection, command: ClientCommand) -> anyhow::Res
             endpoint::endpoint(&client, &printer, &connection.endpoints, command).await
         }
     })
+}
+
+/// `query` at `revision`, if given.
+fn at(revision: Option<u64>, query: Query) -> Query {
+    match revision {
+        Some(revision) => Query::At {
+            revision,
+            query: Box::new(query),
+        },
+        None => query,
+    }
 }
 
 fn read(printer: &Printer, result: Result<Reply, ClientError>) -> ExitCode {

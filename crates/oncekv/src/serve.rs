@@ -177,6 +177,26 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = Limits::default().scan_bytes_max)]
     scan_bytes_max: u64,
 
+    /// Most changes the history keeps for reads of the past (`get --rev`)
+    /// and watches (a cluster setting); past it the oldest revisions are
+    /// compacted.
+    #[arg(long, value_name = "N", default_value_t = Limits::default().history_events_max)]
+    history_events_max: u64,
+
+    /// Most bytes of keys and values the history keeps (a cluster setting).
+    #[arg(long, value_name = "BYTES", default_value_t = Limits::default().history_bytes_max)]
+    history_bytes_max: u64,
+
+    /// Longest time a change stays in the history, in cluster time (a
+    /// cluster setting).
+    #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
+    history_retention: Duration,
+
+    /// Most compares, and most operations per branch, in a transaction (a
+    /// cluster setting).
+    #[arg(long, value_name = "N", default_value_t = Limits::default().txn_ops_max)]
+    txn_ops_max: u32,
+
     /// Most session opens this node proposes per second (a burst of as
     /// many is allowed); more are refused as overloaded before proposing.
     #[arg(long, default_value_t = NodeOptions::default().session_opens_per_second)]
@@ -403,6 +423,10 @@ fn config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
         record_bytes_max: args.record_bytes_max,
         store_bytes_max: args.store_bytes_max,
         scan_bytes_max: args.scan_bytes_max,
+        history_events_max: args.history_events_max,
+        history_bytes_max: args.history_bytes_max,
+        history_retention_ms: u64::try_from(args.history_retention.as_millis()).unwrap_or(u64::MAX),
+        txn_ops_max: args.txn_ops_max,
         ..Limits::default()
     };
     let server_limits = ServerLimits {

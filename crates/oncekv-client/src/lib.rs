@@ -25,7 +25,7 @@
 //! #     server::ServerConfig::single_node(dir.path(), &address, &peers.local_addr()?.to_string());
 //! # let incoming = (transport::tcp_incoming(clients), transport::tcp_incoming(peers));
 //! # tokio::spawn(server::serve(config, incoming.0, incoming.1, std::future::pending()));
-//! use oncekv_client::{Client, ClientOptions, SessionOptions};
+//! use oncekv_client::{Client, ClientOptions, Compare, CompareOp, SessionOptions, Txn, TxnOp};
 //! use std::time::Duration;
 //!
 //! // `address` is a node's client address, such as "127.0.0.1:7379".
@@ -44,7 +44,18 @@
 //! let session = client.open_session(SessionOptions::default().with_window(8)).await?;
 //! assert_eq!(session.incr("balance", 10).await?, 10);
 //! assert_eq!(session.append("log", "a;").await?, 2);
-//! assert_eq!(session.scan("bal", 0).await?.entries, [(b"balance".to_vec(), b"10".to_vec())]);
+//! let page = session.scan("bal", 0).await?;
+//! assert_eq!((page.entries[0].key.as_slice(), page.entries[0].value.as_slice()), (&b"balance"[..], &b"10"[..]));
+//!
+//! // A transaction changes several keys at one revision, exactly once.
+//! let transfer = Txn::new()
+//!     .compare(Compare::value("balance", CompareOp::Equal, "10"))
+//!     .on_success(TxnOp::incr("balance", -3))
+//!     .on_success(TxnOp::incr("savings", 3));
+//! let done = session.txn(transfer).await?;
+//! assert!(done.succeeded);
+//! let savings = client.get_kv("savings", None).await?.expect("savings");
+//! assert_eq!((savings.value.as_slice(), savings.meta.mod_revision), (&b"3"[..], done.revision));
 //!
 //! // An error says whether the request may still have applied.
 //! let too_long = client.put(vec![b'k'; 100_000], "v").await.unwrap_err();

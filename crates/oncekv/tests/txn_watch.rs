@@ -182,6 +182,20 @@ async fn a_watch_sees_every_change_once_in_order_across_a_leader_kill() {
         .from_revision(start)
         .with_progress_interval(Duration::from_millis(200));
     let mut watcher = client.watch("w/", watch_options.clone());
+    // A watch served by a follower alone, from its applied state.
+    let follower = cluster
+        .nodes
+        .iter()
+        .find(|node| node.id != leader)
+        .expect("a follower")
+        .client
+        .clone();
+    let follower_client = Client::connect(
+        [follower],
+        ClientOptions::default().with_deadline(Duration::from_secs(30)),
+    )
+    .expect("client");
+    let mut follower_watcher = follower_client.watch("w/", watch_options.clone());
 
     let session = client
         .open_session(SessionOptions::default())
@@ -238,19 +252,10 @@ async fn a_watch_sees_every_change_once_in_order_across_a_leader_kill() {
 
     // The truth: a fresh watch on a surviving node, from the same start.
     let mut fresh = client.watch("w/", watch_options);
-    let mut truth = Vec::new();
-    while !truth.iter().any(|(revision, _, _, _)| *revision == last) {
-        let update = tokio::time::timeout_at(deadline, fresh.next())
-            .await
-            .expect("the fresh watch reaches the last write in time")
-            .expect("the watch goes on");
-        if let WatchUpdate::Changes { events, .. } = update {
-            for event in events {
-                truth.push((event.revision, event.kind, event.key, event.value));
-            }
-        }
-    }
+    let truth = changes_until(&mut fresh, last, deadline).await;
     assert_eq!(seen, truth, "the watcher saw other changes than committed");
+    let on_follower = changes_until(&mut follower_watcher, last, deadline).await;
+    assert_eq!(on_follower, truth, "the follower's watch differs");
     // Every write is there once, in revision order.
     assert!(seen.windows(2).all(|w| w[0].0 < w[1].0), "revision order");
     let puts = seen.iter().filter(|e| e.1 == EventKind::Put).count();
@@ -259,6 +264,29 @@ async fn a_watch_sees_every_change_once_in_order_across_a_leader_kill() {
     // that existed.
     assert_eq!(puts, 1 + (writes - writes / 5) + 1, "{seen:?}");
     assert!(deletes <= writes / 5 && deletes > 0, "{seen:?}");
+}
+
+type Change = (u64, EventKind, Vec<u8>, Vec<u8>);
+
+/// What `watcher` delivers until it delivered revision `last`.
+async fn changes_until(
+    watcher: &mut oncekv_client::Watcher,
+    last: u64,
+    deadline: tokio::time::Instant,
+) -> Vec<Change> {
+    let mut changes: Vec<Change> = Vec::new();
+    while !changes.iter().any(|(revision, _, _, _)| *revision == last) {
+        let update = tokio::time::timeout_at(deadline, watcher.next())
+            .await
+            .expect("the watch reaches the last write in time")
+            .expect("the watch goes on");
+        if let WatchUpdate::Changes { events, .. } = update {
+            for event in events {
+                changes.push((event.revision, event.kind, event.key, event.value));
+            }
+        }
+    }
+    changes
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -56,6 +56,7 @@
 
 mod auth;
 mod client;
+mod concurrency;
 mod connector;
 mod error;
 mod kv;
@@ -67,6 +68,7 @@ mod watch;
 
 pub use auth::{AuthInterceptor, Credentials};
 pub use client::{Client, ClientOptions, Completed, SavedSnapshot};
+pub use concurrency::{DEFAULT_TTL, Election, ElectionObserver, Leader, Lock, Ownership};
 pub use connector::{
     Connector, TcpConnector, TlsConfigError, TlsConnectError, TlsConnector, TlsFiles,
     explain_tls_error, strip_scheme,

@@ -302,7 +302,19 @@ async fn wait_deleted(client: &Client, kv: &KeyValue) -> Result<(), ClientError>
     }
 }
 
-/// A distributed lock (etcd's mutex recipe; see the [module](self)).
+/// A distributed lock (etcd's mutex recipe).
+///
+/// A contender keeps a lease alive and holds one key, `NAME/<owner id>`,
+/// attached to it, created on its [`Session`] by one transaction (*if the
+/// key's create revision is 0, put it, else get it*): a retried acquire
+/// answers the same key and revision, the same ownership. The owner is
+/// the key with the lowest create revision; the others each watch for the
+/// deletion of the key just older than their own. The fencing token is the
+/// key's create revision. [`Lock::unlock`] deletes the key and revokes the
+/// lease; a holder that dies frees the lock when its lease ends, `ttl`
+/// after its last renewal. The owner id is the session's id unless given
+/// ([`Lock::with_owner`]): two `Lock`s of one session for one name share a
+/// key.
 #[derive(Debug)]
 pub struct Lock {
     contender: Contender,
@@ -366,7 +378,9 @@ impl Lock {
     }
 }
 
-/// A leader election (etcd's election recipe; see the [module](self)).
+/// A leader election (etcd's election recipe): campaigners contend as for
+/// a [`Lock`], with a value; the leader is the oldest, and
+/// [`Client::observe_election`] follows its changes.
 #[derive(Debug)]
 pub struct Election {
     contender: Contender,

@@ -194,8 +194,9 @@ async fn a_retried_acquire_is_the_same_ownership_and_a_second_contender_waits() 
         let owned = other.acquire().await;
         (other, owned)
     });
-    // Its watch is in place; it must still be waiting.
-    tokio::task::yield_now().await;
+    // The first contender is still the owner (the oldest key).
+    let owner = client.election_leader("jobs").await.expect("owner");
+    assert_eq!(owner.map(|o| o.key), Some(held.key.clone()));
     assert!(!waiting.is_finished());
     lock.unlock().await.expect("unlock");
     let (mut other, owned) = tokio::time::timeout(Duration::from_secs(15), waiting)

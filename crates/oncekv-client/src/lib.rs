@@ -7,6 +7,10 @@
 //! sequence number, so every request applies once and a retry returns the
 //! original response. One-shot calls use an idempotency key instead.
 //!
+//! [`Lock`] and [`Election`] are etcd's concurrency recipes on leases,
+//! revisions and watches: a lock with a fencing token, and leader
+//! elections that can be observed.
+//!
 //! The client tells what is known ([`ClientError`]): a reply, a definite
 //! rejection, an expired session, or an unknown outcome. It never reports
 //! "failed" for a request that may still apply, and it never retries a
@@ -67,6 +71,7 @@
 
 mod auth;
 mod client;
+mod concurrency;
 mod connector;
 mod error;
 mod kv;
@@ -78,6 +83,7 @@ mod watch;
 
 pub use auth::{AuthInterceptor, Credentials};
 pub use client::{Client, ClientOptions, Completed, SavedSnapshot};
+pub use concurrency::{DEFAULT_TTL, Election, ElectionObserver, Leader, Lock, Ownership};
 pub use connector::{
     Connector, TcpConnector, TlsConfigError, TlsConnectError, TlsConnector, TlsFiles,
     explain_tls_error, strip_scheme,

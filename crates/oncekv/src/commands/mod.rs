@@ -20,6 +20,7 @@ mod auth;
 mod cluster;
 mod connect;
 mod endpoint;
+mod lock;
 mod output;
 mod session;
 mod snapshot;
@@ -259,6 +260,11 @@ pub enum ClientCommand {
     /// Leases: named TTLs that own keys.
     #[command(subcommand)]
     Lease(LeaseCommand),
+    /// Run COMMAND while holding lock NAME (its fencing revision in
+    /// ONCEKV_LOCK_REVISION).
+    Lock(lock::LockArgs),
+    /// Campaign in election NAME with VALUE, or --listen to its leaders.
+    Elect(lock::ElectArgs),
     /// Sessions saved in files, for exactly-once across invocations.
     #[command(subcommand)]
     Session(SessionCommand),
@@ -582,6 +588,8 @@ pub async fn run(connection: &Connection, command: ClientCommand) -> anyhow::Res
         ClientCommand::Lease(LeaseCommand::List) => {
             read(&printer, client.read(Query::LeaseList, false).await)
         }
+        ClientCommand::Lock(args) => lock::lock(&client, &printer, args).await?,
+        ClientCommand::Elect(args) => lock::elect(&client, &printer, args).await?,
         ClientCommand::Session(command) => session(&client, &printer, command).await?,
         ClientCommand::Status if connection.endpoints.len() > 1 => {
             let each = EndpointCommand::Status { cluster: false };

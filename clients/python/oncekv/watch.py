@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from typing import List, Optional, Union
 
 import grpc
 
 from oncekv._proto import kv_pb2 as pb
-from oncekv.errors import Compacted, OncekvError, PermissionDenied, Unauthenticated
+from oncekv.errors import Compacted, Invalid, OncekvError, PermissionDenied, Unauthenticated
 from oncekv.results import DELETE, PUT, Changes, Event, KeyMeta, Progress
 
 #: Updates held for the consumer before the reading thread waits.
@@ -186,8 +187,6 @@ class Watcher:
         what ends the watch."""
         client = self.client
         if client._needs_login():
-            import time
-
             client._login(time.monotonic() + client.timeout)
         request = pb.WatchRequest(
             key=self.key,
@@ -242,8 +241,6 @@ class Watcher:
             if code == grpc.StatusCode.UNAUTHENTICATED:
                 raise Unauthenticated(error.details() or "") from None
             if code == grpc.StatusCode.INVALID_ARGUMENT:
-                from oncekv.errors import Invalid
-
                 raise Invalid(error.details() or "") from None
             return "broken"
         finally:

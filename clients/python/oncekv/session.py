@@ -32,7 +32,7 @@ from oncekv.client import (
 )
 from oncekv.errors import Invalid, OncekvError, SessionExpired, Unauthorized
 from oncekv.results import Completed, KeyValue, LeaseInfo, ScanResult, TxnResult
-from oncekv.txn import Txn, txn_command
+from oncekv.txn import txn_command
 
 
 def _keep_alive_loop(session_ref, stop: threading.Event, period: float) -> None:

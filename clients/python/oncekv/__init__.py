@@ -21,9 +21,12 @@ The client tells what is known: a reply, or an exception whose
 from oncekv.client import Backoff, Client
 from oncekv.errors import (
     ClientError,
+    Compacted,
     ConfigError,
+    FutureRevision,
     Invalid,
     Malformed,
+    NotVersioned,
     OncekvError,
     OutcomeUnknown,
     Overloaded,
@@ -33,28 +36,51 @@ from oncekv.errors import (
     SequenceGap,
     SessionExpired,
     Stale,
+    TxnConflict,
+    TxnTooLarge,
     Unauthenticated,
     Unauthorized,
     Unreachable,
 )
-from oncekv.results import Completed, LeaseInfo, ScanResult
+from oncekv.results import (
+    Changes,
+    Completed,
+    Event,
+    KeyMeta,
+    KeyValue,
+    LeaseInfo,
+    Progress,
+    ScanResult,
+    TxnResult,
+)
 from oncekv.session import Session
+from oncekv.txn import Compare, Txn, TxnOp
+from oncekv.watch import Watcher
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Backoff",
+    "Changes",
     "Client",
     "ClientError",
+    "Compacted",
+    "Compare",
     "Completed",
     "ConfigError",
+    "Event",
+    "FutureRevision",
     "Invalid",
+    "KeyMeta",
+    "KeyValue",
     "LeaseInfo",
     "Malformed",
+    "NotVersioned",
     "OncekvError",
     "OutcomeUnknown",
     "Overloaded",
     "PermissionDenied",
+    "Progress",
     "Rejected",
     "RequestMismatch",
     "ScanResult",
@@ -62,7 +88,13 @@ __all__ = [
     "Session",
     "SessionExpired",
     "Stale",
+    "Txn",
+    "TxnConflict",
+    "TxnOp",
+    "TxnResult",
+    "TxnTooLarge",
     "Unauthenticated",
     "Unauthorized",
     "Unreachable",
+    "Watcher",
 ]

@@ -11,6 +11,7 @@ retried after they may have been sent. This is a port of the Rust client
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import threading
 import time
@@ -21,9 +22,12 @@ import grpc
 from oncekv._proto import kv_pb2 as pb
 from oncekv._proto import kv_pb2_grpc
 from oncekv.errors import (
+    Compacted,
     ConfigError,
+    FutureRevision,
     Invalid,
     Malformed,
+    NotVersioned,
     OncekvError,
     OutcomeUnknown,
     Overloaded,
@@ -33,11 +37,14 @@ from oncekv.errors import (
     SequenceGap,
     SessionExpired,
     Stale,
+    TxnConflict,
+    TxnTooLarge,
     Unauthenticated,
     Unauthorized,
     Unreachable,
 )
-from oncekv.results import Completed, LeaseInfo, ScanResult
+from oncekv.results import Completed, KeyMeta, KeyValue, LeaseInfo, ScanResult, TxnResult
+from oncekv.txn import Txn, txn_command
 
 Bytes = Union[bytes, str]
 
@@ -165,6 +172,26 @@ def _failed(error: grpc.RpcError):
     return _MAYBE_SENT, f"{error.code().name}: {details}"
 
 
+# The texts of the transaction refusals the leader makes before proposing
+# (the `Rejection` display strings of crates/oncekv-state/src/outcome.rs),
+# carried by `Failure.invalid` as words only.
+_TXN_TOO_LARGE = re.compile(r"a transaction may hold (\d+) compares and \d+ operations per branch, got (\d+)")
+_TXN_CONFLICT = re.compile(r'a transaction writes key "((?:[^"\\]|\\.)*)" twice')
+
+
+def _invalid(reason: str) -> Invalid:
+    """A refusal before proposing: typed when it is a transaction's
+    (:class:`TxnTooLarge`, :class:`TxnConflict`, both also ``Invalid``)."""
+    match = _TXN_TOO_LARGE.search(reason)
+    if match:
+        return TxnTooLarge(int(match.group(2)), int(match.group(1)), reason)
+    match = _TXN_CONFLICT.search(reason)
+    if match:
+        key = re.sub(r"\\(.)", r"\1", match.group(1))
+        return TxnConflict(key, reason)
+    return Invalid(reason)
+
+
 def _call_failed(failure: pb.Failure):
     """What a call's ``Failure`` says about the attempt: the one place the
     client reads it."""
@@ -177,7 +204,7 @@ def _call_failed(failure: pb.Failure):
             return _NOT_SENT, failure.unavailable.reason
         return _MAYBE_SENT, failure.unavailable.reason
     if kind == "invalid":
-        return _REFUSED, Invalid(failure.invalid.reason)
+        return _REFUSED, _invalid(failure.invalid.reason)
     if kind == "unauthenticated":
         return _UNAUTHENTICATED, failure.unauthenticated.reason
     if kind == "permission_denied":
@@ -199,7 +226,32 @@ def _malformed(message: pb.Malformed) -> Malformed:
 
 
 def _rejected(rejection: pb.Rejection) -> Rejected:
-    return Rejected(rejection.WhichOneof("kind") or "unknown", rejection.message, rejection)
+    """The exception of a rejection: a typed subclass of :class:`Rejected`
+    for the revision and transaction refusals."""
+    kind = rejection.WhichOneof("kind") or "unknown"
+    message = rejection.message
+    if kind == "compacted":
+        r = rejection.compacted
+        return Compacted(r.revision, r.compacted, message, rejection)
+    if kind == "future_revision":
+        r = rejection.future_revision
+        return FutureRevision(r.revision, r.compacted, message, rejection)
+    if kind == "not_versioned":
+        return NotVersioned(message, rejection)
+    if kind == "txn_too_large":
+        r = rejection.txn_too_large
+        return TxnTooLarge(r.bytes, r.max, message, rejection)
+    if kind == "txn_conflict":
+        return TxnConflict(rejection.txn_conflict.name, message, rejection)
+    return Rejected(kind, message, rejection)
+
+
+def _meta(meta: pb.KeyMeta) -> KeyMeta:
+    return KeyMeta(meta.create_revision, meta.mod_revision, meta.version)
+
+
+def _key_value(entry: pb.KeyValue) -> KeyValue:
+    return KeyValue(entry.key, entry.value, _meta(entry.meta))
 
 
 def _optional(message, name: str):
@@ -241,8 +293,19 @@ def _completed_reply(reply: pb.Reply, replayed: bool, applied_index: int, attemp
     if kind == "rejected":
         raise _rejected(reply.rejected)
     common = dict(replayed=replayed, applied_index=applied_index, attempts=attempts, kind=kind or "")
-    if kind in ("put", "get", "delete"):
+    if kind in ("put", "delete"):
         return Completed(value=_optional(getattr(reply, kind), "value"), reply=reply, **common)
+    if kind == "get":
+        value = _optional(reply.get, "value")
+        meta = _meta(reply.get.meta) if value is not None else None
+        return Completed(value=value, meta=meta, reply=reply, **common)
+    if kind == "scan":
+        entries = ScanResult([_key_value(e) for e in reply.scan.entries], reply.scan.more)
+        return Completed(value=entries, reply=reply, **common)
+    if kind == "delete_prefix":
+        return Completed(value=reply.delete_prefix.deleted, keys_deleted=reply.delete_prefix.deleted, reply=reply, **common)
+    if kind == "compacted":
+        return Completed(value=reply.compacted.revision, reply=reply, **common)
     if kind == "append":
         return Completed(value=reply.append.length, reply=reply, **common)
     if kind == "incr":
@@ -277,6 +340,24 @@ def _completed_reply(reply: pb.Reply, replayed: bool, applied_index: int, attemp
     return Completed(value=None, reply=reply, **common)
 
 
+def txn_result(done: Completed) -> TxnResult:
+    """A transaction's :class:`TxnResult` from its completed reply (the Rust
+    ``txn_outcome``); each result as a :class:`Completed` of the same
+    revision."""
+    if done.kind != "txn":
+        raise Invalid(f"unexpected reply to a transaction: {done.kind}")
+    txn = done.reply.txn
+    results = [_completed_reply(r, done.replayed, done.applied_index, done.attempts) for r in txn.results]
+    return TxnResult(
+        succeeded=txn.succeeded,
+        results=results,
+        revision=done.applied_index,
+        replayed=done.replayed,
+        attempts=done.attempts,
+        reply=done.reply,
+    )
+
+
 # Commands (the wire's `Command`), shared by Client and Session.
 
 
@@ -304,6 +385,10 @@ def cas_command(key: Bytes, expected: Optional[Bytes], new: Bytes) -> pb.Command
     if expected is not None:
         cas.expected = _bytes(expected, "expected value")
     return pb.Command(cas=cas)
+
+
+def compact_command(revision: int) -> pb.Command:
+    return pb.Command(compact=pb.Compact(revision=int(revision)))
 
 
 def lease_grant_command(name: str, ttl_ms: int) -> pb.Command:
@@ -710,18 +795,97 @@ class Client:
 
     # Plain values.
 
-    def get(self, key: Bytes, serializable: bool = False) -> Optional[bytes]:
-        """The value of ``key`` (``None`` when absent)."""
-        reply = self.read(pb.Query(get=pb.Get(key=_bytes(key, "key"))), serializable)
+    def get(self, key: Bytes, serializable: bool = False, revision: Optional[int] = None) -> Optional[bytes]:
+        """The value of ``key`` (``None`` when absent); at ``revision`` if
+        given (a past state: :class:`Compacted` once the history no longer
+        reaches back to it, :class:`FutureRevision` beyond the last applied
+        one)."""
+        reply = self._get(key, serializable, revision)
         return _optional(reply.get, "value")
 
-    def scan(self, prefix: Bytes = b"", limit: int = 0, serializable: bool = False) -> ScanResult:
+    def get_kv(self, key: Bytes, revision: Optional[int] = None, serializable: bool = False) -> Optional[KeyValue]:
+        """``key`` with its value and revisions (a :class:`KeyValue`:
+        ``.value``, ``.create_revision``, ``.mod_revision``, ``.version``),
+        ``None`` when absent; at ``revision`` if given (as :meth:`get`)."""
+        key = _bytes(key, "key")
+        reply = self._get(key, serializable, revision)
+        if not reply.get.HasField("value"):
+            return None
+        return KeyValue(key, reply.get.value, _meta(reply.get.meta))
+
+    def _get(self, key: Bytes, serializable: bool, revision: Optional[int]) -> pb.Reply:
+        get = pb.Get(key=_bytes(key, "key"), revision=int(revision or 0))
+        return self.read(pb.Query(get=get), serializable)
+
+    def scan(
+        self, prefix: Bytes = b"", limit: int = 0, serializable: bool = False, revision: Optional[int] = None
+    ) -> ScanResult:
         """The ``(key, value)`` pairs under ``prefix`` in key order (at most
         ``limit``; 0: the server's maximum). ``.more`` says whether it was
-        cut short."""
-        query = pb.Query(scan=pb.Scan(prefix=_bytes(prefix, "prefix"), limit=int(limit)))
-        reply = self.read(query, serializable)
+        cut short. At ``revision`` if given (as :meth:`get`)."""
+        reply = self._scan(prefix, limit, serializable, revision)
         return ScanResult([(e.key, e.value) for e in reply.scan.entries], reply.scan.more)
+
+    def scan_kv(
+        self, prefix: Bytes = b"", limit: int = 0, serializable: bool = False, revision: Optional[int] = None
+    ) -> ScanResult:
+        """As :meth:`scan`, each entry a :class:`KeyValue` with its
+        revisions."""
+        reply = self._scan(prefix, limit, serializable, revision)
+        return ScanResult([_key_value(e) for e in reply.scan.entries], reply.scan.more)
+
+    def _scan(self, prefix: Bytes, limit: int, serializable: bool, revision: Optional[int]) -> pb.Reply:
+        scan = pb.Scan(prefix=_bytes(prefix, "prefix"), limit=int(limit), revision=int(revision or 0))
+        return self.read(pb.Query(scan=scan), serializable)
+
+    # Transactions, compaction, watches.
+
+    def txn(self, txn: Union[Txn, pb.Txn], idempotency_key: Optional[Bytes] = None) -> TxnResult:
+        """Runs a transaction once, under an idempotency key (random unless
+        given): retries and re-runs with the same key return its original
+        result (``.replayed``). ``.succeeded`` says which branch ran,
+        ``.results`` holds one :class:`Completed` per operation of it, and
+        ``.revision`` is the revision it applied at. One refused operation
+        undoes the whole transaction (:class:`Rejected`); a transaction
+        refused for its shape raises :class:`TxnConflict` or
+        :class:`TxnTooLarge`. Nothing changed in either case."""
+        return txn_result(self.execute(txn_command(txn), idempotency_key))
+
+    def compact(self, revision: int, idempotency_key: Optional[Bytes] = None) -> Completed:
+        """Drops the history at and below ``revision`` (admin once users are
+        enforced): reads of those revisions then raise :class:`Compacted`.
+        ``.value`` is the compacted revision now. :class:`FutureRevision`
+        beyond the last applied revision."""
+        return self.execute(compact_command(revision), idempotency_key)
+
+    def watch(
+        self,
+        key: Bytes,
+        prefix: bool = False,
+        start_revision: int = 0,
+        previous: bool = False,
+        progress_interval_ms: int = 0,
+        progress: bool = False,
+    ):
+        """Watches ``key`` (or every key under it, with ``prefix``) from
+        ``start_revision`` (0: changes after the watch starts): a
+        :class:`~oncekv.watch.Watcher`, an iterator of :class:`Changes`
+        (one revision's events, in revision order, each exactly once,
+        across broken streams and node failures) and, with ``progress``,
+        :class:`Progress` notices. It raises :class:`Compacted` when the
+        history no longer holds the next revision. Close it (or use it as a
+        context manager) to stop it."""
+        from oncekv.watch import Watcher
+
+        return Watcher(
+            self,
+            _bytes(key, "key"),
+            prefix=prefix,
+            start_revision=start_revision,
+            previous=previous,
+            progress_interval_ms=progress_interval_ms,
+            progress=progress,
+        )
 
     def lease_list(self) -> List[LeaseInfo]:
         """The live leases."""

@@ -95,6 +95,76 @@ class Invalid(OncekvError):
         super().__init__(f"invalid request: {reason}")
 
 
+class Compacted(Rejected):
+    """A read of the past (or a watch) from a revision the history no
+    longer reaches: ``revision`` asked for, ``compacted`` the history's
+    compacted revision (everything at or below it is gone). Definite.
+    For a watch, raised when its start (or next) revision is compacted."""
+
+    def __init__(self, revision: int, compacted: int, message: str = "", detail=None):
+        self.revision = revision
+        self.compacted = compacted
+        super().__init__(
+            "compacted", message or f"revision {revision} is compacted (history starts after {compacted})", detail
+        )
+
+
+class FutureRevision(Rejected):
+    """A read of (or compaction to) a revision beyond the last applied one,
+    ``current``. Definite."""
+
+    def __init__(self, revision: int, current: int, message: str = "", detail=None):
+        self.revision = revision
+        self.current = current
+        super().__init__("future_revision", message or f"revision {revision} is beyond {current}", detail)
+
+
+class NotVersioned(Rejected):
+    """Only a get or a scan can read a past revision. Definite."""
+
+    def __init__(self, message: str = "", detail=None):
+        super().__init__("not_versioned", message or "only a get or a scan reads a past revision", detail)
+
+
+class _TxnRefused(Rejected, Invalid):
+    """A transaction refused for its shape, before anything ran: nothing
+    applied. The leader refuses it before proposing (the wire's
+    ``Failure.invalid``, recognized by its text, so it is an
+    :class:`Invalid` too); should the state machine refuse it, it is the
+    rejection of the same name."""
+
+    def _init(self, kind: str, message: str, detail) -> None:
+        self.kind = kind
+        self.message = message
+        self.detail = detail
+        self.reason = message
+        Exception.__init__(self, f"rejected: {message}")
+
+
+class TxnTooLarge(_TxnRefused):
+    """A transaction with more compares or operations per branch (``ops``)
+    than the cluster allows (``max``, ``serve --txn-ops-max``)."""
+
+    def __init__(self, ops: int, maximum: int, message: str = "", detail=None):
+        self.ops = ops
+        self.max = maximum
+        self._init(
+            "txn_too_large",
+            message or f"a transaction may hold {maximum} compares and {maximum} operations per branch, got {ops}",
+            detail,
+        )
+
+
+class TxnConflict(_TxnRefused):
+    """A transaction writes ``key`` twice, or under a prefix it deletes."""
+
+    def __init__(self, key: str, message: str = "", detail=None):
+        self.key = key
+        self._init(
+            "txn_conflict", message or f"a transaction writes key {key!r} twice, or under a prefix it deletes", detail
+        )
+
+
 class Overloaded(OncekvError):
     """A bounded table or budget of the cluster is full of live entries
     (sessions, idempotency keys, record bytes, the store's quota): not
@@ -174,6 +244,11 @@ __all__ = [
     "OncekvError",
     "ClientError",
     "Rejected",
+    "Compacted",
+    "FutureRevision",
+    "NotVersioned",
+    "TxnTooLarge",
+    "TxnConflict",
     "SessionExpired",
     "Unauthorized",
     "Stale",

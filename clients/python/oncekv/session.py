@@ -28,9 +28,11 @@ from oncekv.client import (
     lease_keep_alive_command,
     lease_revoke_command,
     put_command,
+    txn_result,
 )
 from oncekv.errors import Invalid, OncekvError, SessionExpired, Unauthorized
-from oncekv.results import Completed, LeaseInfo, ScanResult
+from oncekv.results import Completed, KeyValue, LeaseInfo, ScanResult, TxnResult
+from oncekv.txn import txn_command
 
 
 def _keep_alive_loop(session_ref, stop: threading.Event, period: float) -> None:
@@ -260,12 +262,33 @@ class Session:
     def lease_revoke(self, name: str) -> Completed:
         return self.execute(lease_revoke_command(name))
 
-    def get(self, key: Bytes, serializable: bool = False) -> Optional[bytes]:
-        """A read (``Read`` call, linearizable unless ``serializable``)."""
-        return self.client.get(key, serializable)
+    def txn(self, txn) -> TxnResult:
+        """Runs a transaction on this session's next sequence number:
+        exactly once, and a retry of that number (:meth:`txn_seq`) returns
+        its original result (``.replayed``). See :meth:`Client.txn`."""
+        return txn_result(self.execute(txn_command(txn)))
 
-    def scan(self, prefix: Bytes = b"", limit: int = 0, serializable: bool = False) -> ScanResult:
-        return self.client.scan(prefix, limit, serializable)
+    def txn_seq(self, seq: int, txn, first_incomplete: Optional[int] = None) -> TxnResult:
+        """Sends a transaction as sequence number ``seq`` exactly (to retry
+        one by hand, as :meth:`execute_seq`)."""
+        return txn_result(self.execute_seq(seq, txn_command(txn), first_incomplete))
+
+    def get(self, key: Bytes, serializable: bool = False, revision: Optional[int] = None) -> Optional[bytes]:
+        """A read (``Read`` call, linearizable unless ``serializable``)."""
+        return self.client.get(key, serializable, revision)
+
+    def get_kv(self, key: Bytes, revision: Optional[int] = None, serializable: bool = False) -> Optional[KeyValue]:
+        return self.client.get_kv(key, revision, serializable)
+
+    def scan(
+        self, prefix: Bytes = b"", limit: int = 0, serializable: bool = False, revision: Optional[int] = None
+    ) -> ScanResult:
+        return self.client.scan(prefix, limit, serializable, revision)
+
+    def scan_kv(
+        self, prefix: Bytes = b"", limit: int = 0, serializable: bool = False, revision: Optional[int] = None
+    ) -> ScanResult:
+        return self.client.scan_kv(prefix, limit, serializable, revision)
 
     def lease_list(self) -> List[LeaseInfo]:
         return self.client.lease_list()

@@ -49,6 +49,17 @@ def test_a_user_writes_inside_her_grants_only(make_cluster, oncekv_bin):
         # logs in again once and the call goes through.
         alice._token = "forged"
         assert alice.incr("app/n").value == 2
+        # Watches: inside her grants (a forged token logs in again once),
+        # and a definite refusal outside them.
+        start = alice.put("app/w", "1").applied_index
+        alice._token = "forged"
+        with alice.watch("app/", prefix=True, start_revision=start) as watcher:
+            changes = watcher.next(timeout=10)
+            assert (changes.revision, changes.events[0].key) == (start, b"app/w")
+        with alice.watch("other/", prefix=True) as watcher:
+            with pytest.raises(PermissionDenied) as denied:
+                watcher.next(timeout=10)
+            assert denied.value.not_applied
 
     with Client(endpoint, timeout=10) as nobody:
         with pytest.raises(Unauthenticated) as unauthenticated:

@@ -311,6 +311,14 @@ async fn run_clients(
         Duration::from_secs(30),
     )
     .await?;
+    // The accounts the transfers move money between, in one transaction.
+    workload::record_final_balances(
+        &observer,
+        &workload_options,
+        &recorder,
+        Duration::from_secs(30),
+    )
+    .await?;
     let _ = watcher.await;
     Ok(())
 }

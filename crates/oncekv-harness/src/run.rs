@@ -283,10 +283,12 @@ pub async fn run(config: &RunConfig, progress: &dyn Fn(Progress)) -> Result<RunS
     )
     .map_err(|e| RunError::Setup(e.to_string()))?;
     let (watchers_stop_tx, watchers_stop) = watch::channel(false);
+    let first_revision = first_revision(config, &real_addresses).await?;
     let watcher_tasks = watchers::start(
         &proxy_addresses,
         client_options(),
         workload_options.accounts_prefix(),
+        first_revision,
         workload_options.watchers,
         recorder.clone(),
         watchers_stop,
@@ -325,6 +327,7 @@ pub async fn run(config: &RunConfig, progress: &dyn Fn(Progress)) -> Result<RunS
         &real_addresses,
         client_options(),
         workload_options.accounts_prefix(),
+        first_revision,
         workload_options.watchers as u64 + 1,
         &recorder,
         Duration::from_secs(30),
@@ -363,6 +366,18 @@ pub async fn run(config: &RunConfig, progress: &dyn Fn(Progress)) -> Result<RunS
         }
     }
     Ok(summary)
+}
+
+/// The revision the watchers start from: 1 on a cluster of the run's own;
+/// on a cluster in use (whose history may be compacted, and long) the one
+/// after what it has applied when the run starts.
+async fn first_revision(config: &RunConfig, addresses: &[String]) -> Result<u64, RunError> {
+    if matches!(config.target, Target::Local { .. }) {
+        return Ok(1);
+    }
+    let client = Client::connect(addresses.to_vec(), client_options())
+        .map_err(|e| RunError::Setup(e.to_string()))?;
+    Ok(watchers::current_revision(&client).await.saturating_add(1))
 }
 
 /// The fault kinds this run can inject, each once, and why the others are

@@ -2,11 +2,11 @@
 //!
 //! [`start`] runs watchers of the accounts' prefix through the faults
 //! (over the fault proxies, so dropped connections make them resume): odd
-//! ones from revision 1, even ones from the revision current when they
-//! start, a moment into the run. Each records every change it is given
+//! ones from the run's first revision (1 on a cluster of its own), even
+//! ones from the revision current when they start, a moment into the run. Each records every change it is given
 //! and, when stopped, the revision through which it was given everything.
 //! [`reference`] then reads the committed change sequence of the prefix
-//! from the healed cluster, from revision 1 until a progress notice past
+//! from the healed cluster, from that first revision until a progress notice past
 //! the highest applied index: the ground truth `oncekv-check`'s watch
 //! checker judges the others by.
 
@@ -92,7 +92,7 @@ async fn follow(
 
 /// The revision the cluster has applied, as one node reports it (0 if
 /// none answers).
-async fn current_revision(client: &Client) -> u64 {
+pub async fn current_revision(client: &Client) -> u64 {
     match client.status(None).await {
         Ok(status) => status.applied_index.unwrap_or(0),
         Err(_) => 0,
@@ -100,11 +100,12 @@ async fn current_revision(client: &Client) -> u64 {
 }
 
 /// Starts `count` watchers of `prefix` through `endpoints`, numbered from
-/// 1, until `stop` is set.
+/// 1, until `stop` is set; odd ones start at `first_revision`.
 pub fn start(
     endpoints: &[String],
     client_options: ClientOptions,
     prefix: Vec<u8>,
+    first_revision: u64,
     count: usize,
     recorder: Arc<Recorder>,
     stop: watch::Receiver<bool>,
@@ -118,7 +119,7 @@ pub fn start(
         let stop = stop.clone();
         tasks.push(tokio::spawn(async move {
             let start_revision = if id % 2 == 1 {
-                1
+                first_revision
             } else {
                 tokio::time::sleep(LATE_START).await;
                 current_revision(&client).await.saturating_add(1)
@@ -131,14 +132,15 @@ pub fn start(
     Ok(tasks)
 }
 
-/// Reads the committed changes of `prefix` from revision 1 through the
-/// highest index any of `endpoints` has applied, as watcher `id` with
+/// Reads the committed changes of `prefix` from `first_revision` through
+/// the highest index any of `endpoints` has applied, as watcher `id` with
 /// the reference mark; gives up (recording a failed end) after
 /// `patience`.
 pub async fn reference(
     endpoints: &[String],
     client_options: ClientOptions,
     prefix: Vec<u8>,
+    first_revision: u64,
     id: WatcherId,
     recorder: &Recorder,
     patience: Duration,
@@ -150,10 +152,10 @@ pub async fn reference(
             target = target.max(status.applied_index.unwrap_or(0));
         }
     }
-    recorder.watch_started(id, Bytes(prefix.clone()), 1, true);
-    let mut watcher = client.watch(prefix, options(1));
+    recorder.watch_started(id, Bytes(prefix.clone()), first_revision, true);
+    let mut watcher = client.watch(prefix, options(first_revision));
     let deadline = Instant::now() + patience;
-    let mut through = 0;
+    let mut through = first_revision.saturating_sub(1);
     let end = loop {
         if through >= target {
             break WatchEnd::Stopped;

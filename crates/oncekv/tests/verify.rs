@@ -115,6 +115,7 @@ fn nodes_without_dedup_are_caught() {
     assert_eq!(code, 7, "expected a violation: {json:#}");
     assert_eq!(json["verdict"], "FAIL");
     assert_eq!(checker(&json, "exactly_once")["status"], "fail", "{json:#}");
+    assert_eq!(checker(&json, "transfers")["status"], "fail", "{json:#}");
 }
 
 #[test]

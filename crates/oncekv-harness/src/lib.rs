@@ -6,8 +6,9 @@
 //! a simulated network) all use it.
 //!
 //! * [`recorder`]: the run's history, as events stamped in time order;
-//! * [`workload`]: clients doing appends, increments, CAS, PUT/GET and
-//!   leases, in session mode or as the naive negative control;
+//! * [`workload`]: clients doing appends, increments, CAS, PUT/GET,
+//!   transfers (transactions) and leases, in session mode or as the naive
+//!   negative control;
 //! * [`watchers`]: watchers through the faults, and the reference read
 //!   of the committed changes after them;
 //! * [`client_proxy`]: a gRPC proxy per node that drops replies after

@@ -7,8 +7,10 @@
 //! on registers (for linearizability), lease grant/revoke by name, and
 //! transfers between a few accounts: one transaction moving an amount
 //! from one account to another and appending the transfer's unique token
-//! to a ledger (sometimes with reads, sometimes under a compare), so the
-//! final balances and ledger show whether each applied exactly once.
+//! to the client's ledger (sometimes with reads, sometimes under a
+//! compare), so the final balances and ledgers show whether each applied
+//! exactly once. (A ledger per client keeps each value, and the history
+//! of its changes, small.)
 //!
 //! In [`ClientMode::Session`] every mutation runs on the client's session;
 //! an unknown outcome is retried with the **same sequence number** until
@@ -142,9 +144,16 @@ impl WorkloadOptions {
         format!("{}acct/", self.prefix).into_bytes()
     }
 
-    /// The key each transfer appends its token to.
-    pub fn ledger(&self) -> Vec<u8> {
-        format!("{}ledger", self.prefix).into_bytes()
+    /// The key client `client`'s transfers append their tokens to.
+    pub fn ledger(&self, client: ClientId) -> Vec<u8> {
+        format!("{}ledger/{client}", self.prefix).into_bytes()
+    }
+
+    /// Every client's ledger (the expiry probe makes no transfers).
+    pub fn ledgers(&self) -> Vec<Vec<u8>> {
+        (1..=self.clients as ClientId)
+            .map(|client| self.ledger(client))
+            .collect()
     }
 
     /// The key the expiry probe appends to.
@@ -474,7 +483,7 @@ impl Worker {
             .on_success(TxnOp::incr(from.clone(), -amount))
             .on_success(TxnOp::incr(to.clone(), amount))
             .on_success(TxnOp::Append {
-                key: self.options.ledger(),
+                key: self.options.ledger(self.id),
                 value: entry,
             });
         if variant == 1 {
@@ -588,9 +597,9 @@ pub fn start(
     Ok(tasks)
 }
 
-/// Reads every account and the ledger in one transaction of reads (so
-/// the balances are one consistent cut, retrying up to `patience`) and
-/// records them as final values.
+/// Reads every account (in one transaction of reads, so the balances
+/// are one consistent cut) and every ledger, retrying up to `patience`,
+/// and records them as final values.
 pub async fn record_final_balances(
     client: &Client,
     options: &WorkloadOptions,
@@ -598,35 +607,43 @@ pub async fn record_final_balances(
     patience: Duration,
 ) -> Result<(), ClientError> {
     let mut keys = options.accounts();
-    keys.push(options.ledger());
-    let txn = keys.iter().fold(Txn::new(), |txn, key| {
-        txn.on_success(TxnOp::get(key.clone()))
-    });
+    keys.extend(options.ledgers());
+    // The accounts come first, so they are read together; the ledgers
+    // (one per client) may take more transactions than one.
     let deadline = Instant::now() + patience;
-    let outcome = loop {
-        match client.txn(txn.clone()).await {
-            Ok(outcome) => break outcome,
-            Err(error) if Instant::now() >= deadline => return Err(error),
-            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-        }
-    };
-    if outcome.results.len() != keys.len() {
-        return Err(ClientError::Invalid(format!(
-            "a transaction of {} reads answered {} results",
-            keys.len(),
-            outcome.results.len()
-        )));
-    }
-    for (key, result) in keys.into_iter().zip(outcome.results) {
-        let Reply::Get { value, .. } = result else {
-            return Err(ClientError::Invalid(format!(
-                "a read in a transaction answered {result:?}"
-            )));
+    for chunk in keys.chunks(READS_PER_TXN) {
+        let txn = chunk.iter().fold(Txn::new(), |txn, key| {
+            txn.on_success(TxnOp::get(key.clone()))
+        });
+        let outcome = loop {
+            match client.txn(txn.clone()).await {
+                Ok(outcome) => break outcome,
+                Err(error) if Instant::now() >= deadline => return Err(error),
+                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
         };
-        recorder.final_value(Bytes(key), value.map(Bytes));
+        if outcome.results.len() != chunk.len() {
+            return Err(ClientError::Invalid(format!(
+                "a transaction of {} reads answered {} results",
+                chunk.len(),
+                outcome.results.len()
+            )));
+        }
+        for (key, result) in chunk.iter().zip(outcome.results) {
+            let Reply::Get { value, .. } = result else {
+                return Err(ClientError::Invalid(format!(
+                    "a read in a transaction answered {result:?}"
+                )));
+            };
+            recorder.final_value(Bytes(key.clone()), value.map(Bytes));
+        }
     }
     Ok(())
 }
+
+/// Most reads in one transaction of [`record_final_balances`] (well under
+/// the node's default limit of operations per transaction).
+const READS_PER_TXN: usize = 64;
 
 /// Reads the final value of every key in `keys` (linearizably, retrying up
 /// to `patience`) and records it.

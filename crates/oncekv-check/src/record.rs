@@ -14,6 +14,8 @@
 //! * [`Event::SessionExpired`]: a client being told its session expired;
 //! * [`Event::FaultStarted`] / [`Event::FaultEnded`]: the nemesis at work;
 //! * [`Event::LeaderChanged`]: a leader observed;
+//! * [`Event::WatchStarted`] / [`Event::Watched`] / [`Event::WatchStopped`]:
+//!   a watcher's start, each change it was given, its end;
 //! * [`Event::FinalValue`]: a key's value read after the run, for the
 //!   checkers that compare final state with the history.
 //!
@@ -42,12 +44,14 @@ mod file;
 mod ids;
 mod model;
 mod txn;
+mod watch;
 
 pub use events::*;
 pub use file::*;
 pub use ids::*;
 pub use model::*;
 pub use txn::*;
+pub use watch::*;
 
 /// One operation, folded from its invocation and completion.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -105,6 +109,8 @@ pub struct Record {
     pub leader_changes: Vec<LeaderChange>,
     /// Final values read after the run, by key.
     pub final_values: BTreeMap<Bytes, Option<Bytes>>,
+    /// Watchers and what they were given, by number.
+    pub watches: BTreeMap<WatcherId, WatchRecord>,
 }
 
 impl Record {
@@ -229,6 +235,31 @@ impl Record {
                     window.end_ns = Some(end.at_ns);
                 }
                 Event::LeaderChanged(change) => record.leader_changes.push(change),
+                Event::WatchStarted(start) => match record.watches.entry(start.watcher) {
+                    MapEntry::Vacant(slot) => {
+                        slot.insert(WatchRecord::new(&start));
+                    }
+                    MapEntry::Occupied(_) => {
+                        return Err(fail(Inconsistency::WatcherStartedTwice(start.watcher)));
+                    }
+                },
+                Event::Watched(seen) => {
+                    let Some(watch) = record.watches.get_mut(&seen.watcher) else {
+                        return Err(fail(Inconsistency::WatcherNotStarted(seen.watcher)));
+                    };
+                    watch.events.push(seen);
+                }
+                Event::WatchStopped(stop) => {
+                    let Some(watch) = record.watches.get_mut(&stop.watcher) else {
+                        return Err(fail(Inconsistency::WatcherNotStarted(stop.watcher)));
+                    };
+                    if watch.end.is_some() {
+                        return Err(fail(Inconsistency::WatcherStoppedTwice(stop.watcher)));
+                    }
+                    watch.delivered_through = stop.delivered_through;
+                    watch.end = Some(stop.end);
+                    watch.stopped_ns = Some(stop.at_ns);
+                }
                 Event::FinalValue(fin) => match record.final_values.entry(fin.key) {
                     MapEntry::Vacant(slot) => {
                         slot.insert(fin.value);
@@ -303,6 +334,24 @@ impl Record {
                 .cloned()
                 .map(Event::LeaderChanged),
         );
+        for watch in self.watches.values() {
+            events.push(Event::WatchStarted(WatchStart {
+                at_ns: watch.started_ns,
+                watcher: watch.watcher,
+                prefix: watch.prefix.clone(),
+                start_revision: watch.start_revision,
+                reference: watch.reference,
+            }));
+            events.extend(watch.events.iter().cloned().map(Event::Watched));
+            if let (Some(end), Some(at_ns)) = (&watch.end, watch.stopped_ns) {
+                events.push(Event::WatchStopped(WatchStop {
+                    at_ns,
+                    watcher: watch.watcher,
+                    delivered_through: watch.delivered_through,
+                    end: end.clone(),
+                }));
+            }
+        }
         let end = self.end_ns();
         for (key, value) in &self.final_values {
             events.push(Event::FinalValue(FinalValue {
@@ -466,6 +515,27 @@ mod tests {
                 },
                 request: None,
             }),
+            Event::WatchStarted(WatchStart {
+                at_ns: 61,
+                watcher: 1,
+                prefix: "acct/".into(),
+                start_revision: 1,
+                reference: false,
+            }),
+            Event::Watched(WatchSeen {
+                at_ns: 62,
+                watcher: 1,
+                revision: 9,
+                key: "acct/0".into(),
+                kind: WatchKind::Put,
+                value: Some("-3".into()),
+            }),
+            Event::WatchStopped(WatchStop {
+                at_ns: 63,
+                watcher: 1,
+                delivered_through: 12,
+                end: WatchEnd::Stopped,
+            }),
             Event::FinalValue(FinalValue {
                 at_ns: 100,
                 key: "a".into(),
@@ -495,6 +565,8 @@ mod tests {
         assert_eq!(record.ops[0].attempts, 2);
         assert_eq!(record.faults[0].end_ns, Some(50));
         assert_eq!(record.end_ns(), 70);
+        assert_eq!(record.watches[&1].events.len(), 1);
+        assert_eq!(record.watches[&1].delivered_through, 12);
         let again = Record::from_events(record.to_events()).expect("refold");
         assert_eq!(again, record);
 
@@ -547,6 +619,39 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn watch_events_out_of_place_are_refused() {
+        let start = Event::WatchStarted(WatchStart {
+            at_ns: 1,
+            watcher: 3,
+            prefix: "p/".into(),
+            start_revision: 1,
+            reference: true,
+        });
+        let stop = Event::WatchStopped(WatchStop {
+            at_ns: 2,
+            watcher: 3,
+            delivered_through: 0,
+            end: WatchEnd::Stopped,
+        });
+        let refused = |events: Vec<Event>| match Record::from_events(events) {
+            Err(RecordError::Inconsistent { problem, .. }) => problem,
+            other => panic!("expected an inconsistency, got {other:?}"),
+        };
+        assert_eq!(
+            refused(vec![stop.clone()]),
+            Inconsistency::WatcherNotStarted(3)
+        );
+        assert_eq!(
+            refused(vec![start.clone(), start.clone()]),
+            Inconsistency::WatcherStartedTwice(3)
+        );
+        assert_eq!(
+            refused(vec![start, stop.clone(), stop]),
+            Inconsistency::WatcherStoppedTwice(3)
+        );
     }
 
     #[test]

@@ -599,6 +599,7 @@ mod tests {
                 observer: Some(1),
             }],
             final_values: BTreeMap::new(),
+            watches: BTreeMap::new(),
         }
     }
 

@@ -2,7 +2,7 @@
 //!
 //! [`verify`] is the one call a fault-run driver needs after the run: it
 //! takes the folded [`Record`] (whose final values the workload read after
-//! the run) and a [`VerifyConfig`], runs the five checkers, counts
+//! the run) and a [`VerifyConfig`], runs the seven checkers, counts
 //! coverage, and returns the typed verdicts together with the [`Report`]
 //! and its overall [`RunVerdict`](crate::coverage::RunVerdict).
 //!
@@ -17,6 +17,8 @@ use crate::checkers::exactly_once::{self, ExactlyOnceVerdict, TokenFormat};
 use crate::checkers::linearizable_kv::{self, KvCheckVerdict};
 use crate::checkers::replies::{self, RepliesVerdict};
 use crate::checkers::session_expiry::{self, SessionExpiryVerdict};
+use crate::checkers::transfers::{self, TransfersVerdict};
+use crate::checkers::watches::{self, WatchesVerdict};
 use crate::checkers::{CheckerSummary, CheckerVerdict};
 use crate::coverage::CoverageRequirements;
 use crate::linearizability::Bounds;
@@ -49,6 +51,10 @@ pub struct Verification {
     pub session_expiry: SessionExpiryVerdict,
     /// Key operations are linearizable.
     pub kv: KvCheckVerdict,
+    /// Transfers are conserved and applied exactly once.
+    pub transfers: TransfersVerdict,
+    /// Watchers saw the committed change sequence.
+    pub watches: WatchesVerdict,
     /// The summary of it all, with coverage and the overall verdict.
     pub report: Report,
 }
@@ -56,30 +62,16 @@ pub struct Verification {
 impl Verification {
     /// The checkers' summaries, in report order.
     pub fn summaries(&self) -> Vec<CheckerSummary> {
-        summaries(
-            &self.exactly_once,
-            &self.replies,
-            &self.counters,
-            &self.session_expiry,
-            &self.kv,
-        )
+        vec![
+            self.exactly_once.summary(),
+            self.replies.summary(),
+            self.counters.summary(),
+            self.session_expiry.summary(),
+            self.kv.summary(),
+            self.transfers.summary(),
+            self.watches.summary(),
+        ]
     }
-}
-
-fn summaries(
-    exactly_once: &ExactlyOnceVerdict,
-    replies: &RepliesVerdict,
-    counters: &CountersVerdict,
-    session_expiry: &SessionExpiryVerdict,
-    kv: &KvCheckVerdict,
-) -> Vec<CheckerSummary> {
-    vec![
-        exactly_once.summary(),
-        replies.summary(),
-        counters.summary(),
-        session_expiry.summary(),
-        kv.summary(),
-    ]
 }
 
 /// Runs every checker on `record` against its final values.
@@ -90,7 +82,17 @@ pub fn verify(record: &Record, config: &VerifyConfig) -> Verification {
     let counters = counters::check(record, finals, &config.counters);
     let session_expiry = session_expiry::check(record, finals, config.tokens);
     let kv = linearizable_kv::check(record, config.tokens, &config.linearizability);
-    let checks = summaries(&exactly_once, &replies, &counters, &session_expiry, &kv);
+    let transfers = transfers::check(record, finals, config.tokens);
+    let watches = watches::check(record);
+    let checks = vec![
+        exactly_once.summary(),
+        replies.summary(),
+        counters.summary(),
+        session_expiry.summary(),
+        kv.summary(),
+        transfers.summary(),
+        watches.summary(),
+    ];
     let report = Report::new(record, checks, &config.coverage);
     Verification {
         exactly_once,
@@ -98,6 +100,8 @@ pub fn verify(record: &Record, config: &VerifyConfig) -> Verification {
         counters,
         session_expiry,
         kv,
+        transfers,
+        watches,
         report,
     }
 }

@@ -1,8 +1,10 @@
 //! Translations from what the client library and the wire say into the
-//! recorded history's terms: replies, definite failures and unknown
-//! outcomes, and an attempt's answer as the fault proxy sees it.
+//! recorded history's terms: transactions, replies, definite failures and
+//! unknown outcomes, and an attempt's answer as the fault proxy sees it.
 
-use oncekv_check::record::{Answer, Bytes, FailReason, Outcome, Reply};
+use oncekv_check::record::{
+    self as rec, Answer, Bytes, FailReason, KeyRange, KeyValue, Outcome, Reply, TxnOpResult,
+};
 use oncekv_client::ClientError;
 use oncekv_proto::convert::CallFailure;
 use oncekv_proto::v1;
@@ -38,6 +40,20 @@ pub fn reply(reply: &state::Reply) -> Reply {
             name: name.clone(),
             keys_deleted: *keys_deleted,
         },
+        state::Reply::Delete { previous } => Reply::Delete {
+            previous: bytes(previous),
+        },
+        state::Reply::Txn { succeeded, results } => {
+            match results.iter().map(txn_result).collect::<Option<Vec<_>>>() {
+                Some(results) => Reply::Txn {
+                    succeeded: *succeeded,
+                    results,
+                },
+                None => Reply::Rejected {
+                    reason: format!("unexpected transaction results {results:?}"),
+                },
+            }
+        }
         state::Reply::Rejected(rejection) => Reply::Rejected {
             reason: rejection.to_string(),
         },
@@ -45,6 +61,99 @@ pub fn reply(reply: &state::Reply) -> Reply {
         // keep-alives) are recorded as what they are, by name.
         other => Reply::Rejected {
             reason: format!("unexpected reply {other:?}"),
+        },
+    }
+}
+
+/// One operation's result inside a transaction's reply; `None` for a
+/// reply no transaction operation gives.
+fn txn_result(reply: &state::Reply) -> Option<TxnOpResult> {
+    let bytes = |value: &Option<Vec<u8>>| value.clone().map(Bytes::from);
+    Some(match reply {
+        state::Reply::Put { previous } => TxnOpResult::Put {
+            previous: bytes(previous),
+        },
+        state::Reply::Delete { previous } => TxnOpResult::Delete {
+            previous: bytes(previous),
+        },
+        state::Reply::DeletePrefix { deleted } => TxnOpResult::DeletePrefix { deleted: *deleted },
+        state::Reply::Get { value, .. } => TxnOpResult::Get {
+            value: bytes(value),
+        },
+        state::Reply::Scan { entries, .. } => TxnOpResult::GetPrefix {
+            entries: entries
+                .iter()
+                .map(|entry| KeyValue {
+                    key: Bytes(entry.key.clone()),
+                    value: Bytes(entry.value.clone()),
+                })
+                .collect(),
+        },
+        state::Reply::Append { length } => TxnOpResult::Append { length: *length },
+        state::Reply::Incr { value } => TxnOpResult::Incr { value: *value },
+        state::Reply::Cas { swapped, current } => TxnOpResult::Cas {
+            swapped: *swapped,
+            current: bytes(current),
+        },
+        _ => return None,
+    })
+}
+
+/// A transaction in the record's terms. A scan's limit is not recorded:
+/// the workload's scans are unlimited.
+pub fn txn(txn: &state::Txn) -> rec::Txn {
+    rec::Txn {
+        compares: txn.compare.iter().map(compare).collect(),
+        success: txn.success.iter().map(txn_op).collect(),
+        failure: txn.failure.iter().map(txn_op).collect(),
+    }
+}
+
+fn compare(compare: &state::Compare) -> rec::Compare {
+    let range = if compare.prefix {
+        KeyRange::Prefix(Bytes(compare.key.clone()))
+    } else {
+        KeyRange::Key(Bytes(compare.key.clone()))
+    };
+    let op = match compare.op {
+        state::CompareOp::Equal => rec::CompareOp::Equal,
+        state::CompareOp::NotEqual => rec::CompareOp::NotEqual,
+        state::CompareOp::Less => rec::CompareOp::Less,
+        state::CompareOp::Greater => rec::CompareOp::Greater,
+    };
+    let target = match &compare.target {
+        state::CompareTarget::Value(value) => rec::CompareTarget::Value(Bytes(value.clone())),
+        state::CompareTarget::Version(n) => rec::CompareTarget::Version(*n),
+        state::CompareTarget::CreateRevision(n) => rec::CompareTarget::CreateRevision(*n),
+        state::CompareTarget::ModRevision(n) => rec::CompareTarget::ModRevision(*n),
+        state::CompareTarget::Exists(b) => rec::CompareTarget::Exists(*b),
+    };
+    rec::Compare { range, op, target }
+}
+
+fn txn_op(op: &state::TxnOp) -> rec::TxnOp {
+    let b = |bytes: &Vec<u8>| Bytes(bytes.clone());
+    match op {
+        state::TxnOp::Put { key, value, .. } => rec::TxnOp::Put {
+            key: b(key),
+            value: b(value),
+        },
+        state::TxnOp::Delete { key } => rec::TxnOp::Delete { key: b(key) },
+        state::TxnOp::DeletePrefix { prefix } => rec::TxnOp::DeletePrefix { prefix: b(prefix) },
+        state::TxnOp::Get { key } => rec::TxnOp::Get { key: b(key) },
+        state::TxnOp::Scan { prefix, .. } => rec::TxnOp::GetPrefix { prefix: b(prefix) },
+        state::TxnOp::Append { key, value } => rec::TxnOp::Append {
+            key: b(key),
+            value: b(value),
+        },
+        state::TxnOp::Incr { key, by } => rec::TxnOp::Incr {
+            key: b(key),
+            by: *by,
+        },
+        state::TxnOp::Cas { key, expected, new } => rec::TxnOp::Cas {
+            key: b(key),
+            expected: expected.clone().map(Bytes),
+            new: b(new),
         },
     }
 }
@@ -179,6 +288,44 @@ mod tests {
             canonical(&a),
             canonical(&state::Reply::Append { length: 13 })
         );
+    }
+
+    #[test]
+    fn transactions_and_their_replies_translate() {
+        let t = state::Txn::new()
+            .compare(state::Compare::exists("a"))
+            .on_success(state::TxnOp::incr("a", -2))
+            .on_success(state::TxnOp::get("b"))
+            .on_failure(state::TxnOp::get("a"));
+        let recorded = txn(&t);
+        assert_eq!(recorded.compares.len(), 1);
+        assert_eq!(
+            recorded.success[0],
+            rec::TxnOp::Incr {
+                key: Bytes::from("a"),
+                by: -2
+            }
+        );
+        let answer = state::Reply::Txn {
+            succeeded: true,
+            results: vec![
+                state::Reply::Incr { value: -2 },
+                state::Reply::Get {
+                    value: None,
+                    meta: None,
+                },
+            ],
+        };
+        let got = reply(&answer);
+        assert!(
+            oncekv_check::record::Op::Txn(recorded.clone()).accepts(&got),
+            "{got:?}"
+        );
+        let odd = state::Reply::Txn {
+            succeeded: true,
+            results: vec![state::Reply::Ticked],
+        };
+        assert!(reply(&odd).is_rejection());
     }
 
     #[test]

@@ -6,8 +6,11 @@
 //! a simulated network) all use it.
 //!
 //! * [`recorder`]: the run's history, as events stamped in time order;
-//! * [`workload`]: clients doing appends, increments, CAS, PUT/GET and
-//!   leases, in session mode or as the naive negative control;
+//! * [`workload`]: clients doing appends, increments, CAS, PUT/GET,
+//!   transfers (transactions) and leases, in session mode or as the naive
+//!   negative control;
+//! * [`watchers`]: watchers through the faults, and the reference read
+//!   of the committed changes after them;
 //! * [`client_proxy`]: a gRPC proxy per node that drops replies after
 //!   commit, delays them or resets connections, recording every answer;
 //! * [`peer_proxy`]: TCP proxies on the peer links, for partitions;
@@ -33,4 +36,5 @@ pub mod peer_proxy;
 pub mod recorder;
 pub mod run;
 pub mod testing;
+pub mod watchers;
 pub mod workload;

@@ -10,7 +10,7 @@
 use oncekv_check::record::{
     Answer, AttemptResponse, Bytes, ClientId, Completion, DedupKey, Event, ExpiryReport, FaultEnd,
     FaultId, FaultKind, FaultStart, FinalValue, Invocation, LeaderChange, NodeId, Op, OpId,
-    Outcome, RequestIdentity, RunInfo,
+    Outcome, RequestIdentity, RunInfo, WatchEnd, WatchSeen, WatchStart, WatchStop, WatcherId,
 };
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -234,6 +234,56 @@ impl Recorder {
     /// A key's value after the run.
     pub fn final_value(&self, key: Bytes, value: Option<Bytes>) {
         self.push(|at_ns| Event::FinalValue(FinalValue { at_ns, key, value }));
+    }
+
+    /// A watcher began.
+    pub fn watch_started(
+        &self,
+        watcher: WatcherId,
+        prefix: Bytes,
+        start_revision: u64,
+        reference: bool,
+    ) {
+        self.push(|at_ns| {
+            Event::WatchStarted(WatchStart {
+                at_ns,
+                watcher,
+                prefix,
+                start_revision,
+                reference,
+            })
+        });
+    }
+
+    /// A watcher was given a change (`value` is `None` for a delete).
+    pub fn watched(&self, watcher: WatcherId, revision: u64, key: Bytes, value: Option<Bytes>) {
+        let kind = if value.is_some() {
+            oncekv_check::record::WatchKind::Put
+        } else {
+            oncekv_check::record::WatchKind::Delete
+        };
+        self.push(|at_ns| {
+            Event::Watched(WatchSeen {
+                at_ns,
+                watcher,
+                revision,
+                key,
+                kind,
+                value,
+            })
+        });
+    }
+
+    /// A watcher stopped, given every change through `delivered_through`.
+    pub fn watch_stopped(&self, watcher: WatcherId, delivered_through: u64, end: WatchEnd) {
+        self.push(|at_ns| {
+            Event::WatchStopped(WatchStop {
+                at_ns,
+                watcher,
+                delivered_through,
+                end,
+            })
+        });
     }
 
     /// Operations completed so far.

@@ -2,14 +2,16 @@
 //! behind peer proxies ([`Cluster::start_partitionable`], from the binary
 //! it is given) or uses an existing one, puts a fault proxy in front of
 //! every node's client port, waits for a leader, runs the workload under
-//! the nemesis for the given time while watching leadership, stops, heals,
-//! reads the final values, and hands the record to `oncekv-check`'s
-//! checkers.
+//! the nemesis for the given time while watching leadership (and watchers
+//! follow the accounts' changes), stops, heals, reads the final values,
+//! stops the watchers, reads the reference change sequence, and hands the
+//! record to `oncekv-check`'s checkers.
 
 use crate::client_proxy::{ClientProxy, ProxyListener};
 use crate::cluster::{Cluster, ClusterOptions, STARTUP_TIMEOUT};
 use crate::nemesis::{Fault, Nemesis, fiu_available};
 use crate::recorder::Recorder;
+use crate::watchers;
 use crate::workload::{self, ClientMode, WorkloadOptions, client_options};
 use oncekv_check::coverage::CoverageRequirements;
 use oncekv_check::record::{FaultKind, NodeId, Record, RecordError};
@@ -280,6 +282,18 @@ pub async fn run(config: &RunConfig, progress: &dyn Fn(Progress)) -> Result<RunS
         stop.clone(),
     )
     .map_err(|e| RunError::Setup(e.to_string()))?;
+    let (watchers_stop_tx, watchers_stop) = watch::channel(false);
+    let first_revision = first_revision(config, &real_addresses).await?;
+    let watcher_tasks = watchers::start(
+        &proxy_addresses,
+        client_options(),
+        workload_options.accounts_prefix(),
+        first_revision,
+        workload_options.watchers,
+        recorder.clone(),
+        watchers_stop,
+    )
+    .map_err(|e| RunError::Setup(e.to_string()))?;
     let nemesis = Nemesis {
         faults: faults.clone(),
         cluster: cluster.clone(),
@@ -305,6 +319,21 @@ pub async fn run(config: &RunConfig, progress: &dyn Fn(Progress)) -> Result<RunS
         cluster.as_deref(),
     )
     .await?;
+    let _ = watchers_stop_tx.send(true);
+    for task in watcher_tasks {
+        let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+    }
+    watchers::reference(
+        &real_addresses,
+        client_options(),
+        workload_options.accounts_prefix(),
+        first_revision,
+        workload_options.watchers as u64 + 1,
+        &recorder,
+        Duration::from_secs(30),
+    )
+    .await
+    .map_err(|e| RunError::Setup(e.to_string()))?;
     let _ = watcher.await;
 
     let (crashed, stopped_on_sync_failure) = node_exits(cluster.as_deref(), &faults);
@@ -337,6 +366,18 @@ pub async fn run(config: &RunConfig, progress: &dyn Fn(Progress)) -> Result<RunS
         }
     }
     Ok(summary)
+}
+
+/// The revision the watchers start from: 1 on a cluster of the run's own;
+/// on a cluster in use (whose history may be compacted, and long) the one
+/// after what it has applied when the run starts.
+async fn first_revision(config: &RunConfig, addresses: &[String]) -> Result<u64, RunError> {
+    if matches!(config.target, Target::Local { .. }) {
+        return Ok(1);
+    }
+    let client = Client::connect(addresses.to_vec(), client_options())
+        .map_err(|e| RunError::Setup(e.to_string()))?;
+    Ok(watchers::current_revision(&client).await.saturating_add(1))
 }
 
 /// The fault kinds this run can inject, each once, and why the others are
@@ -513,14 +554,12 @@ async fn read_final_values(
     tokio::time::sleep(Duration::from_millis(500)).await;
     let reader = Client::connect(addresses.to_vec(), client_options())
         .map_err(|e| RunError::Setup(e.to_string()))?;
-    workload::record_final_values(
-        &reader,
-        &options.final_keys(),
-        recorder,
-        Duration::from_secs(30),
-    )
-    .await
-    .map_err(|error| RunError::FinalRead {
+    let patience = Duration::from_secs(30);
+    let read = async {
+        workload::record_final_values(&reader, &options.final_keys(), recorder, patience).await?;
+        workload::record_final_balances(&reader, options, recorder, patience).await
+    };
+    read.await.map_err(|error| RunError::FinalRead {
         error,
         logs: keep_logs(cluster),
     })

@@ -4,7 +4,13 @@
 //! Each client runs one operation at a time, chosen by its own seeded RNG:
 //! unique-token APPENDs to a few keys (a token applied twice shows twice),
 //! INCRs of counters by 1 (some under an idempotency key), CAS and PUT/GET
-//! on registers (for linearizability), and lease grant/revoke by name.
+//! on registers (for linearizability), lease grant/revoke by name, and
+//! transfers between a few accounts: one transaction moving an amount
+//! from one account to another and appending the transfer's unique token
+//! to the client's ledger (sometimes with reads, sometimes under a
+//! compare), so the final balances and ledgers show whether each applied
+//! exactly once. (A ledger per client keeps each value, and the history
+//! of its changes, small.)
 //!
 //! In [`ClientMode::Session`] every mutation runs on the client's session;
 //! an unknown outcome is retried with the **same sequence number** until
@@ -16,11 +22,11 @@
 //! an unknown outcome, the retry bug Jepsen found in etcd's Java client.
 //! The checkers must catch it.
 
-use crate::convert::{error_outcome, ok};
+use crate::convert::{self, error_outcome, ok};
 use crate::recorder::Recorder;
 use oncekv_check::record::{Bytes, ClientId, Op, Outcome, RequestIdentity};
 use oncekv_client::{Backoff, Client, ClientError, ClientOptions, Session, SessionOptions};
-use oncekv_state::{Command, Query, Reply};
+use oncekv_state::{Command, Compare, Query, Reply, Txn, TxnOp};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::sync::Arc;
@@ -70,6 +76,11 @@ pub struct WorkloadOptions {
     pub register_keys: usize,
     /// Lease names.
     pub lease_names: usize,
+    /// Accounts transfers move amounts between (at least 2 for any).
+    pub accounts: usize,
+    /// Watchers of the accounts through the run (where the driver runs
+    /// them: `run` does).
+    pub watchers: usize,
     /// TTL of the clients' sessions.
     pub session_ttl: Duration,
     /// TTL of the expiry probe's sessions, which are left to lapse.
@@ -92,6 +103,8 @@ impl Default for WorkloadOptions {
             counter_keys: 2,
             register_keys: 2,
             lease_names: 2,
+            accounts: 4,
+            watchers: 3,
             session_ttl: Duration::from_secs(10),
             probe_ttl: Duration::from_millis(1000),
             grace: Duration::from_secs(15),
@@ -113,6 +126,34 @@ impl WorkloadOptions {
     /// The `i`th key of a kind (`append`, `counter`, `register`, `lease`).
     fn key(&self, kind: &str, i: usize) -> Vec<u8> {
         format!("{}{kind}-{i}", self.prefix).into_bytes()
+    }
+
+    /// The `i`th account.
+    pub fn account(&self, i: usize) -> Vec<u8> {
+        format!("{}acct/{i}", self.prefix).into_bytes()
+    }
+
+    /// Every account's key.
+    pub fn accounts(&self) -> Vec<Vec<u8>> {
+        (0..self.accounts).map(|i| self.account(i)).collect()
+    }
+
+    /// The prefix every account is under (and nothing else): what the
+    /// watchers watch.
+    pub fn accounts_prefix(&self) -> Vec<u8> {
+        format!("{}acct/", self.prefix).into_bytes()
+    }
+
+    /// The key client `client`'s transfers append their tokens to.
+    pub fn ledger(&self, client: ClientId) -> Vec<u8> {
+        format!("{}ledger/{client}", self.prefix).into_bytes()
+    }
+
+    /// Every client's ledger (the expiry probe makes no transfers).
+    pub fn ledgers(&self) -> Vec<Vec<u8>> {
+        (1..=self.clients as ClientId)
+            .map(|client| self.ledger(client))
+            .collect()
     }
 
     /// The key the expiry probe appends to.
@@ -342,7 +383,7 @@ impl Worker {
         let o = &self.options;
         let choice = self.rng.random_range(0..100);
         match choice {
-            0..30 => {
+            0..25 => {
                 let key = o.key("append", self.rng.random_range(0..o.append_keys.max(1)));
                 let token = self.token();
                 let mut value = token.clone();
@@ -353,7 +394,7 @@ impl Worker {
                 };
                 self.mutate(op, Command::Append { key, value }).await;
             }
-            30..50 => {
+            25..40 => {
                 let key = o.key("counter", self.rng.random_range(0..o.counter_keys.max(1)));
                 self.issued += 1;
                 let op = Op::Incr {
@@ -367,7 +408,8 @@ impl Worker {
                     self.mutate(op, command).await;
                 }
             }
-            50..80 => self.register_step().await,
+            40..62 => self.register_step().await,
+            62..85 if o.accounts >= 2 => self.transfer_step().await,
             _ => self.lease_step().await,
         }
     }
@@ -418,6 +460,43 @@ impl Worker {
                 }
             }
         }
+    }
+
+    /// Moves a random amount between two accounts in one transaction that
+    /// also appends its unique token to the ledger; one in three reads
+    /// both accounts too, one in three runs only if the source exists
+    /// (else reads both).
+    async fn transfer_step(&mut self) {
+        let accounts = self.options.accounts.max(2);
+        let from = self.rng.random_range(0..accounts);
+        let to = (from + self.rng.random_range(1..accounts)) % accounts;
+        let amount = self.rng.random_range(1..=100);
+        let variant = self.rng.random_range(0..3);
+        let (from, to) = (self.options.account(from), self.options.account(to));
+        let mut entry = self.token();
+        entry.push(b';');
+        let mut txn = Txn::new();
+        if variant == 1 {
+            txn = txn.on_success(TxnOp::get(from.clone()));
+        }
+        txn = txn
+            .on_success(TxnOp::incr(from.clone(), -amount))
+            .on_success(TxnOp::incr(to.clone(), amount))
+            .on_success(TxnOp::Append {
+                key: self.options.ledger(self.id),
+                value: entry,
+            });
+        if variant == 1 {
+            txn = txn.on_success(TxnOp::get(to.clone()));
+        }
+        if variant == 2 {
+            txn = txn
+                .compare(Compare::exists(from.clone()))
+                .on_failure(TxnOp::get(from))
+                .on_failure(TxnOp::get(to));
+        }
+        let op = Op::Txn(convert::txn(&txn));
+        self.mutate(op, Command::Txn(txn)).await;
     }
 
     async fn lease_step(&mut self) {
@@ -517,6 +596,54 @@ pub fn start(
     }
     Ok(tasks)
 }
+
+/// Reads every account (in one transaction of reads, so the balances
+/// are one consistent cut) and every ledger, retrying up to `patience`,
+/// and records them as final values.
+pub async fn record_final_balances(
+    client: &Client,
+    options: &WorkloadOptions,
+    recorder: &Recorder,
+    patience: Duration,
+) -> Result<(), ClientError> {
+    let mut keys = options.accounts();
+    keys.extend(options.ledgers());
+    // The accounts come first, so they are read together; the ledgers
+    // (one per client) may take more transactions than one.
+    let deadline = Instant::now() + patience;
+    for chunk in keys.chunks(READS_PER_TXN) {
+        let txn = chunk.iter().fold(Txn::new(), |txn, key| {
+            txn.on_success(TxnOp::get(key.clone()))
+        });
+        let outcome = loop {
+            match client.txn(txn.clone()).await {
+                Ok(outcome) => break outcome,
+                Err(error) if Instant::now() >= deadline => return Err(error),
+                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        };
+        if outcome.results.len() != chunk.len() {
+            return Err(ClientError::Invalid(format!(
+                "a transaction of {} reads answered {} results",
+                chunk.len(),
+                outcome.results.len()
+            )));
+        }
+        for (key, result) in chunk.iter().zip(outcome.results) {
+            let Reply::Get { value, .. } = result else {
+                return Err(ClientError::Invalid(format!(
+                    "a read in a transaction answered {result:?}"
+                )));
+            };
+            recorder.final_value(Bytes(key.clone()), value.map(Bytes));
+        }
+    }
+    Ok(())
+}
+
+/// Most reads in one transaction of [`record_final_balances`] (well under
+/// the node's default limit of operations per transaction).
+const READS_PER_TXN: usize = 64;
 
 /// Reads the final value of every key in `keys` (linearizably, retrying up
 /// to `patience`) and records it.

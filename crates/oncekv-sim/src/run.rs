@@ -14,6 +14,7 @@ use oncekv_client::{Client, ClientOptions, RandomSource};
 use oncekv_harness::client_proxy::{ClientProxy, ReplyFault};
 use oncekv_harness::recorder::Recorder;
 use oncekv_harness::run::watch_leader;
+use oncekv_harness::watchers;
 use oncekv_harness::workload::{self, ClientMode, WorkloadOptions};
 use oncekv_server::node::NodeOptions;
 use oncekv_server::raft::consensus::ConsensusOptions;
@@ -296,6 +297,17 @@ async fn run_clients(
         recorder.clone(),
         stop,
     )?;
+    // Watchers of the accounts through the faults, from revision 1.
+    let (watchers_stop_tx, watchers_stop) = watch::channel(false);
+    let watcher_tasks = watchers::start(
+        &endpoints,
+        client_options(options.seed ^ 2),
+        workload_options.accounts_prefix(),
+        1,
+        workload_options.watchers,
+        recorder.clone(),
+        watchers_stop,
+    )?;
     tokio::time::sleep(options.length).await;
     let _ = stop_tx.send(true);
     let patience = workload_options.grace + Duration::from_secs(10);
@@ -307,6 +319,29 @@ async fn run_clients(
     workload::record_final_values(
         &observer,
         &workload_options.final_keys(),
+        &recorder,
+        Duration::from_secs(30),
+    )
+    .await?;
+    // The accounts the transfers move money between, in one transaction.
+    workload::record_final_balances(
+        &observer,
+        &workload_options,
+        &recorder,
+        Duration::from_secs(30),
+    )
+    .await?;
+    // The committed changes the watchers are judged by.
+    let _ = watchers_stop_tx.send(true);
+    for task in watcher_tasks {
+        let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+    }
+    watchers::reference(
+        &nodes,
+        client_options(options.seed ^ 3),
+        workload_options.accounts_prefix(),
+        1,
+        workload_options.watchers as u64 + 1,
         &recorder,
         Duration::from_secs(30),
     )

@@ -1,6 +1,7 @@
 //! `oncekv verify` end to end, short: a run with every fault kind that can
-//! run here must pass, and both negative controls (nodes without dedup; a
-//! naive client resending plain requests) must be caught as violations.
+//! run here must pass (transfers and watchers included), and both negative
+//! controls (nodes without dedup; a naive client resending plain requests)
+//! must be caught as violations, by the appends and by the transfers.
 //! Each run starts its own 3-node cluster on loopback from this binary.
 //! Failing disk syncs need fiu-utils: without it that fault kind is
 //! skipped, and listed by `cargo xtask verify`, or failed under `CI=true`.
@@ -89,6 +90,15 @@ fn a_short_run_under_every_fault_kind_passes() {
     }
     assert!(json["coverage"]["replies_dropped_after_commit"].as_u64() >= Some(1));
     assert!(json["coverage"]["replayed"].as_u64() >= Some(1));
+    // Transfers ran and were checked; watchers followed them.
+    for (name, idle) in [
+        ("transfers", "no transfers recorded"),
+        ("watches", "no watchers recorded"),
+    ] {
+        let verdict = checker(&json, name);
+        assert_eq!(verdict["status"], "pass", "{json:#}");
+        assert_ne!(verdict["headline"], idle, "{json:#}");
+    }
 }
 
 #[test]
@@ -105,6 +115,7 @@ fn nodes_without_dedup_are_caught() {
     assert_eq!(code, 7, "expected a violation: {json:#}");
     assert_eq!(json["verdict"], "FAIL");
     assert_eq!(checker(&json, "exactly_once")["status"], "fail", "{json:#}");
+    assert_eq!(checker(&json, "transfers")["status"], "fail", "{json:#}");
 }
 
 #[test]
@@ -121,6 +132,8 @@ fn a_naive_retrying_client_is_caught() {
     assert_eq!(code, 7, "expected a violation: {json:#}");
     assert_eq!(json["verdict"], "FAIL");
     assert_eq!(checker(&json, "exactly_once")["status"], "fail", "{json:#}");
+    // A resent transfer applies twice: its token is twice in the ledger.
+    assert_eq!(checker(&json, "transfers")["status"], "fail", "{json:#}");
 }
 
 #[test]

@@ -19,6 +19,10 @@
 //! * [`linearizable_kv`]: every key operation (GET, PUT, DELETE, APPEND,
 //!   INCR, CAS, transactions) through the KV linearizability checker; the
 //!   one [`crate::verify`] runs;
+//! * [`transfers`]: money moved by transactions is conserved and every
+//!   transfer applied exactly once;
+//! * [`watches`]: every watcher was given the committed change sequence,
+//!   gap-free and repeat-free across resumes;
 //! * [`linearizable_registers`]: PUT/GET/CAS histories through the
 //!   register linearizability checker, skipping keys also appended or
 //!   incremented (kept for callers that want the register view alone;
@@ -30,6 +34,8 @@ pub mod linearizable_kv;
 pub mod linearizable_registers;
 pub mod replies;
 pub mod session_expiry;
+pub mod transfers;
+pub mod watches;
 
 use serde::{Deserialize, Serialize};
 use std::fmt;

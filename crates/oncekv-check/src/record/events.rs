@@ -166,6 +166,12 @@ pub enum Event {
     LeaderChanged(LeaderChange),
     /// A key's final value.
     FinalValue(FinalValue),
+    /// A watcher began.
+    WatchStarted(WatchStart),
+    /// A watcher was given a change.
+    Watched(WatchSeen),
+    /// A watcher stopped.
+    WatchStopped(WatchStop),
 }
 
 impl Event {
@@ -181,6 +187,9 @@ impl Event {
             Self::FaultEnded(e) => e.at_ns,
             Self::LeaderChanged(e) => e.at_ns,
             Self::FinalValue(e) => e.at_ns,
+            Self::WatchStarted(e) => e.at_ns,
+            Self::Watched(e) => e.at_ns,
+            Self::WatchStopped(e) => e.at_ns,
         }
     }
 }
@@ -297,4 +306,13 @@ pub enum Inconsistency {
     /// Two different final values for one key.
     #[error("two different final values for key {0}")]
     ConflictingFinalValue(Bytes),
+    /// Two starts of one watcher.
+    #[error("watcher {0} started twice")]
+    WatcherStartedTwice(WatcherId),
+    /// A watcher's change or stop before its start.
+    #[error("watcher {0} reported before it started")]
+    WatcherNotStarted(WatcherId),
+    /// Two stops of one watcher.
+    #[error("watcher {0} stopped twice")]
+    WatcherStoppedTwice(WatcherId),
 }

@@ -5,7 +5,7 @@
 //! ones from the run's first revision (1 on a cluster of its own), even
 //! ones from the revision current when they start, a moment into the run. Each records every change it is given
 //! and, when stopped, the revision through which it was given everything.
-//! [`reference`] then reads the committed change sequence of the prefix
+//! [`reference()`] then reads the committed change sequence of the prefix
 //! from the healed cluster, from that first revision until a progress notice past
 //! the highest applied index: the ground truth `oncekv-check`'s watch
 //! checker judges the others by.

@@ -49,13 +49,18 @@ pub struct WatchHub {
 
 impl Default for WatchHub {
     fn default() -> Self {
-        WatchHub {
-            sender: broadcast::channel(WATCH_BACKLOG_NOTICES).0,
-        }
+        WatchHub::with_capacity(WATCH_BACKLOG_NOTICES)
     }
 }
 
 impl WatchHub {
+    /// A hub whose watchers may fall `notices` behind.
+    pub fn with_capacity(notices: usize) -> WatchHub {
+        WatchHub {
+            sender: broadcast::channel(notices.max(1)).0,
+        }
+    }
+
     /// After `machine` applied entry `revision`: tells watchers, if any,
     /// its changes. Call under the applied state's lock.
     pub fn applied(&self, machine: &StateMachine, revision: u64) {
@@ -300,8 +305,7 @@ async fn deliver(
 
 async fn cancel_slow(outbox: &mpsc::Sender<WatchMessage>, behind: u64, sent: u64) {
     let reason = format!(
-        "watcher too slow: {behind} changes behind the node's buffer of \
-         {WATCH_BACKLOG_NOTICES}; resume from revision {}",
+        "watcher too slow: {behind} changes behind the node's buffer; resume from revision {}",
         sent.saturating_add(1)
     );
     let _ = outbox
@@ -336,7 +340,112 @@ fn whole_revisions(events: Vec<Event>, max: usize) -> Vec<Vec<Event>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use oncekv_state::ClusterTime;
+    use oncekv_state::{ClusterTime, Command, Entry, Limits, LogIndex, Request};
+    use std::sync::Mutex;
+
+    type Shared = Arc<Mutex<(StateMachine, WatchHub)>>;
+
+    fn lock(
+        shared: &Shared,
+    ) -> impl Fn(&mut dyn FnMut(&StateMachine, &WatchHub)) + Send + Sync + 'static {
+        let shared = shared.clone();
+        move |f| {
+            let guard = shared.lock().expect("not poisoned");
+            f(&guard.0, &guard.1)
+        }
+    }
+
+    fn put(shared: &Shared, index: u64, key: &str) {
+        let mut guard = shared.lock().expect("not poisoned");
+        let (machine, hub) = &mut *guard;
+        let command = Command::Put {
+            key: key.as_bytes().to_vec(),
+            value: b"v".to_vec(),
+            lease: None,
+        };
+        machine.apply(&Entry {
+            index: LogIndex(index),
+            time: ClusterTime(0),
+            principal: None,
+            request: Request::plain(command),
+        });
+        hub.applied(machine, index);
+    }
+
+    fn spec(start_revision: u64) -> WatchSpec {
+        WatchSpec {
+            key: b"k".to_vec(),
+            prefix: true,
+            start_revision,
+            previous: false,
+            progress_interval: Duration::from_secs(60),
+        }
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_backlog_then_live_changes_each_once_in_order() {
+        let shared: Shared = Arc::new(Mutex::new((
+            StateMachine::new(Limits::default()),
+            WatchHub::default(),
+        )));
+        put(&shared, 1, "k1");
+        put(&shared, 2, "other");
+        let mut messages = watch(lock(&shared), spec(1));
+        put(&shared, 3, "k2");
+        let mut revisions = Vec::new();
+        while revisions.len() < 2 {
+            match messages.recv().await.expect("a message") {
+                WatchMessage::Events(events) => {
+                    revisions.extend(events.iter().map(|e| e.revision));
+                }
+                WatchMessage::Started { revision } => assert_eq!(revision, 0),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert_eq!(revisions, vec![1, 3]);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_watcher_that_falls_behind_is_cancelled_not_buffered() {
+        let shared: Shared = Arc::new(Mutex::new((
+            StateMachine::new(Limits::default()),
+            WatchHub::with_capacity(4),
+        )));
+        let mut messages = watch(lock(&shared), spec(0));
+        // Ten changes before the watcher's task runs at all: it is more
+        // than the hub's four notices behind.
+        for index in 1..=10 {
+            put(&shared, index, &format!("k{index}"));
+        }
+        let mut last = None;
+        while let Some(message) = messages.recv().await {
+            last = Some(message);
+        }
+        match last {
+            Some(WatchMessage::Canceled { reason, compacted }) => {
+                assert!(reason.contains("too slow"), "{reason}");
+                assert!(reason.contains("resume from revision 1"), "{reason}");
+                assert_eq!(compacted, 0);
+            }
+            other => panic!("expected a cancellation, got {other:?}"),
+        }
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_compacted_start_is_refused_with_the_compacted_revision() {
+        let limits = Limits {
+            history_events_max: 1,
+            ..Limits::default()
+        };
+        let shared: Shared = Arc::new(Mutex::new((StateMachine::new(limits), WatchHub::default())));
+        put(&shared, 1, "k1");
+        put(&shared, 2, "k2");
+        let mut messages = watch(lock(&shared), spec(1));
+        match messages.recv().await {
+            Some(WatchMessage::Canceled { compacted, .. }) => assert_eq!(compacted, 1),
+            other => panic!("expected compacted, got {other:?}"),
+        }
+    }
 
     fn event(revision: u64) -> Event {
         Event {

@@ -1,6 +1,8 @@
 //! `oncekv bench` against real servers on loopback: the CAS, mixed and
 //! INCR workloads and `--ops` against an oncekv node (checking the JSON
-//! report and, for INCR, the counter the cluster holds), its flag checks,
+//! report and, for INCR, the counter the cluster holds), the transfer
+//! workload (the accounts still sum to zero) and the watch workload (every
+//! watcher saw every write), its flag checks,
 //! and, when an `etcd` binary is on PATH, the etcd target in plain and
 //! session mode against a 1-node etcd (without one it is skipped, and
 //! listed by `cargo xtask verify`, or failed under `CI=true`).
@@ -217,6 +219,95 @@ async fn bench_runs_cas_mixed_and_counted_operations_against_a_node() {
     assert_eq!(count(&keyed, "operations"), 40, "{keyed}");
 }
 
+/// The value of `key` on `endpoint`, as a number.
+fn balance(endpoint: &str, key: &str) -> i64 {
+    let (code, value, stderr) = oncekv(&["get", key, "--endpoints", endpoint]);
+    assert_eq!(code, 0, "get {key}: {stderr}");
+    value
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{key} holds {value:?}"))
+}
+
+/// A short watch run: every watcher saw every measured write.
+fn assert_every_event_seen(watch: &Value, watchers: u64) {
+    assert_no_errors(watch);
+    assert_eq!(watch["workload"], "watch", "{watch}");
+    let writes = count(watch, "writes");
+    assert!(writes >= 10, "{writes} writes: {watch}");
+    assert_eq!(
+        count(watch, "events_expected"),
+        writes * watchers,
+        "{watch}"
+    );
+    assert_eq!(count(watch, "events_seen"), writes * watchers, "{watch}");
+    assert_eq!(count(watch, "events_missing"), 0, "{watch}");
+    assert!(number(watch, "events_per_s") > 0.0, "{watch}");
+    let p50 = number(watch, "p50_ms");
+    assert!(p50 > 0.0 && p50 <= number(watch, "p99_ms"), "{watch}");
+}
+
+const WATCH_FLAGS: &[&str] = &[
+    "--workload",
+    "watch",
+    "--watchers",
+    "20",
+    "--connections",
+    "2",
+    "--concurrency",
+    "2",
+    "--rate",
+    "50",
+    "--duration",
+    "1s",
+    "--warmup",
+    "0.2s",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_runs_transfers_and_watches_against_a_node() {
+    let _one = exclusive().await;
+    let mut cluster = Cluster::start(1, FAST);
+    cluster.leader(Duration::from_secs(15)).await;
+    let endpoint = cluster.node(1).client.clone();
+
+    // Transfers between two accounts, each one transaction: whatever the
+    // interleaving, the balances sum to zero.
+    for mode in ["session", "plain", "key"] {
+        let transfer = bench(
+            &endpoint,
+            &[
+                "--workload",
+                "transfer",
+                "--mode",
+                mode,
+                "--keys",
+                "2",
+                "--concurrency",
+                "4",
+                "--ops",
+                "60",
+                "--warmup",
+                "0s",
+            ],
+        );
+        assert_no_errors(&transfer);
+        assert_eq!(count(&transfer, "operations"), 60, "{transfer}");
+        assert_eq!(transfer["op_counts"]["transfer"], 60, "{transfer}");
+        assert_eq!(count(&transfer, "rmw_retries"), 0, "{transfer}");
+    }
+    let (first, second) = (
+        balance(&endpoint, "t0000000"),
+        balance(&endpoint, "t0000001"),
+    );
+    assert_eq!(first + second, 0, "{first} + {second}");
+    assert!(first.abs() <= 180, "{first}");
+
+    let watch = bench(&endpoint, WATCH_FLAGS);
+    assert_every_event_seen(&watch, 20);
+    assert_eq!(watch["target"], "oncekv", "{watch}");
+}
+
 #[test]
 fn bench_refuses_flags_that_make_no_run() {
     for (flags, says) in [
@@ -231,6 +322,15 @@ fn bench_refuses_flags_that_make_no_run() {
             "--connections must be 1..=2",
         ),
         (&["--read-ratio", "0.5"][..], "mixed only"),
+        (
+            &["--workload", "transfer", "--keys", "1"][..],
+            "two distinct accounts",
+        ),
+        (
+            &["--workload", "watch"][..],
+            "--connections must be 5..=1000",
+        ),
+        (&["--watchers", "3"][..], "watch only"),
     ] {
         let mut args = vec!["bench", "--endpoints", "127.0.0.1:1"];
         args.extend_from_slice(flags);
@@ -309,6 +409,63 @@ impl Etcd {
         })
         .await
     }
+}
+
+#[cfg(feature = "etcd")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_runs_transfers_and_watches_against_etcd() {
+    let _one = exclusive().await;
+    let Some(etcd) = Etcd::start() else {
+        support::missing_dependency(
+            "bench::bench_runs_transfers_and_watches_against_etcd",
+            support::Dependency::Etcd,
+            "no etcd binary on PATH",
+        );
+        return;
+    };
+    let mut client = etcd.ready().await;
+    // Eight tasks on two accounts: reads race, guarded writes conflict and
+    // are retried; the balances still sum to zero.
+    for mode in ["plain", "session"] {
+        let transfer = bench(
+            &etcd.endpoint,
+            &[
+                "--target",
+                "etcd",
+                "--workload",
+                "transfer",
+                "--mode",
+                mode,
+                "--keys",
+                "2",
+                "--concurrency",
+                "8",
+                "--ops",
+                "80",
+                "--warmup",
+                "0s",
+            ],
+        );
+        assert_no_errors(&transfer);
+        assert_eq!(count(&transfer, "operations"), 80, "{transfer}");
+        assert!(count(&transfer, "rmw_retries") > 0, "{transfer}");
+    }
+    let mut sum = 0;
+    for key in ["t0000000", "t0000001"] {
+        let response = client.get(key, None).await.expect("get");
+        let value = response.kvs().first().expect("the account exists").value();
+        sum += std::str::from_utf8(value)
+            .expect("text")
+            .parse::<i64>()
+            .expect("a number");
+    }
+    assert_eq!(sum, 0);
+
+    let mut flags = vec!["--target", "etcd"];
+    flags.extend_from_slice(WATCH_FLAGS);
+    let watch = bench(&etcd.endpoint, &flags);
+    assert_every_event_seen(&watch, 20);
+    assert_eq!(watch["target"], "etcd", "{watch}");
 }
 
 #[cfg(feature = "etcd")]

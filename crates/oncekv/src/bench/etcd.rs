@@ -16,14 +16,21 @@
 //!   change, retried on conflict.
 //! - CAS is a Get, then a Txn comparing the value read (or, for an absent
 //!   key, version 0).
+//! - TRANSFER (two INCRs in one transaction on oncekv) is what an etcd user
+//!   writes without a server-side INCR: one Txn of two Gets (a consistent
+//!   read of both accounts), then a Txn guarded by both keys' mod revisions
+//!   that puts both new balances, retried on conflict.
+//! - The watch workload's watchers are etcd-client watch streams on the
+//!   prefix (each its own gRPC stream, over the connections).
 
 use super::closed_loop::{Completion, OpError, TaskClient};
+use super::watch::WatchClient;
 use super::workload::Op;
 use super::{EtcdRoute, Mode};
 use anyhow::{Context, bail};
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, Error, GetOptions, KeyValue, KvClient, Txn, TxnOp,
-    TxnOpResponse,
+    Client, Compare, CompareOp, ConnectOptions, Error, EventType, GetOptions, KeyValue, KvClient,
+    Txn, TxnOp, TxnOpResponse, WatchOptions, WatchStream,
 };
 use std::time::Duration;
 use tokio::time::Instant;
@@ -75,6 +82,28 @@ pub async fn connect(
              use plain or session with --target etcd"
         );
     }
+    let clients = clients(endpoints, route, connections, timeout, tls).await?;
+    let run: u64 = rand::random();
+    Ok((0..concurrency)
+        .map(|task| EtcdTask {
+            kv: clients[task % connections].kv_client(),
+            sequence: (mode == Mode::Session).then(|| Sequence {
+                key: format!("__seq/{run:016x}-{task}").into_bytes(),
+                last: 0,
+            }),
+        })
+        .collect())
+}
+
+/// `connections` clients of `endpoints` (or, routed to the leader, of the
+/// leader's endpoint alone), checked to answer.
+async fn clients(
+    endpoints: &[String],
+    route: EtcdRoute,
+    connections: usize,
+    timeout: Duration,
+    tls: Option<etcd_client::TlsOptions>,
+) -> anyhow::Result<Vec<Client>> {
     let mut options = ConnectOptions::new()
         .with_timeout(timeout)
         .with_connect_timeout(Duration::from_secs(5));
@@ -101,16 +130,74 @@ pub async fn connect(
             .await
             .with_context(|| format!("etcd at {} did not answer", endpoints.join(",")))?;
     }
-    let run: u64 = rand::random();
-    Ok((0..concurrency)
-        .map(|task| EtcdTask {
-            kv: clients[task % connections].kv_client(),
-            sequence: (mode == Mode::Session).then(|| Sequence {
-                key: format!("__seq/{run:016x}-{task}").into_bytes(),
-                last: 0,
-            }),
+    Ok(clients)
+}
+
+/// One watcher of the watch workload: its stream opens on the first call.
+pub struct EtcdWatcher {
+    client: Client,
+    prefix: Vec<u8>,
+    stream: Option<WatchStream>,
+}
+
+impl std::fmt::Debug for EtcdWatcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdWatcher")
+            .field("open", &self.stream.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// `watchers` watchers of `prefix`, dealt round-robin over `connections`
+/// clients (the members as `route` says).
+pub async fn watchers(
+    endpoints: &[String],
+    route: EtcdRoute,
+    connections: usize,
+    watchers: usize,
+    prefix: &[u8],
+    timeout: Duration,
+    tls: Option<etcd_client::TlsOptions>,
+) -> anyhow::Result<Vec<EtcdWatcher>> {
+    let clients = clients(endpoints, route, connections, timeout, tls).await?;
+    Ok((0..watchers)
+        .map(|n| EtcdWatcher {
+            client: clients[n % connections].clone(),
+            prefix: prefix.to_vec(),
+            stream: None,
         })
         .collect())
+}
+
+impl WatchClient for EtcdWatcher {
+    async fn next_values(&mut self) -> Result<Vec<Vec<u8>>, OpError> {
+        let stream = match self.stream.take() {
+            Some(stream) => stream,
+            None => {
+                let options = WatchOptions::new().with_prefix();
+                self.client
+                    .watch(self.prefix.clone(), Some(options))
+                    .await
+                    .map_err(failure)?
+            }
+        };
+        let stream = self.stream.insert(stream);
+        // The first message says the watch was created: no events, and the
+        // watcher counts as started.
+        match stream.message().await.map_err(failure)? {
+            Some(response) if response.canceled() => Err(OpError::new(
+                "WatchCanceled",
+                format!("etcd canceled the watch: {}", response.cancel_reason()),
+            )),
+            Some(response) => Ok(response
+                .events()
+                .iter()
+                .filter(|event| matches!(event.event_type(), EventType::Put))
+                .filter_map(|event| event.kv().map(|kv| kv.value().to_vec()))
+                .collect()),
+            None => Err(OpError::new("WatchEnded", "etcd ended the watch stream")),
+        }
+    }
 }
 
 /// The endpoint of the member that leads: each endpoint is asked for its
@@ -299,8 +386,66 @@ impl EtcdTask {
     }
 }
 
+impl EtcdTask {
+    /// Moves one unit from `from` to `to`: reads both accounts in one Txn,
+    /// then writes both new balances in a Txn guarded by both keys' mod
+    /// revisions; again on conflict (each round counts as a retry).
+    async fn transfer(&mut self, from: Vec<u8>, to: Vec<u8>) -> Result<Completion, OpError> {
+        let mut retries = 0;
+        loop {
+            let read =
+                Txn::new().and_then([TxnOp::get(from.clone(), None), TxnOp::get(to.clone(), None)]);
+            let response = self.kv.txn(read).await.map_err(failure)?;
+            let mut accounts = response.op_responses().into_iter().map(|r| match r {
+                TxnOpResponse::Get(mut get) => get.take_kvs().into_iter().next(),
+                _ => None,
+            });
+            let (debited, credited) = (accounts.next().flatten(), accounts.next().flatten());
+            let revision = |kv: &Option<KeyValue>| kv.as_ref().map_or(0, KeyValue::mod_revision);
+            let guards = vec![
+                Compare::mod_revision(from.clone(), CompareOp::Equal, revision(&debited)),
+                Compare::mod_revision(to.clone(), CompareOp::Equal, revision(&credited)),
+            ];
+            let debit = added(debited.as_ref().map(KeyValue::value), -1)?;
+            let credit = added(credited.as_ref().map(KeyValue::value), 1)?;
+            let written = self
+                .write(
+                    guards,
+                    vec![
+                        TxnOp::put(from.clone(), debit, None),
+                        TxnOp::put(to.clone(), credit, None),
+                    ],
+                )
+                .await?;
+            if written.swapped {
+                return Ok(Completion {
+                    cas_conflict: false,
+                    retries,
+                    duplicate: written.duplicate,
+                });
+            }
+            retries += 1;
+            if retries >= RMW_ROUNDS_MAX {
+                return Err(OpError::new(
+                    "ConflictRetriesExhausted",
+                    format!(
+                        "transfer {} -> {}: gave up after {retries} conflicting rounds",
+                        String::from_utf8_lossy(&from),
+                        String::from_utf8_lossy(&to)
+                    ),
+                ));
+            }
+        }
+    }
+}
+
 /// The counter after an INCR of `current` (absent: 0).
 fn incremented(current: Option<&[u8]>) -> Result<Vec<u8>, OpError> {
+    added(current, 1)
+}
+
+/// The counter `current` (absent: 0) plus `by`.
+fn added(current: Option<&[u8]>, by: i64) -> Result<Vec<u8>, OpError> {
     let value = match current {
         None => 0,
         Some(bytes) => std::str::from_utf8(bytes)
@@ -311,8 +456,8 @@ fn incremented(current: Option<&[u8]>) -> Result<Vec<u8>, OpError> {
             })?,
     };
     let value = value
-        .checked_add(1)
-        .ok_or_else(|| OpError::new("Overflow", "INCR past the largest i64"))?;
+        .checked_add(by)
+        .ok_or_else(|| OpError::new("Overflow", "INCR past the i64 range"))?;
     Ok(value.to_string().into_bytes())
 }
 
@@ -361,6 +506,7 @@ impl TaskClient for EtcdTask {
                 .await
             }
             Op::Incr { key } => self.read_modify_write(key, incremented).await,
+            Op::Transfer { from, to } => self.transfer(from, to).await,
         }
     }
 }
@@ -382,6 +528,8 @@ mod tests {
             incremented(Some(i64::MAX.to_string().as_bytes())).map_err(|e| e.kind),
             Err("Overflow".to_string())
         );
+        assert_eq!(added(None, -1), Ok(b"-1".to_vec()));
+        assert_eq!(added(Some(b"5"), -1), Ok(b"4".to_vec()));
     }
 
     #[test]

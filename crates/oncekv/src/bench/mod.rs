@@ -10,6 +10,7 @@ mod cpu;
 mod etcd;
 mod oncekv;
 mod report;
+mod watch;
 mod workload;
 
 use clap::{Args, ValueEnum};
@@ -35,6 +36,13 @@ const VALUE_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// Most tasks.
 const CONCURRENCY_MAX: usize = 100_000;
 
+/// Most watchers.
+const WATCHERS_MAX: usize = 100_000;
+
+/// Most watchers per connection: an oncekv node takes 256 streams per
+/// HTTP/2 connection by default (`--streams-per-connection-max`).
+const WATCHERS_PER_CONNECTION_MAX: usize = 200;
+
 /// The endpoint of a local etcd when --endpoints is not given.
 const ETCD_DEFAULT_ENDPOINT: &str = "127.0.0.1:2379";
 
@@ -50,12 +58,29 @@ Examples:
   oncekv bench --workload mixed --read-ratio 0.9 --concurrency 64 --connections 4
   oncekv bench --workload cas --keys 10 --ops 10000 --warmup 0s -o json
   oncekv bench --target etcd --endpoints 127.0.0.1:2379 --workload put --mode session
+  oncekv bench --workload transfer --mode session --keys 1000 --concurrency 32
+  oncekv bench --workload watch --watchers 1000 --connections 10 --concurrency 4 --rate 100
 
 The loop is closed: each task sends one operation, waits for its answer,
 then sends the next, so --concurrency operations are in flight. Operations
 that begin during --warmup are not measured; the measured part ends after
 --duration, or after --ops operations (completed or failed). Latency is
-per operation (a CAS: its read and its swap).
+per operation (a CAS: its read and its swap; an etcd transfer: its reads,
+its write and its retries).
+
+--workload transfer moves one unit between two distinct random accounts:
+on oncekv one transaction of two INCRs (-1, +1); on etcd, which has no
+INCR, a read of both accounts then a Txn guarded by both keys' mod
+revisions that writes both balances, retried on conflict (the retries are
+reported as conflicts).
+
+--workload watch is not a closed loop: --watchers watchers of one prefix,
+dealt over --connections connections (at most 200 each), and --concurrency
+writers putting keys under it at --rate writes/s in all. Each value carries
+the time its write was sent; the report gives the delivery latency (write
+sent to event seen, per event and watcher) as percentiles, events delivered
+per second, and events expected but never seen. The writers share one extra
+connection; --ops does not apply.
 
 Modes: plain (no deduplication: at-least-once, like an etcd Put), session
 (exactly-once on one session per connection, its tasks pipelined up to the
@@ -176,6 +201,21 @@ pub struct BenchArgs {
     /// linearizable GETs, 0..=1 (the rest are PUTs) [default: 0.9].
     #[arg(long, value_name = "RATIO", allow_negative_numbers = true)]
     read_ratio: Option<f64>,
+    /// With --workload watch: watchers of the prefix, dealt over
+    /// --connections [default: 1000].
+    #[arg(long, value_name = "N")]
+    watchers: Option<usize>,
+    /// With --workload watch: writes per second, all writers together
+    /// [default: 100].
+    #[arg(long, value_name = "WRITES_PER_S")]
+    rate: Option<f64>,
+}
+
+/// The watch workload's own settings.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct WatchFlags {
+    watchers: usize,
+    rate: f64,
 }
 
 impl BenchArgs {
@@ -187,7 +227,10 @@ impl BenchArgs {
                 self.concurrency
             ));
         }
-        if self.connections == 0 || self.connections > self.concurrency {
+        self.watch_flags()?;
+        if self.workload != Workload::Watch
+            && (self.connections == 0 || self.connections > self.concurrency)
+        {
             return Err(format!(
                 "--connections must be 1..={} (--concurrency: each connection needs a task), got {}",
                 self.concurrency, self.connections
@@ -201,6 +244,11 @@ impl BenchArgs {
         }
         if self.keys == 0 {
             return Err("--keys must be at least 1".into());
+        }
+        if self.workload == Workload::Transfer && self.keys < 2 {
+            return Err(
+                "--workload transfer needs --keys 2 or more (two distinct accounts)".into(),
+            );
         }
         let needed = Shape::key_bytes_needed(self.keys);
         if self.key_bytes < needed {
@@ -260,6 +308,41 @@ impl BenchArgs {
         })
     }
 
+    /// With --workload watch, its watchers and rate (checked); else
+    /// `None`, and an error if they were given.
+    fn watch_flags(&self) -> Result<Option<WatchFlags>, String> {
+        if self.workload != Workload::Watch {
+            if self.watchers.is_some() || self.rate.is_some() {
+                return Err("--watchers and --rate apply to --workload watch only".into());
+            }
+            return Ok(None);
+        }
+        let watchers = self.watchers.unwrap_or(1000);
+        let rate = self.rate.unwrap_or(100.0);
+        if !(1..=WATCHERS_MAX).contains(&watchers) {
+            return Err(format!(
+                "--watchers must be 1..={WATCHERS_MAX}, got {watchers}"
+            ));
+        }
+        if !(rate.is_finite() && rate > 0.0 && rate <= 1e6) {
+            return Err(format!(
+                "--rate must be above 0 and at most 1000000, got {rate}"
+            ));
+        }
+        let needed = watchers.div_ceil(WATCHERS_PER_CONNECTION_MAX);
+        if self.connections < needed || self.connections > watchers {
+            return Err(format!(
+                "--connections must be {needed}..={watchers} for {watchers} watchers \
+                 (at most {WATCHERS_PER_CONNECTION_MAX} watch streams per connection), got {}",
+                self.connections
+            ));
+        }
+        if self.ops.is_some() {
+            return Err("--ops does not apply to --workload watch: give --duration".into());
+        }
+        Ok(Some(WatchFlags { watchers, rate }))
+    }
+
     fn settings(&self, plan: &Plan) -> Settings {
         Settings {
             workload: self.workload.name(),
@@ -296,6 +379,9 @@ pub async fn run(
             return Ok(ExitCode::from(EXIT_USAGE));
         }
     };
+    if let Ok(Some(flags)) = args.watch_flags() {
+        return run_watch(connection, &args, endpoints_given, &plan, flags).await;
+    }
     let measured = match args.target {
         Target::Oncekv => {
             let setup = oncekv::connect(
@@ -329,6 +415,127 @@ pub async fn run(
         return Ok(ExitCode::from(EXIT_ERROR));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The watch workload: its watchers and writers, its run and its report.
+async fn run_watch(
+    connection: &Connection,
+    args: &BenchArgs,
+    endpoints_given: bool,
+    plan: &Plan,
+    flags: WatchFlags,
+) -> anyhow::Result<ExitCode> {
+    let watch_plan = watch::WatchPlan {
+        shape: plan.shape,
+        rate: flags.rate,
+        warmup: plan.warmup,
+        duration: args.duration,
+    };
+    let prefix = watch::prefix(&plan.shape);
+    let measured = match args.target {
+        Target::Oncekv => {
+            let options = connection.client_options()?;
+            let writers = oncekv::connect(
+                &connection.endpoints,
+                args.mode,
+                1,
+                args.concurrency,
+                options.clone(),
+            )
+            .await?;
+            let watchers = oncekv::watchers(
+                &connection.endpoints,
+                args.connections,
+                flags.watchers,
+                &prefix,
+                options,
+            )
+            .await?;
+            let measured = watch::run(watchers, writers.tasks, watch_plan).await;
+            oncekv::close(writers.sessions).await;
+            measured?
+        }
+        Target::Etcd => {
+            let endpoints = if endpoints_given {
+                connection.endpoints.clone()
+            } else {
+                vec![ETCD_DEFAULT_ENDPOINT.to_string()]
+            };
+            run_etcd_watch(&endpoints, args, connection, &prefix, watch_plan, flags).await?
+        }
+    };
+    let report = watch::WatchReport::new(
+        watch::WatchSettings {
+            mode: args.mode.name(),
+            target: args.target.name(),
+            etcd_route: (args.target == Target::Etcd).then_some(match args.etcd_route {
+                EtcdRoute::Leader => "leader",
+                EtcdRoute::Balanced => "balanced",
+            }),
+            watchers: flags.watchers,
+            connections: args.connections,
+            writers: args.concurrency,
+            rate: flags.rate,
+            warmup_s: plan.warmup.as_secs_f64(),
+            keys: args.keys,
+            value_bytes: args.value_bytes.max(watch::STAMP_BYTES),
+        },
+        measured,
+    );
+    match connection.output {
+        Output::Json => sayln!("{}", report.json()),
+        Output::Text => sayln!("{}", report.text()),
+    }
+    if report.events_seen == 0 {
+        eprintln!("error: no event of a measured write was seen");
+        return Ok(ExitCode::from(EXIT_ERROR));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(feature = "etcd")]
+async fn run_etcd_watch(
+    endpoints: &[String],
+    args: &BenchArgs,
+    connection: &Connection,
+    prefix: &[u8],
+    plan: watch::WatchPlan,
+    flags: WatchFlags,
+) -> anyhow::Result<watch::WatchMeasured> {
+    let tls = connection.tls.etcd_options()?;
+    let writers = etcd::connect(
+        endpoints,
+        args.mode,
+        args.etcd_route,
+        1,
+        args.concurrency,
+        connection.timeout,
+        tls.clone(),
+    )
+    .await?;
+    let watchers = etcd::watchers(
+        endpoints,
+        args.etcd_route,
+        args.connections,
+        flags.watchers,
+        prefix,
+        connection.timeout,
+        tls,
+    )
+    .await?;
+    watch::run(watchers, writers, plan).await
+}
+
+#[cfg(not(feature = "etcd"))]
+async fn run_etcd_watch(
+    _endpoints: &[String],
+    _args: &BenchArgs,
+    _connection: &Connection,
+    _prefix: &[u8],
+    _plan: watch::WatchPlan,
+    _flags: WatchFlags,
+) -> anyhow::Result<watch::WatchMeasured> {
+    anyhow::bail!("--target etcd: {NO_ETCD}")
 }
 
 #[cfg(feature = "etcd")]
@@ -449,6 +656,60 @@ mod tests {
             &["--value-bytes", "100000000"],
             "--value-bytes must be at most",
         );
+    }
+
+    #[test]
+    fn transfer_needs_two_accounts() {
+        plan(&["--workload", "transfer", "--keys", "2"]).expect("valid");
+        refused(&["--workload", "transfer", "--keys", "1"], "two distinct");
+    }
+
+    #[test]
+    fn watch_takes_watchers_a_rate_and_enough_connections() {
+        let cli = |flags: &[&str]| {
+            Cli::try_parse_from(std::iter::once("bench").chain(flags.iter().copied()))
+                .expect("parses")
+                .args
+        };
+        let args = cli(&["--workload", "watch", "--connections", "5"]);
+        assert_eq!(
+            args.watch_flags(),
+            Ok(Some(WatchFlags {
+                watchers: 1000,
+                rate: 100.0
+            }))
+        );
+        plan(&[
+            "--workload",
+            "watch",
+            "--watchers",
+            "10",
+            "--concurrency",
+            "1",
+        ])
+        .expect("valid");
+        refused(&["--workload", "watch"], "--connections must be 5..=1000");
+        refused(
+            &[
+                "--workload",
+                "watch",
+                "--watchers",
+                "3",
+                "--connections",
+                "4",
+            ],
+            "--connections must be 1..=3",
+        );
+        refused(
+            &["--workload", "watch", "--watchers", "1", "--rate", "0"],
+            "--rate must be above 0",
+        );
+        refused(
+            &["--workload", "watch", "--watchers", "1", "--ops", "5"],
+            "--ops does not apply",
+        );
+        refused(&["--watchers", "10"], "watch only");
+        refused(&["--rate", "10"], "watch only");
     }
 
     #[test]

@@ -5,10 +5,18 @@
 
 use super::Mode;
 use super::closed_loop::{Completion, OpError, TaskClient};
+use super::watch::WatchClient;
 use super::workload::Op;
 use oncekv_client::{
-    Client, ClientError, ClientOptions, Command, Completed, Query, Reply, Session, SessionOptions,
+    Client, ClientError, ClientOptions, Command, Completed, EventKind, Query, Reply, Session,
+    SessionOptions, Txn, TxnOp, WatchOptions, WatchUpdate, Watcher,
 };
+use std::time::Duration;
+
+/// How often an idle watcher hears its progress: a watcher counts as
+/// started at its first update, and before any write that is a progress
+/// notice.
+const WATCH_PROGRESS: Duration = Duration::from_millis(200);
 
 /// The clients of a run, one per task, and the sessions to close after.
 #[derive(Debug)]
@@ -150,6 +158,12 @@ impl TaskClient for OncekvTask {
                 let expected = self.get(key.clone(), false).await.map_err(failure)?;
                 Command::Cas { key, expected, new }
             }
+            // One transaction, no compare: the server adds and subtracts.
+            Op::Transfer { from, to } => Command::Txn(
+                Txn::new()
+                    .on_success(TxnOp::incr(from, -1))
+                    .on_success(TxnOp::incr(to, 1)),
+            ),
         };
         let completed = self.write(command).await.map_err(failure)?;
         Ok(Completion {
@@ -157,6 +171,63 @@ impl TaskClient for OncekvTask {
             retries: 0,
             duplicate: completed.replayed,
         })
+    }
+}
+
+/// One watcher of the watch workload.
+#[derive(Debug)]
+pub struct OncekvWatcher {
+    watcher: Watcher,
+}
+
+/// Connects `connections` clients (each its own HTTP/2 connection; the
+/// server takes a bounded number of streams per connection) and makes
+/// `watchers` watchers of `prefix` dealt over them round-robin. Each
+/// client first reads a key, so that it knows the leader: the watches go
+/// to it.
+pub async fn watchers(
+    endpoints: &[String],
+    connections: usize,
+    watchers: usize,
+    prefix: &[u8],
+    options: ClientOptions,
+) -> anyhow::Result<Vec<OncekvWatcher>> {
+    let mut clients = Vec::with_capacity(connections);
+    for _ in 0..connections {
+        let client = Client::connect(endpoints.iter().cloned(), options.clone())?;
+        client
+            .read(
+                Query::Get {
+                    key: prefix.to_vec(),
+                },
+                false,
+            )
+            .await
+            .map_err(|e| anyhow::anyhow!("reaching the cluster: {e}"))?;
+        clients.push(client);
+    }
+    Ok((0..watchers)
+        .map(|n| OncekvWatcher {
+            watcher: clients[n % connections].watch(
+                prefix.to_vec(),
+                WatchOptions::default()
+                    .with_prefix()
+                    .with_progress_interval(WATCH_PROGRESS),
+            ),
+        })
+        .collect())
+}
+
+impl WatchClient for OncekvWatcher {
+    async fn next_values(&mut self) -> Result<Vec<Vec<u8>>, OpError> {
+        match self.watcher.next().await.map_err(failure)? {
+            WatchUpdate::Changes { events, .. } => Ok(events
+                .into_iter()
+                .filter(|event| event.kind == EventKind::Put)
+                .map(|event| event.value)
+                .collect()),
+            WatchUpdate::Progress(_) => Ok(Vec::new()),
+        }
     }
 }
 

@@ -82,8 +82,8 @@ pub struct Report {
     pub op_counts: BTreeMap<&'static str, u64>,
     /// CAS operations that lost the race (counted as completed).
     pub cas_conflicts: u64,
-    /// Read-modify-write rounds retried after a conflict (etcd APPEND and
-    /// INCR).
+    /// Read-modify-write rounds retried after a conflict (etcd APPEND,
+    /// INCR and TRANSFER).
     pub rmw_retries: u64,
     /// Writes recognised as duplicates of an earlier attempt.
     pub duplicates: u64,
@@ -203,7 +203,13 @@ impl Report {
                 self.cas_conflicts
             );
         }
-        if self.rmw_retries > 0 {
+        if self.workload == "transfer" {
+            let _ = writeln!(
+                text,
+                "  conflicts   {} transfers retried after a conflict (etcd's read, then guarded write)",
+                self.rmw_retries
+            );
+        } else if self.rmw_retries > 0 {
             let _ = writeln!(
                 text,
                 "  retries     {} read-modify-write rounds retried after a conflict",

@@ -27,6 +27,16 @@ pub enum Workload {
     Cas,
     /// Linearizable GETs and PUTs of random keys, mixed by --read-ratio.
     Mixed,
+    /// A transfer between two accounts (two distinct random keys): one
+    /// transaction of two INCRs, -1 and +1 (on etcd, which has no INCR: a
+    /// read of both accounts, then a Txn guarded by both keys' mod
+    /// revisions that writes both new balances, retried on conflict).
+    Transfer,
+    /// Watch delivery: --watchers watchers on one prefix, --concurrency
+    /// writers putting keys under it at --rate writes/s in all; measures
+    /// the latency from a write sent to its event seen by each watcher,
+    /// and the events delivered per second (not a closed loop).
+    Watch,
 }
 
 impl Workload {
@@ -40,6 +50,8 @@ impl Workload {
             Workload::Incr => "incr",
             Workload::Cas => "cas",
             Workload::Mixed => "mixed",
+            Workload::Transfer => "transfer",
+            Workload::Watch => "watch",
         }
     }
 
@@ -50,6 +62,8 @@ impl Workload {
         match self {
             Workload::Append => b'a',
             Workload::Incr => b'i',
+            Workload::Transfer => b't',
+            Workload::Watch => b'w',
             _ => b'k',
         }
     }
@@ -91,6 +105,14 @@ pub enum Op {
         /// The value swapped in.
         new: Vec<u8>,
     },
+    /// Move one unit from the counter at `from` to the counter at `to`
+    /// (two distinct keys), atomically.
+    Transfer {
+        /// The account debited.
+        from: Vec<u8>,
+        /// The account credited.
+        to: Vec<u8>,
+    },
 }
 
 impl Op {
@@ -102,6 +124,7 @@ impl Op {
             Op::Append { .. } => "append",
             Op::Incr { .. } => "incr",
             Op::Cas { .. } => "cas",
+            Op::Transfer { .. } => "transfer",
         }
     }
 }
@@ -183,6 +206,18 @@ impl Generator {
         self.shape.key(index)
     }
 
+    /// Two distinct keys (the same one only when there is a single key).
+    fn two_keys(&mut self) -> (Vec<u8>, Vec<u8>) {
+        let keys = self.shape.keys.max(1);
+        let from = self.next_u64() % keys;
+        let to = if keys == 1 {
+            from
+        } else {
+            (from + 1 + self.next_u64() % (keys - 1)) % keys
+        };
+        (self.shape.key(from), self.shape.key(to))
+    }
+
     /// A value of exactly `value_bytes` bytes that starts with the task and
     /// a counter (so values differ, as a CAS needs), padded with `v`.
     fn value(&mut self) -> Vec<u8> {
@@ -210,6 +245,15 @@ impl Generator {
                 value: self.value(),
             },
             Workload::Incr => Op::Incr { key: self.key() },
+            Workload::Transfer => {
+                let (from, to) = self.two_keys();
+                Op::Transfer { from, to }
+            }
+            // The watch writers draw keys only and stamp their own values.
+            Workload::Watch => Op::Put {
+                key: self.key(),
+                value: Vec::new(),
+            },
             Workload::Cas => Op::Cas {
                 key: self.key(),
                 new: self.value(),
@@ -275,6 +319,27 @@ mod tests {
         };
         assert_eq!((a.len(), b.len()), (4, 4));
         assert_ne!(a, b);
+    }
+
+    #[test]
+    fn a_transfer_moves_between_two_distinct_accounts() {
+        let mut generator = Generator::new(shape(Workload::Transfer, 0.0), 2);
+        for _ in 0..1000 {
+            let Op::Transfer { from, to } = generator.next_op() else {
+                panic!("transfer expected");
+            };
+            assert_ne!(from, to);
+            assert!(from.starts_with(b"t") && to.starts_with(b"t"), "{from:?}");
+        }
+        let mut two = shape(Workload::Transfer, 0.0);
+        two.keys = 2;
+        let mut generator = Generator::new(two, 0);
+        for _ in 0..100 {
+            let Op::Transfer { from, to } = generator.next_op() else {
+                panic!("transfer expected");
+            };
+            assert_ne!(from, to);
+        }
     }
 
     #[test]

@@ -397,10 +397,7 @@ impl Node {
                 .map_err(WriteError::PermissionDenied)
         })?;
         let consensus = self.inner.consensus.clone();
-        let lock =
-            move |f: &mut dyn FnMut(&oncekv_state::StateMachine, &crate::watch::WatchHub)| {
-                consensus.with_state_and_watch(f)
-            };
+        let lock = move |f: crate::watch::Visit<'_>| consensus.with_state_and_watch(f);
         Ok(crate::watch::watch(lock, spec))
     }
 

@@ -95,6 +95,9 @@ impl WatchHub {
     }
 }
 
+/// A look at the applied state and its hub, run under the state's lock.
+pub type Visit<'a> = &'a mut dyn FnMut(&StateMachine, &WatchHub);
+
 /// What a watcher asks for.
 #[derive(Clone, Debug)]
 pub struct WatchSpec {
@@ -146,7 +149,7 @@ pub enum WatchMessage {
 /// watcher goes away.
 pub fn watch<L>(lock: L, spec: WatchSpec) -> mpsc::Receiver<WatchMessage>
 where
-    L: Fn(&mut dyn FnMut(&StateMachine, &WatchHub)) + Send + Sync + 'static,
+    L: Fn(Visit<'_>) + Send + Sync + 'static,
 {
     let (outbox, messages) = mpsc::channel(WATCH_OUTBOX_MESSAGES);
     // Under the lock: the backlog from the history, and the subscription.
@@ -196,7 +199,7 @@ async fn serve<L>(
     outbox: mpsc::Sender<WatchMessage>,
     lock: L,
 ) where
-    L: Fn(&mut dyn FnMut(&StateMachine, &WatchHub)) + Send + Sync + 'static,
+    L: Fn(Visit<'_>) + Send + Sync + 'static,
 {
     if outbox
         .send(WatchMessage::Started { revision: after })
@@ -345,9 +348,7 @@ mod tests {
 
     type Shared = Arc<Mutex<(StateMachine, WatchHub)>>;
 
-    fn lock(
-        shared: &Shared,
-    ) -> impl Fn(&mut dyn FnMut(&StateMachine, &WatchHub)) + Send + Sync + 'static {
+    fn lock(shared: &Shared) -> impl Fn(Visit<'_>) + Send + Sync + 'static {
         let shared = shared.clone();
         move |f| {
             let guard = shared.lock().expect("not poisoned");
@@ -418,9 +419,13 @@ mod tests {
             put(&shared, index, &format!("k{index}"));
         }
         let mut last = None;
-        while let Some(message) = messages.recv().await {
-            last = Some(message);
-        }
+        let drained = tokio::time::timeout(Duration::from_secs(10), async {
+            while let Some(message) = messages.recv().await {
+                last = Some(message);
+            }
+        })
+        .await;
+        assert!(drained.is_ok(), "the slow watcher was never cancelled");
         match last {
             Some(WatchMessage::Canceled { reason, compacted }) => {
                 assert!(reason.contains("too slow"), "{reason}");

@@ -256,10 +256,7 @@ impl Consensus {
 
     /// Runs `f` on this replica's applied state and its watch hub, under
     /// the state's lock.
-    pub fn with_state_and_watch(
-        &self,
-        f: &mut dyn FnMut(&oncekv_state::StateMachine, &crate::watch::WatchHub),
-    ) {
+    pub fn with_state_and_watch(&self, f: crate::watch::Visit<'_>) {
         let state = self.state.lock();
         f(&state.machine, &state.watch)
     }

@@ -51,7 +51,7 @@ pub struct StoredValue {
 
 /// A point to undo changes back to ([`KvStore::undo_to`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct UndoPoint {
+pub(crate) struct UndoPoint {
     events: u64,
     revision: u64,
 }

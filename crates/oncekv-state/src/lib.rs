@@ -68,7 +68,7 @@ pub use ids::{
     SessionId, TokenKey,
 };
 pub use invariant::{BrokenInvariant, Table};
-pub use kv::{KeyMeta, KeyValue, KvPairs, KvStore, StoredValue, UndoPoint, entry_weight_bytes};
+pub use kv::{KeyMeta, KeyValue, KvPairs, KvStore, StoredValue, entry_weight_bytes};
 pub use lease::{Lease, Leases};
 pub use limits::{InvalidRequest, Limits, WINDOW_DEFAULT, WINDOW_MAX_ABSOLUTE};
 pub use machine::{StateMachine, Stats};

@@ -25,7 +25,7 @@ exits with a code of the table in `oncekv --help`.
 Example:
   oncekv lock backups -- sh -c './backup.sh --fence \"$ONCEKV_LOCK_REVISION\"'")]
 pub struct LockArgs {
-    /// The lock's name (its holders' keys are NAME/<owner id>).
+    /// The lock's name (its holders' keys are NAME/OWNER-ID).
     pub name: String,
 
     /// The lease's time-to-live: how long after this process dies the lock
@@ -53,7 +53,7 @@ Examples:
   oncekv elect scheduler node-a
   oncekv elect --listen scheduler")]
 pub struct ElectArgs {
-    /// The election's name (campaigners' keys are NAME/<owner id>).
+    /// The election's name (campaigners' keys are NAME/OWNER-ID).
     pub name: String,
 
     /// The value to campaign with (the leader's value is what listeners

@@ -208,19 +208,9 @@ pub enum ClientCommand {
         #[arg(long, value_name = "REVISION")]
         rev: Option<u64>,
     },
-    /// Run a transaction read from standard input, exactly once: compares,
-    /// a blank line, the operations run if all hold, a blank line, the
-    /// operations run otherwise (exit 3 when a compare failed).
-    ///
-    /// Compares: TARGET("KEY") OP "VALUE", TARGET one of value, version,
-    /// create, mod, exists; OP one of =, !=, <, >; "PREFIX*" compares every
-    /// key under a prefix. Operations: put KEY VALUE [--lease NAME],
-    /// get KEY, del KEY, del --prefix PREFIX, scan PREFIX [LIMIT],
-    /// append KEY VALUE, incr KEY [BY], cas KEY EXPECTED NEW,
-    /// cas --absent KEY NEW. Example:
-    ///
-    ///   printf 'value("acct/a") = "100"\n\nincr acct/a -30\nincr acct/b 30\n\nget acct/a\n' | oncekv txn
-    #[command(verbatim_doc_comment)]
+    /// Run a transaction read from standard input, exactly once (exit 3
+    /// when a compare failed).
+    #[command(long_about = TXN_HELP)]
     Txn {
         #[command(flatten)]
         once: Once,
@@ -298,6 +288,22 @@ pub enum ClientCommand {
     #[command(subcommand)]
     Snapshot(SnapshotCommand),
 }
+
+/// The long help of `oncekv txn`.
+const TXN_HELP: &str = "Run a transaction read from standard input, exactly once: compares, a \
+blank line, the operations run if all hold, a blank line, the operations run otherwise (exit 3 \
+when a compare failed).
+
+Compares: TARGET(\"KEY\") OP \"VALUE\", TARGET one of value, version, create, mod, exists; OP \
+one of =, !=, <, >; \"PREFIX*\" compares every key under a prefix.
+
+Operations: put KEY VALUE [--lease NAME], get KEY, del KEY, del --prefix PREFIX, \
+scan PREFIX [LIMIT], append KEY VALUE, incr KEY [BY], cas KEY EXPECTED NEW, \
+cas --absent KEY NEW. Words are split as a shell would; # starts a comment line.
+
+Example:
+
+  printf 'value(\"acct/a\") = \"100\"\\n\\nincr acct/a -30\\nincr acct/b 30\\n\\nget acct/a\\n' | oncekv txn";
 
 /// Alarm commands.
 #[derive(Debug, Subcommand)]

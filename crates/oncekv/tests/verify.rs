@@ -1,7 +1,8 @@
 //! `oncekv verify` end to end, short: a run with every fault kind that can
 //! run here must pass (transfers and watchers included), and both negative
 //! controls (nodes without dedup; a naive client resending plain requests)
-//! must be caught as violations, by the appends and by the transfers.
+//! must be caught as violations, by the appends, the transfers and the
+//! key-value linearizability checker.
 //! Each run starts its own 3-node cluster on loopback from this binary.
 //! Failing disk syncs need fiu-utils: without it that fault kind is
 //! skipped, and listed by `cargo xtask verify`, or failed under `CI=true`.
@@ -116,6 +117,12 @@ fn nodes_without_dedup_are_caught() {
     assert_eq!(json["verdict"], "FAIL");
     assert_eq!(checker(&json, "exactly_once")["status"], "fail", "{json:#}");
     assert_eq!(checker(&json, "transfers")["status"], "fail", "{json:#}");
+    // The key-value model refuses the history: a counter skips a value.
+    assert_eq!(
+        checker(&json, "linearizable_kv")["status"],
+        "fail",
+        "{json:#}"
+    );
 }
 
 #[test]
@@ -134,6 +141,11 @@ fn a_naive_retrying_client_is_caught() {
     assert_eq!(checker(&json, "exactly_once")["status"], "fail", "{json:#}");
     // A resent transfer applies twice: its token is twice in the ledger.
     assert_eq!(checker(&json, "transfers")["status"], "fail", "{json:#}");
+    assert_eq!(
+        checker(&json, "linearizable_kv")["status"],
+        "fail",
+        "{json:#}"
+    );
 }
 
 #[test]

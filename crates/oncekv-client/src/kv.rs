@@ -59,6 +59,33 @@ pub struct ScanPage {
     pub more: bool,
 }
 
+/// A write's answer: its plain value (a put's or delete's previous value,
+/// an append's new length, a counter's new value, a CAS's outcome) and the
+/// revision it applied at: the log index of the entry that ran it, which is
+/// the changed key's `mod_revision` (a CAS that did not swap changed
+/// nothing there). A retry answered from its record gives the original
+/// revision.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Written<T> {
+    /// The plain value.
+    pub value: T,
+    /// The revision it applied at.
+    pub revision: u64,
+    /// Whether this is the original answer of an earlier attempt.
+    pub replayed: bool,
+}
+
+fn written<T>(
+    done: Completed,
+    parse: fn(Reply) -> Result<T, ClientError>,
+) -> Result<Written<T>, ClientError> {
+    Ok(Written {
+        revision: done.applied_index,
+        replayed: done.replayed,
+        value: parse(done.reply)?,
+    })
+}
+
 fn unexpected<T>(reply: Reply) -> Result<T, ClientError> {
     Err(ClientError::Invalid(format!("unexpected reply: {reply:?}")))
 }
@@ -112,10 +139,8 @@ fn cas_command(
 }
 
 impl Client {
-    async fn once(&self, command: Command) -> Result<Reply, ClientError> {
-        self.execute_once(command, None)
-            .await
-            .map(|done| done.reply)
+    async fn once(&self, command: Command) -> Result<Completed, ClientError> {
+        self.execute_once(command, None).await
     }
 
     /// Runs `txn` once (under a fresh idempotency key): a retry returns
@@ -159,43 +184,53 @@ impl Client {
         }
     }
 
-    /// Sets `key` to `value`, once; returns the previous value.
+    /// Sets `key` to `value`, once; returns the previous value and the
+    /// revision.
     pub async fn put(
         &self,
         key: impl Into<Vec<u8>>,
         value: impl Into<Vec<u8>>,
-    ) -> Result<Option<Vec<u8>>, ClientError> {
-        previous(self.once(put(key, value)).await?)
+    ) -> Result<Written<Option<Vec<u8>>>, ClientError> {
+        written(self.once(put(key, value)).await?, previous)
     }
 
-    /// Deletes `key`, once; returns the previous value.
-    pub async fn delete(&self, key: impl Into<Vec<u8>>) -> Result<Option<Vec<u8>>, ClientError> {
-        previous(self.once(Command::Delete { key: key.into() }).await?)
+    /// Deletes `key`, once; returns the previous value and the revision.
+    pub async fn delete(
+        &self,
+        key: impl Into<Vec<u8>>,
+    ) -> Result<Written<Option<Vec<u8>>>, ClientError> {
+        written(
+            self.once(Command::Delete { key: key.into() }).await?,
+            previous,
+        )
     }
 
-    /// Appends `value` to `key`, once; returns the new length.
+    /// Appends `value` to `key`, once; returns the new length and the
+    /// revision.
     pub async fn append(
         &self,
         key: impl Into<Vec<u8>>,
         value: impl Into<Vec<u8>>,
-    ) -> Result<u64, ClientError> {
+    ) -> Result<Written<u64>, ClientError> {
         let command = Command::Append {
             key: key.into(),
             value: value.into(),
         };
-        length(self.once(command).await?)
+        written(self.once(command).await?, length)
     }
 
     /// Adds `by` to the integer at `key` (absent is 0), once; returns the
     /// new value.
-    pub async fn incr(&self, key: impl Into<Vec<u8>>, by: i64) -> Result<i64, ClientError> {
-        counter(
-            self.once(Command::Incr {
-                key: key.into(),
-                by,
-            })
-            .await?,
-        )
+    pub async fn incr(
+        &self,
+        key: impl Into<Vec<u8>>,
+        by: i64,
+    ) -> Result<Written<i64>, ClientError> {
+        let command = Command::Incr {
+            key: key.into(),
+            by,
+        };
+        written(self.once(command).await?, counter)
     }
 
     /// Sets `key` to `new` if it holds `expected` (`None`: if it is
@@ -205,8 +240,8 @@ impl Client {
         key: impl Into<Vec<u8>>,
         expected: Option<&[u8]>,
         new: impl Into<Vec<u8>>,
-    ) -> Result<CasOutcome, ClientError> {
-        cas(self.once(cas_command(key, expected, new)).await?)
+    ) -> Result<Written<CasOutcome>, ClientError> {
+        written(self.once(cas_command(key, expected, new)).await?, cas)
     }
 
     /// The keys starting with `prefix` and their values, in order, at most
@@ -234,43 +269,52 @@ impl Session {
         self.client().get(key).await
     }
 
-    /// Sets `key` to `value` on this session; returns the previous value.
+    /// Sets `key` to `value` on this session; returns the previous value and
+    /// the revision.
     pub async fn put(
         &self,
         key: impl Into<Vec<u8>>,
         value: impl Into<Vec<u8>>,
-    ) -> Result<Option<Vec<u8>>, ClientError> {
-        previous(self.execute(put(key, value)).await?)
+    ) -> Result<Written<Option<Vec<u8>>>, ClientError> {
+        written(self.execute_completed(put(key, value)).await?, previous)
     }
 
-    /// Deletes `key` on this session; returns the previous value.
-    pub async fn delete(&self, key: impl Into<Vec<u8>>) -> Result<Option<Vec<u8>>, ClientError> {
-        previous(self.execute(Command::Delete { key: key.into() }).await?)
+    /// Deletes `key` on this session; returns the previous value and the
+    /// revision.
+    pub async fn delete(
+        &self,
+        key: impl Into<Vec<u8>>,
+    ) -> Result<Written<Option<Vec<u8>>>, ClientError> {
+        let command = Command::Delete { key: key.into() };
+        written(self.execute_completed(command).await?, previous)
     }
 
-    /// Appends `value` to `key` on this session; returns the new length.
+    /// Appends `value` to `key` on this session; returns the new length and
+    /// the revision.
     pub async fn append(
         &self,
         key: impl Into<Vec<u8>>,
         value: impl Into<Vec<u8>>,
-    ) -> Result<u64, ClientError> {
+    ) -> Result<Written<u64>, ClientError> {
         let command = Command::Append {
             key: key.into(),
             value: value.into(),
         };
-        length(self.execute(command).await?)
+        written(self.execute_completed(command).await?, length)
     }
 
     /// Adds `by` to the integer at `key` on this session; returns the new
     /// value.
-    pub async fn incr(&self, key: impl Into<Vec<u8>>, by: i64) -> Result<i64, ClientError> {
-        counter(
-            self.execute(Command::Incr {
-                key: key.into(),
-                by,
-            })
-            .await?,
-        )
+    pub async fn incr(
+        &self,
+        key: impl Into<Vec<u8>>,
+        by: i64,
+    ) -> Result<Written<i64>, ClientError> {
+        let command = Command::Incr {
+            key: key.into(),
+            by,
+        };
+        written(self.execute_completed(command).await?, counter)
     }
 
     /// Compare-and-set on this session (see [`Client::cas`]).
@@ -279,8 +323,12 @@ impl Session {
         key: impl Into<Vec<u8>>,
         expected: Option<&[u8]>,
         new: impl Into<Vec<u8>>,
-    ) -> Result<CasOutcome, ClientError> {
-        cas(self.execute(cas_command(key, expected, new)).await?)
+    ) -> Result<Written<CasOutcome>, ClientError> {
+        written(
+            self.execute_completed(cas_command(key, expected, new))
+                .await?,
+            cas,
+        )
     }
 
     /// Runs `txn` on this session: exactly once, and a retry returns its

@@ -37,17 +37,19 @@
 //! let client = Client::connect([address], options)?;
 //!
 //! // One-shot calls: each applies once (under a fresh idempotency key).
-//! assert_eq!(client.put("greeting", "hello").await?, None);
+//! let put = client.put("greeting", "hello").await?;
+//! assert_eq!(put.value, None);
+//! assert_eq!(client.get_kv("greeting", None).await?.expect("set").meta.mod_revision, put.revision);
 //! assert_eq!(client.get("greeting").await?, Some(b"hello".to_vec()));
 //! let swapped = client.cas("greeting", Some(b"hello"), "hi").await?;
-//! assert!(swapped.swapped);
-//! assert_eq!(client.delete("greeting").await?, Some(b"hi".to_vec()));
-//! assert_eq!(client.incr("visits", 1).await?, 1);
+//! assert!(swapped.value.swapped);
+//! assert_eq!(client.delete("greeting").await?.value, Some(b"hi".to_vec()));
+//! assert_eq!(client.incr("visits", 1).await?.value, 1);
 //!
 //! // A session numbers its requests: a retry returns the original reply.
 //! let session = client.open_session(SessionOptions::default().with_window(8)).await?;
-//! assert_eq!(session.incr("balance", 10).await?, 10);
-//! assert_eq!(session.append("log", "a;").await?, 2);
+//! assert_eq!(session.incr("balance", 10).await?.value, 10);
+//! assert_eq!(session.append("log", "a;").await?.value, 2);
 //! let page = session.scan("bal", 0).await?;
 //! assert_eq!((page.entries[0].key.as_slice(), page.entries[0].value.as_slice()), (&b"balance"[..], &b"10"[..]));
 //!
@@ -89,7 +91,7 @@ pub use connector::{
     explain_tls_error, strip_scheme,
 };
 pub use error::ClientError;
-pub use kv::{CasOutcome, ScanPage, TxnOutcome};
+pub use kv::{CasOutcome, ScanPage, TxnOutcome, Written};
 pub use lease::LeaseKeeper;
 pub use oncekv_state::{
     Command, Compare, CompareOp, CompareTarget, KeyMeta, KeyValue, Outcome, Query, Rejection,

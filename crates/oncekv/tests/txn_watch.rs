@@ -168,15 +168,9 @@ async fn a_watch_sees_every_change_once_in_order_across_a_leader_kill() {
     let mut cluster = Cluster::start(3, FAST);
     let leader = cluster.leader(Duration::from_secs(15)).await;
     let client = client(&cluster);
-    let first = client.put("w/start", "0").await;
-    assert!(first.is_ok(), "{first:?}");
-    let start = client
-        .get_kv("w/start", None)
-        .await
-        .expect("get")
-        .expect("present")
-        .meta
-        .mod_revision;
+    let start = client.put("w/start", "0").await.expect("put").revision;
+    let stored = client.get_kv("w/start", None).await.expect("get");
+    assert_eq!(stored.map(|kv| kv.meta.mod_revision), Some(start));
     let watch_options = WatchOptions::default()
         .with_prefix()
         .from_revision(start)

@@ -167,6 +167,14 @@ fn node_flags(faults: &[Fault]) -> Vec<String> {
         "400",
         "--log-entries-kept",
         "100",
+        // The watch checker needs the whole history of a run: keep far
+        // more than a long run writes (its changes are small).
+        "--history-events-max",
+        "1000000",
+        "--history-bytes-max",
+        "268435456",
+        "--history-retention",
+        "24h",
     ]
     .iter()
     .chain(flood)

@@ -17,6 +17,11 @@ use tokio::sync::{broadcast, mpsc};
 
 /// Notices a watcher may be behind by before it is cancelled.
 pub const WATCH_BACKLOG_NOTICES: usize = 4096;
+/// Most watchers one node serves at once; one more is refused (told to
+/// retry later or elsewhere), never served by dropping another.
+pub const WATCHERS_MAX: usize = 4096;
+/// The shortest progress interval a watcher may ask for.
+pub const PROGRESS_INTERVAL_MIN: Duration = Duration::from_millis(100);
 /// Messages buffered towards one watcher's connection.
 const WATCH_OUTBOX_MESSAGES: usize = 64;
 /// Revisions of history sent in one message at most.
@@ -162,6 +167,16 @@ where
             spec.start_revision
         };
         let history = machine.kv().history();
+        if hub.sender.receiver_count() >= WATCHERS_MAX {
+            let _ = outbox.try_send(WatchMessage::Canceled {
+                reason: format!(
+                    "this node serves its maximum of {WATCHERS_MAX} watchers; \
+                     retry later or on another node"
+                ),
+                compacted: 0,
+            });
+            return;
+        }
         start = match history.since(from) {
             Ok(events) => {
                 let backlog: Vec<Event> = events
@@ -215,7 +230,7 @@ async fn serve<L>(
     }
     // Every change up to `sent` went out (or was not asked for).
     let mut sent = applied.max(after);
-    let mut ticker = tokio::time::interval(spec.progress_interval);
+    let mut ticker = tokio::time::interval(spec.progress_interval.max(PROGRESS_INTERVAL_MIN));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticker.tick().await;
     loop {
@@ -434,6 +449,40 @@ mod tests {
             }
             other => panic!("expected a cancellation, got {other:?}"),
         }
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn one_watcher_past_the_maximum_is_refused_and_the_others_kept() {
+        let shared: Shared = Arc::new(Mutex::new((
+            StateMachine::new(Limits::default()),
+            WatchHub::default(),
+        )));
+        let held: Vec<_> = {
+            let guard = shared.lock().expect("not poisoned");
+            (0..WATCHERS_MAX).map(|_| guard.1.subscribe()).collect()
+        };
+        let mut messages = watch(lock(&shared), spec(0));
+        match messages.recv().await {
+            Some(WatchMessage::Canceled { reason, compacted }) => {
+                assert!(reason.contains("maximum"), "{reason}");
+                assert_eq!(compacted, 0);
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+        assert!(messages.recv().await.is_none());
+        let receivers = shared
+            .lock()
+            .expect("not poisoned")
+            .1
+            .sender
+            .receiver_count();
+        assert_eq!(receivers, held.len(), "no watcher was dropped");
+        drop(held);
+        let mut admitted = watch(lock(&shared), spec(0));
+        assert!(matches!(
+            admitted.recv().await,
+            Some(WatchMessage::Started { .. })
+        ));
     }
 
     #[tokio::test(flavor = "current_thread")]

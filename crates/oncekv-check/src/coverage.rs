@@ -34,6 +34,12 @@ pub struct Coverage {
     pub retries: u64,
     /// Replies dropped by the fault proxy after the server committed.
     pub replies_dropped_after_commit: u64,
+    /// Attempts that travelled in a batch of two requests or more.
+    #[serde(default)]
+    pub batched_attempts: u64,
+    /// Of the replies dropped after commit, those in a batch.
+    #[serde(default)]
+    pub batch_replies_dropped_after_commit: u64,
     /// Attempts answered `Replayed`.
     pub replayed: u64,
     /// Leader changes observed (the first leader seen is not a change).
@@ -61,6 +67,12 @@ impl Coverage {
         for response in &record.responses {
             if response.dropped_after_commit {
                 coverage.replies_dropped_after_commit += 1;
+            }
+            if response.batch > 1 {
+                coverage.batched_attempts += 1;
+                if response.dropped_after_commit {
+                    coverage.batch_replies_dropped_after_commit += 1;
+                }
             }
             if matches!(response.answer, Answer::Replayed { .. }) {
                 coverage.replayed += 1;
@@ -119,6 +131,10 @@ pub struct CoverageRequirements {
     pub min_acknowledged: u64,
     /// Replies dropped after commit.
     pub min_replies_dropped_after_commit: u64,
+    /// Attempts in a batch.
+    pub min_batched_attempts: u64,
+    /// Replies dropped after commit in a batch.
+    pub min_batch_replies_dropped_after_commit: u64,
     /// Retries answered `Replayed`.
     pub min_replayed: u64,
     /// Leader changes.
@@ -132,11 +148,13 @@ pub struct CoverageRequirements {
 impl Default for CoverageRequirements {
     /// At least one acknowledged operation, one reply dropped after
     /// commit, one replay, one leader change and one session expiry; no
-    /// particular fault kind.
+    /// particular fault kind, and no batch (a client may send none).
     fn default() -> Self {
         Self {
             min_acknowledged: 1,
             min_replies_dropped_after_commit: 1,
+            min_batched_attempts: 0,
+            min_batch_replies_dropped_after_commit: 0,
             min_replayed: 1,
             min_leader_changes: 1,
             min_session_expiries: 1,
@@ -151,6 +169,8 @@ impl CoverageRequirements {
         Self {
             min_acknowledged: 0,
             min_replies_dropped_after_commit: 0,
+            min_batched_attempts: 0,
+            min_batch_replies_dropped_after_commit: 0,
             min_replayed: 0,
             min_leader_changes: 0,
             min_session_expiries: 0,
@@ -179,6 +199,16 @@ impl CoverageRequirements {
             "replies dropped after commit".to_owned(),
             self.min_replies_dropped_after_commit,
             coverage.replies_dropped_after_commit,
+        );
+        need(
+            "attempts in a batch".to_owned(),
+            self.min_batched_attempts,
+            coverage.batched_attempts,
+        );
+        need(
+            "batch replies dropped after commit".to_owned(),
+            self.min_batch_replies_dropped_after_commit,
+            coverage.batch_replies_dropped_after_commit,
         );
         need(
             "retries answered Replayed".to_owned(),
@@ -357,6 +387,7 @@ mod tests {
                         log_index: Some(5),
                     },
                     dropped_after_commit: true,
+                    batch: 1,
                 },
                 AttemptResponse {
                     at_ns: 9,
@@ -371,6 +402,7 @@ mod tests {
                         applied_index: Some(5),
                     },
                     dropped_after_commit: false,
+                    batch: 1,
                 },
             ],
             expiries: vec![ExpiryReport {

@@ -464,6 +464,7 @@ mod tests {
                     log_index: Some(9),
                 },
                 dropped_after_commit: true,
+                batch: 1,
             }),
             Event::Response(AttemptResponse {
                 at_ns: 40,
@@ -478,6 +479,7 @@ mod tests {
                     applied_index: Some(9),
                 },
                 dropped_after_commit: false,
+                batch: 1,
             }),
             Event::Complete(Completion {
                 at_ns: 41,

@@ -142,6 +142,16 @@ impl Report {
                 r.min_replies_dropped_after_commit,
             ),
             (
+                "attempts in a batch".to_owned(),
+                c.batched_attempts,
+                r.min_batched_attempts,
+            ),
+            (
+                "batch replies dropped after commit".to_owned(),
+                c.batch_replies_dropped_after_commit,
+                r.min_batch_replies_dropped_after_commit,
+            ),
+            (
                 "retries answered Replayed".to_owned(),
                 c.replayed,
                 r.min_replayed,
@@ -568,6 +578,7 @@ mod tests {
                     applied_index: Some(4),
                 },
                 dropped_after_commit: true,
+                batch: 1,
             }],
             expiries: vec![ExpiryReport {
                 at_ns: 61_000_000,

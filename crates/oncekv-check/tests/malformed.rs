@@ -145,6 +145,7 @@ fn extreme_values_do_not_panic() {
                 applied_index: Some(u64::MAX),
             },
             dropped_after_commit: true,
+            batch: 1,
         }));
     }
     events.push(Event::LeaderChanged(LeaderChange {

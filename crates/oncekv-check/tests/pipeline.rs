@@ -195,6 +195,7 @@ fn simulate(store: Store, seed: u64) -> Vec<Event> {
                     node: Some(1),
                     answer: answer.clone(),
                     dropped_after_commit: dropped,
+                    batch: 1,
                 }));
                 if dropped {
                     continue;

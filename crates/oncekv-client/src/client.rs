@@ -6,6 +6,7 @@
 //! they may have been sent.
 
 use crate::auth::{AuthInterceptor, Credentials, TokenSlot};
+use crate::batch::Batcher;
 use crate::connector::{Connector, TcpConnector};
 use crate::error::ClientError;
 use crate::random::{OsRandom, RandomSource, key_hex};
@@ -42,6 +43,12 @@ pub struct ClientOptions {
     /// Who the client is, for a cluster that enforces authentication
     /// (`None`: nobody, or the client certificate the connector presents).
     pub credentials: Option<Credentials>,
+    /// A request goes to its node alone while fewer than this many calls
+    /// to that node are in flight; beyond, the requests that are ready go
+    /// together as one `ExecuteBatch` message when the next call finishes.
+    /// 1 batches everything behind one call; a large number never
+    /// batches.
+    pub batch_after_calls: usize,
 }
 
 impl Default for ClientOptions {
@@ -54,6 +61,7 @@ impl Default for ClientOptions {
             connector: Arc::new(TcpConnector),
             message_bytes_max: 64 * 1024 * 1024,
             credentials: None,
+            batch_after_calls: 4,
         }
     }
 }
@@ -95,6 +103,7 @@ struct Inner {
     options: ClientOptions,
     leader: Mutex<Option<String>>,
     channels: Mutex<HashMap<String, Channel>>,
+    batchers: Mutex<HashMap<String, Arc<Batcher>>>,
     token: TokenSlot,
 }
 
@@ -195,6 +204,11 @@ fn failed<T>(status: tonic::Status) -> Attempt<T> {
     if never_sent(&status) {
         return Attempt::NotSent(status.message().to_string());
     }
+    if status.code() == tonic::Code::Unimplemented {
+        // The node has no such call (a batch to an older node): nothing
+        // was handled.
+        return Attempt::NotSent(status.message().to_string());
+    }
     if let Some(full) = shed_by_server(&status) {
         return Attempt::NotSent(format!("server overloaded ({full} full), not handled"));
     }
@@ -219,6 +233,9 @@ fn call_failed<T>(failure: v1::Failure) -> Attempt<T> {
         Ok(CallFailure::Unauthenticated(reason)) => Attempt::Unauthenticated(reason),
         Ok(CallFailure::PermissionDenied(reason)) => {
             Attempt::Refused(ClientError::PermissionDenied(reason))
+        }
+        Ok(CallFailure::Shed { what, .. }) => {
+            Attempt::NotSent(format!("server overloaded ({what} full), not handled"))
         }
         Err(error) => Attempt::MaybeSent(format!("undecodable failure: {error}")),
     }
@@ -265,6 +282,7 @@ impl Client {
                 options,
                 leader: Mutex::new(None),
                 channels: Mutex::new(HashMap::new()),
+                batchers: Mutex::new(HashMap::new()),
                 token,
             }),
         })
@@ -292,6 +310,21 @@ impl Client {
         Ok(KvClient::with_interceptor(channel, interceptor)
             .max_decoding_message_size(limit)
             .max_encoding_message_size(limit))
+    }
+
+    /// The batcher of calls to `address`.
+    fn batcher(&self, address: &str) -> Arc<Batcher> {
+        let mut batchers = lock(&self.inner.batchers);
+        if let Some(batcher) = batchers.get(address) {
+            return Arc::clone(batcher);
+        }
+        let options = &self.inner.options;
+        let batcher = Arc::new(Batcher::new(
+            options.batch_after_calls,
+            options.message_bytes_max,
+        ));
+        batchers.insert(address.to_string(), Arc::clone(&batcher));
+        batcher
     }
 
     pub(crate) fn forget_channel(&self, address: &str) {
@@ -323,7 +356,7 @@ impl Client {
         mut attempt: F,
     ) -> Result<(T, u32, bool), ClientError>
     where
-        F: FnMut(Rpc, Duration, u32) -> Fut,
+        F: FnMut(Rpc, &str, Duration, u32) -> Fut,
         Fut: std::future::Future<Output = Attempt<T>>,
     {
         let options = &self.inner.options;
@@ -356,7 +389,7 @@ impl Client {
             attempts += 1;
             let timeout = options.attempt_timeout.min(remaining);
             let result = match self.rpc(&target) {
-                Ok(rpc) => attempt(rpc, timeout, attempts).await,
+                Ok(rpc) => attempt(rpc, &target, timeout, attempts).await,
                 Err(error) => Attempt::NotSent(error),
             };
             match result {
@@ -517,33 +550,29 @@ impl Client {
             )));
         }
         let ((outcome, index), attempts, resent) = self
-            .with_retries(retry_safe, request_id, |mut rpc, timeout, attempt| {
+            .with_retries(retry_safe, request_id, |rpc, target, timeout, attempt| {
                 let mut wire = wire.clone();
                 if let Some(v1::execute_request::Origin::Session(header)) = &mut wire.origin {
                     header.attempt = attempt;
                 }
+                let batcher = self.batcher(target);
                 async move {
-                    let mut message = tonic::Request::new(wire);
-                    message.set_timeout(timeout);
-                    match rpc.execute(message).await {
-                        Ok(response) => {
-                            let response = response.into_inner();
-                            match response.result {
-                                Some(execute_response::Result::Outcome(outcome)) => {
-                                    match convert::outcome_from_wire(outcome) {
-                                        Ok(Outcome::Overloaded(full)) => {
-                                            Attempt::Busy(ClientError::Overloaded(full))
-                                        }
-                                        Ok(outcome) => Attempt::Done((outcome, response.log_index)),
-                                        Err(error) => Attempt::MaybeSent(error.to_string()),
+                    match batcher.execute(rpc, wire, timeout).await {
+                        Ok(response) => match response.result {
+                            Some(execute_response::Result::Outcome(outcome)) => {
+                                match convert::outcome_from_wire(outcome) {
+                                    Ok(Outcome::Overloaded(full)) => {
+                                        Attempt::Busy(ClientError::Overloaded(full))
                                     }
+                                    Ok(outcome) => Attempt::Done((outcome, response.log_index)),
+                                    Err(error) => Attempt::MaybeSent(error.to_string()),
                                 }
-                                Some(execute_response::Result::Failure(failure)) => {
-                                    call_failed(failure)
-                                }
-                                None => Attempt::MaybeSent("empty response".into()),
                             }
-                        }
+                            Some(execute_response::Result::Failure(failure)) => {
+                                call_failed(failure)
+                            }
+                            None => Attempt::MaybeSent("empty response".into()),
+                        },
                         Err(status) => failed(status),
                     }
                 }
@@ -598,7 +627,7 @@ impl Client {
             serializable,
         };
         let (reply, _, _) = self
-            .with_retries(true, None, |mut rpc, timeout, _| {
+            .with_retries(true, None, |mut rpc, _, timeout, _| {
                 let wire = wire.clone();
                 async move {
                     let mut message = tonic::Request::new(wire);
@@ -684,7 +713,7 @@ impl Client {
     pub async fn save_snapshot(&self) -> Result<SavedSnapshot, ClientError> {
         use v1::save_snapshot_chunk::Kind;
         let (saved, _, _) = self
-            .with_retries(true, None, |mut rpc, _timeout, _| async move {
+            .with_retries(true, None, |mut rpc, _, _timeout, _| async move {
                 // A large state takes longer than one attempt: no timeout
                 // per attempt here; the server's call timeout bounds it.
                 let mut stream = match rpc.save_snapshot(v1::SaveSnapshotRequest {}).await {
@@ -786,7 +815,7 @@ impl Client {
         use v1::membership_response::Result as Membership;
         let timeout = self.inner.options.deadline;
         let (members, _, _) = self
-            .with_retries(true, None, |rpc, _, _| {
+            .with_retries(true, None, |rpc, _, _, _| {
                 let call = call(rpc, timeout);
                 async move {
                     match call.await {

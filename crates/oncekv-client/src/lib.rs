@@ -72,6 +72,7 @@
 //! ```
 
 mod auth;
+mod batch;
 mod client;
 mod concurrency;
 mod connector;

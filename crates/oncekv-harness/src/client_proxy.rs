@@ -16,10 +16,10 @@ use oncekv_check::record::{Answer, NodeId, RequestIdentity};
 use oncekv_proto::v1::kv_client::KvClient;
 use oncekv_proto::v1::kv_server::{Kv, KvServer};
 use oncekv_proto::v1::{
-    self, AddMemberRequest, AuthenticateRequest, AuthenticateResponse, ExecuteRequest,
-    ExecuteResponse, MembershipResponse, ReadRequest, ReadResponse, RemoveMemberRequest,
-    SaveSnapshotChunk, SaveSnapshotRequest, StateDigestRequest, StateDigestResponse, StatusRequest,
-    StatusResponse, WatchRequest, WatchResponse,
+    self, AddMemberRequest, AuthenticateRequest, AuthenticateResponse, ExecuteBatchRequest,
+    ExecuteBatchResponse, ExecuteRequest, ExecuteResponse, MembershipResponse, ReadRequest,
+    ReadResponse, RemoveMemberRequest, SaveSnapshotChunk, SaveSnapshotRequest, StateDigestRequest,
+    StateDigestResponse, StatusRequest, StatusResponse, WatchRequest, WatchResponse,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -329,6 +329,92 @@ impl Shared {
     }
 }
 
+impl Shared {
+    /// The node's answers to forwarded requests, their leader hints
+    /// pointed at the proxies; a transport failure is recorded for each.
+    fn forwarded(
+        &self,
+        identities: &[(RequestIdentity, u32)],
+        upstream: Result<Vec<ExecuteResponse>, Status>,
+    ) -> Result<Vec<ExecuteResponse>, Status> {
+        let mut responses = match upstream {
+            Ok(responses) if responses.len() == identities.len() => responses,
+            Ok(responses) => {
+                let status = Status::internal(format!(
+                    "{} answers to {} requests",
+                    responses.len(),
+                    identities.len()
+                ));
+                return Err(self.record_failure(identities, status));
+            }
+            Err(status) => return Err(self.record_failure(identities, status)),
+        };
+        for response in &mut responses {
+            if let Some(v1::execute_response::Result::Failure(failure)) = &mut response.result {
+                self.rewrite_hint(failure);
+            }
+        }
+        Ok(responses)
+    }
+
+    fn record_failure(&self, identities: &[(RequestIdentity, u32)], status: Status) -> Status {
+        let batch = u32::try_from(identities.len()).unwrap_or(u32::MAX);
+        for (identity, attempt) in identities {
+            let answer = Answer::Transient {
+                detail: status.message().to_string(),
+            };
+            self.recorder
+                .response(identity.clone(), *attempt, self.node, answer, false, batch);
+        }
+        upstream_status(status)
+    }
+
+    /// Applies the reply fault to one call's answers (a whole batch is
+    /// dropped or delayed as one) and records each answer.
+    async fn reply_fault(
+        &self,
+        identities: &[(RequestIdentity, u32)],
+        responses: &mut [ExecuteResponse],
+    ) -> Result<(), Status> {
+        let answers: Vec<_> = responses.iter().map(convert::answer).collect();
+        let committed = answers.iter().any(|(_, committed)| *committed);
+        let fault = *lock(&self.fault);
+        let batch = u32::try_from(identities.len()).unwrap_or(u32::MAX);
+        let record = |dropped: bool| {
+            for ((identity, attempt), (answer, _)) in identities.iter().zip(&answers) {
+                self.recorder.response(
+                    identity.clone(),
+                    *attempt,
+                    self.node,
+                    answer.clone(),
+                    dropped,
+                    batch,
+                );
+            }
+        };
+        match fault {
+            ReplyFault::Drop { probability }
+                if committed && lock(&self.rng).random_bool(probability.clamp(0.0, 1.0)) =>
+            {
+                record(true);
+                tokio::time::sleep(DROPPED_REPLY_HOLD).await;
+                return Err(Status::deadline_exceeded("reply dropped"));
+            }
+            ReplyFault::Delay { min, max } => {
+                let delay = if max > min {
+                    lock(&self.rng).random_range(min..max)
+                } else {
+                    min
+                };
+                tokio::time::sleep(delay).await;
+            }
+            _ => {}
+        }
+        record(false);
+        Ok(())
+    }
+}
+
 #[tonic::async_trait]
 impl Kv for Forwarder {
     async fn execute(
@@ -337,49 +423,35 @@ impl Kv for Forwarder {
     ) -> Result<Response<ExecuteResponse>, Status> {
         let shared = &self.0;
         let message = request.into_inner();
-        let (identity, attempt) = shared.identity(&message);
+        let identities = [shared.identity(&message)];
         let mut upstream = shared.upstream.clone();
-        let mut response = match upstream.execute(with_timeout(message)).await {
-            Ok(response) => response.into_inner(),
-            Err(status) => {
-                let answer = Answer::Transient {
-                    detail: status.message().to_string(),
-                };
-                shared
-                    .recorder
-                    .response(identity, attempt, shared.node, answer, false);
-                return Err(upstream_status(status));
-            }
-        };
-        if let Some(v1::execute_response::Result::Failure(failure)) = &mut response.result {
-            shared.rewrite_hint(failure);
-        }
-        let (answer, committed) = convert::answer(&response);
-        let fault = *lock(&shared.fault);
-        match fault {
-            ReplyFault::Drop { probability }
-                if committed && lock(&shared.rng).random_bool(probability.clamp(0.0, 1.0)) =>
-            {
-                shared
-                    .recorder
-                    .response(identity, attempt, shared.node, answer, true);
-                tokio::time::sleep(DROPPED_REPLY_HOLD).await;
-                return Err(Status::deadline_exceeded("reply dropped"));
-            }
-            ReplyFault::Delay { min, max } => {
-                let delay = if max > min {
-                    lock(&shared.rng).random_range(min..max)
-                } else {
-                    min
-                };
-                tokio::time::sleep(delay).await;
-            }
-            _ => {}
-        }
-        shared
-            .recorder
-            .response(identity, attempt, shared.node, answer, false);
+        let upstream = upstream.execute(with_timeout(message)).await;
+        let mut responses =
+            shared.forwarded(&identities, upstream.map(|r| vec![r.into_inner()]))?;
+        shared.reply_fault(&identities, &mut responses).await?;
+        let response = responses
+            .pop()
+            .ok_or_else(|| Status::internal("no response"))?;
         Ok(Response::new(response))
+    }
+
+    async fn execute_batch(
+        &self,
+        request: Request<ExecuteBatchRequest>,
+    ) -> Result<Response<ExecuteBatchResponse>, Status> {
+        let shared = &self.0;
+        let message = request.into_inner();
+        let identities: Vec<_> = message
+            .requests
+            .iter()
+            .map(|r| shared.identity(r))
+            .collect();
+        let mut upstream = shared.upstream.clone();
+        let upstream = upstream.execute_batch(with_timeout(message)).await;
+        let mut responses =
+            shared.forwarded(&identities, upstream.map(|r| r.into_inner().responses))?;
+        shared.reply_fault(&identities, &mut responses).await?;
+        Ok(Response::new(ExecuteBatchResponse { responses }))
     }
 
     async fn read(&self, request: Request<ReadRequest>) -> Result<Response<ReadResponse>, Status> {

@@ -249,6 +249,12 @@ pub fn answer(response: &v1::ExecuteResponse) -> (Answer, bool) {
                     },
                     false,
                 ),
+                Ok(CallFailure::Shed { .. }) => (
+                    Answer::Refused {
+                        reason: FailReason::Overloaded,
+                    },
+                    false,
+                ),
                 Ok(CallFailure::Unauthenticated(_) | CallFailure::PermissionDenied(_)) => (
                     Answer::Refused {
                         reason: FailReason::PermissionDenied,

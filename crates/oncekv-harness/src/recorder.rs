@@ -151,9 +151,10 @@ impl Recorder {
         });
     }
 
-    /// One attempt's answer on the wire. Answers to requests that no
-    /// recorded operation owns (plain requests, session control) are not
-    /// recorded: no checker could attribute them.
+    /// One attempt's answer on the wire, and how many requests its call
+    /// held (`batch`). Answers to requests that no recorded operation owns
+    /// (plain requests, session control) are not recorded: no checker
+    /// could attribute them.
     pub fn response(
         &self,
         request: RequestIdentity,
@@ -161,6 +162,7 @@ impl Recorder {
         node: Option<NodeId>,
         answer: Answer,
         dropped_after_commit: bool,
+        batch: u32,
     ) {
         let Some(key) = request.dedup_key() else {
             return;
@@ -178,6 +180,7 @@ impl Recorder {
                 node,
                 answer,
                 dropped_after_commit,
+                batch,
             })
         });
     }
@@ -323,7 +326,7 @@ mod tests {
             canonical: None,
             log_index: Some(9),
         };
-        recorder.response(request, 1, Some(2), answer, true);
+        recorder.response(request, 1, Some(2), answer, true, 1);
         recorder.response(
             RequestIdentity::plain(),
             1,
@@ -332,6 +335,7 @@ mod tests {
                 detail: "ignored".into(),
             },
             false,
+            1,
         );
         recorder.complete(
             3,

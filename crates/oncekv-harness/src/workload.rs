@@ -45,10 +45,12 @@ pub enum ClientMode {
 }
 
 /// The client options of the workload: short attempts, so a dropped reply
-/// is retried soon. (A simulation keeps these and injects its own
+/// is retried soon, and requests batched behind any call in flight on
+/// their connection. (A simulation keeps these and injects its own
 /// connector and random draws.)
 pub fn client_options() -> ClientOptions {
     ClientOptions {
+        batch_after_calls: 1,
         attempt_timeout: Duration::from_millis(1_000),
         deadline: Duration::from_secs(4),
         backoff: Backoff {
@@ -91,6 +93,12 @@ pub struct WorkloadOptions {
     /// Prefix of every key and lease name, so a run against a cluster
     /// in use touches only its own keys.
     pub prefix: String,
+    /// Client connections the clients share, round-robin (each client
+    /// keeps its own session): requests of several clients in flight on
+    /// one connection go together as batches (the client options batch
+    /// behind one call in flight), so a session's requests travel in
+    /// different batches, and a retry in another batch than its original.
+    pub connections: usize,
 }
 
 impl Default for WorkloadOptions {
@@ -109,6 +117,7 @@ impl Default for WorkloadOptions {
             probe_ttl: Duration::from_millis(1000),
             grace: Duration::from_secs(15),
             prefix: String::new(),
+            connections: 2,
         }
     }
 }
@@ -565,11 +574,20 @@ pub fn start(
     let probe = options.mode == ClientMode::Session;
     let total = options.clients + usize::from(probe);
     let mut tasks = Vec::new();
+    let shared: Vec<Client> = (0..options.connections.clamp(1, options.clients.max(1)))
+        .map(|_| Client::connect(endpoints.to_vec(), client_options.clone()))
+        .collect::<Result<_, _>>()?;
     for index in 0..total {
         let id = index as ClientId + 1;
+        let is_probe = index == options.clients;
+        let client = if is_probe {
+            Client::connect(endpoints.to_vec(), client_options.clone())?
+        } else {
+            shared[index % shared.len()].clone()
+        };
         let mut worker = Worker {
             id,
-            client: Client::connect(endpoints.to_vec(), client_options.clone())?,
+            client,
             options: options.clone(),
             recorder: recorder.clone(),
             rng: StdRng::seed_from_u64(options.seed ^ id.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
@@ -580,7 +598,6 @@ pub fn start(
             session: None,
             stopped_at: None,
         };
-        let is_probe = index == options.clients;
         tasks.push(tokio::spawn(async move {
             while !worker.stop.stopped() {
                 if is_probe {

@@ -432,6 +432,14 @@ pub enum CallFailure {
     Unauthenticated(String),
     /// The call's user may not do this: never applied.
     PermissionDenied(String),
+    /// Shed before proposing because the node was full (what, and why in
+    /// words): never applied; retry later.
+    Shed {
+        /// What was full.
+        what: String,
+        /// Why, in words.
+        reason: String,
+    },
 }
 
 /// A call failure to the wire.
@@ -460,6 +468,7 @@ pub fn failure_to_wire(failure: CallFailure) -> v1::Failure {
         CallFailure::PermissionDenied(reason) => {
             Kind::PermissionDenied(v1::PermissionDenied { reason })
         }
+        CallFailure::Shed { what, reason } => Kind::Shed(v1::Shed { what, reason }),
     };
     v1::Failure { kind: Some(kind) }
 }
@@ -479,6 +488,10 @@ pub fn failure_from_wire(failure: v1::Failure) -> Result<CallFailure> {
             Kind::Invalid(why) => CallFailure::Invalid(why.reason),
             Kind::Unauthenticated(why) => CallFailure::Unauthenticated(why.reason),
             Kind::PermissionDenied(why) => CallFailure::PermissionDenied(why.reason),
+            Kind::Shed(why) => CallFailure::Shed {
+                what: why.what,
+                reason: why.reason,
+            },
         },
     )
 }

@@ -455,9 +455,11 @@ fn requirements(windows: &[Window]) -> CoverageRequirements {
     let mut required = CoverageRequirements::none();
     required.min_acknowledged = 1;
     required.min_session_expiries = 1;
+    required.min_batched_attempts = 1;
     let has = |fault: SimFault| windows.iter().any(|w| w.fault == fault);
     if has(SimFault::DropReplies) {
         required.min_replies_dropped_after_commit = 1;
+        required.min_batch_replies_dropped_after_commit = 1;
         required.min_replayed = 1;
     }
     if has(SimFault::Crash) {

@@ -293,6 +293,7 @@ mod tests {
             node: Some(1),
             answer,
             dropped_after_commit: attempt == 1,
+            batch: 1,
         }
     }
 

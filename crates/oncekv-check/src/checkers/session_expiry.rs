@@ -553,6 +553,7 @@ mod tests {
                 log_index: None,
             },
             dropped_after_commit: true,
+            batch: 1,
         });
         let verdict = check(&record, &finals("a;"), TokenFormat::default());
         assert!(

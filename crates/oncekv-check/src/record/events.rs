@@ -77,6 +77,10 @@ pub struct AttemptResponse {
     /// had committed the request: the client never saw it.
     #[serde(default)]
     pub dropped_after_commit: bool,
+    /// How many requests the call carrying this attempt held: 1 alone,
+    /// more in a batch (0: not known).
+    #[serde(default)]
+    pub batch: u32,
 }
 
 /// A client being told its session expired.

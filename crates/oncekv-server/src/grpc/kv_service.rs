@@ -12,11 +12,12 @@ use futures_util::StreamExt;
 use oncekv_proto::convert::{self, CallFailure, failure_to_wire, outcome_to_wire, reply_to_wire};
 use oncekv_proto::v1::kv_server::Kv;
 use oncekv_proto::v1::{
-    AddMemberRequest, AuthenticateRequest, AuthenticateResponse, ExecuteRequest, ExecuteResponse,
-    Failure, Member, Members, MembershipResponse, ReadRequest, ReadResponse, RemoveMemberRequest,
-    SaveSnapshotChunk, SaveSnapshotRequest, SnapshotInfo, StateDigestRequest, StateDigestResponse,
-    StatusRequest, StatusResponse, Token, WatchCanceled, WatchEvents, WatchRequest, WatchResponse,
-    WatchStarted, authenticate_response, execute_response, membership_response, read_response,
+    AddMemberRequest, AuthenticateRequest, AuthenticateResponse, ExecuteBatchRequest,
+    ExecuteBatchResponse, ExecuteRequest, ExecuteResponse, Failure, Member, Members,
+    MembershipResponse, ReadRequest, ReadResponse, RemoveMemberRequest, SaveSnapshotChunk,
+    SaveSnapshotRequest, SnapshotInfo, StateDigestRequest, StateDigestResponse, StatusRequest,
+    StatusResponse, Token, WatchCanceled, WatchEvents, WatchRequest, WatchResponse, WatchStarted,
+    authenticate_response, execute_response, membership_response, read_response,
     save_snapshot_chunk, watch_response,
 };
 use std::time::Duration;
@@ -52,7 +53,16 @@ impl KvService {
     /// Why a call was not carried out, as the wire says it; a request the
     /// node shed before proposing is a gRPC status instead.
     fn failure(&self, error: WriteError) -> Result<Failure, Status> {
-        let failure = match error {
+        if let WriteError::Overloaded(what) = error {
+            let message = format!("overloaded ({what}): not proposed, retry later");
+            return Err(crate::transport::overloaded(what, message));
+        }
+        Ok(failure_to_wire(self.call_failure(error)))
+    }
+
+    /// Why a call was not carried out, in the node's one list of reasons.
+    fn call_failure(&self, error: WriteError) -> CallFailure {
+        match error {
             WriteError::NotLeader {
                 leader_id: None,
                 leader: None,
@@ -75,12 +85,51 @@ impl KvService {
             WriteError::Unauthenticated(why) => CallFailure::Unauthenticated(why),
             WriteError::PermissionDenied(why) => CallFailure::PermissionDenied(why),
             WriteError::Refused(why) => CallFailure::Invalid(why),
-            WriteError::Overloaded(what) => {
-                let message = format!("overloaded ({what}): not proposed, retry later");
-                return Err(crate::transport::overloaded(what, message));
+            WriteError::Overloaded(what) => CallFailure::Shed {
+                what: what.to_string(),
+                reason: format!("overloaded ({what}): not proposed, retry later"),
+            },
+        }
+    }
+
+    /// Executes one request of a call whose credentials gave `principal`;
+    /// a shed request is an error only when `shed_as_status` (a call of
+    /// its own: `Execute`), else the response's `Failure.shed` (in a batch).
+    async fn execute_one(
+        &self,
+        request: ExecuteRequest,
+        principal: &Result<Option<oncekv_state::Principal>, WriteError>,
+        shed_as_status: bool,
+    ) -> Result<ExecuteResponse, Status> {
+        let failed = |error: WriteError| -> Result<execute_response::Result, Status> {
+            let failure = if shed_as_status {
+                self.failure(error)?
+            } else {
+                failure_to_wire(self.call_failure(error))
+            };
+            Ok(execute_response::Result::Failure(failure))
+        };
+        let converted = convert::request_from_wire(request);
+        let (result, log_index) = match (converted, principal) {
+            (Err(error), _) => (
+                execute_response::Result::Failure(invalid(error.to_string())),
+                0,
+            ),
+            (Ok(_), Err(error)) => (failed(error.clone())?, 0),
+            (Ok(request), Ok(principal)) => {
+                match self.node.execute(request, principal.clone()).await {
+                    Ok(executed) => (
+                        execute_response::Result::Outcome(outcome_to_wire(&executed.outcome)),
+                        executed.index.0,
+                    ),
+                    Err(error) => (failed(error)?, 0),
+                }
             }
         };
-        Ok(failure_to_wire(failure))
+        Ok(ExecuteResponse {
+            result: Some(result),
+            log_index,
+        })
     }
 }
 
@@ -132,6 +181,9 @@ fn sha256(bytes: &[u8]) -> Vec<u8> {
 fn invalid(reason: impl Into<String>) -> Failure {
     failure_to_wire(CallFailure::Invalid(reason.into()))
 }
+
+/// Most requests in one `ExecuteBatch` call.
+pub const BATCH_REQUESTS_MAX: usize = 256;
 
 /// Bytes per `data` chunk of a streamed snapshot.
 const SNAPSHOT_CHUNK_BYTES: usize = 1024 * 1024;
@@ -249,25 +301,31 @@ impl Kv for KvService {
         request: Request<ExecuteRequest>,
     ) -> Result<Response<ExecuteResponse>, Status> {
         let principal = self.node.authenticate(&Credentials::of(&request));
-        let converted = convert::request_from_wire(request.into_inner());
-        let (result, log_index) = match (converted, principal) {
-            (Err(error), _) => (
-                execute_response::Result::Failure(invalid(error.to_string())),
-                0,
-            ),
-            (Ok(_), Err(error)) => (execute_response::Result::Failure(self.failure(error)?), 0),
-            (Ok(request), Ok(principal)) => match self.node.execute(request, principal).await {
-                Ok(executed) => (
-                    execute_response::Result::Outcome(outcome_to_wire(&executed.outcome)),
-                    executed.index.0,
-                ),
-                Err(error) => (execute_response::Result::Failure(self.failure(error)?), 0),
-            },
-        };
-        Ok(Response::new(ExecuteResponse {
-            result: Some(result),
-            log_index,
-        }))
+        let response = self
+            .execute_one(request.into_inner(), &principal, true)
+            .await?;
+        Ok(Response::new(response))
+    }
+
+    async fn execute_batch(
+        &self,
+        request: Request<ExecuteBatchRequest>,
+    ) -> Result<Response<ExecuteBatchResponse>, Status> {
+        let principal = self.node.authenticate(&Credentials::of(&request));
+        let requests = request.into_inner().requests;
+        if requests.len() > BATCH_REQUESTS_MAX {
+            return Err(Status::invalid_argument(format!(
+                "a batch holds at most {BATCH_REQUESTS_MAX} requests, this one {}",
+                requests.len()
+            )));
+        }
+        metrics::counter!("oncekv_batched_requests_total").increment(requests.len() as u64);
+        metrics::histogram!("oncekv_batch_requests").record(requests.len() as f64);
+        let answers = requests
+            .into_iter()
+            .map(|request| self.execute_one(request, &principal, false));
+        let responses = futures_util::future::try_join_all(answers).await?;
+        Ok(Response::new(ExecuteBatchResponse { responses }))
     }
 
     async fn read(&self, request: Request<ReadRequest>) -> Result<Response<ReadResponse>, Status> {

@@ -209,6 +209,12 @@ pub struct BenchArgs {
     /// [default: 100].
     #[arg(long, value_name = "WRITES_PER_S")]
     rate: Option<f64>,
+    /// oncekv only: a write goes alone while fewer than N calls of its
+    /// connection are in flight; beyond, the writes that are ready go
+    /// together as one batch message [default: the client's, 4; a large
+    /// N turns batching off].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    batch_after_calls: Option<u32>,
 }
 
 /// The watch workload's own settings.
@@ -384,12 +390,16 @@ pub async fn run(
     }
     let measured = match args.target {
         Target::Oncekv => {
+            let mut options = connection.client_options()?;
+            if let Some(calls) = args.batch_after_calls {
+                options.batch_after_calls = calls as usize;
+            }
             let setup = oncekv::connect(
                 &connection.endpoints,
                 args.mode,
                 args.connections,
                 args.concurrency,
-                connection.client_options()?,
+                options,
             )
             .await?;
             let measured = closed_loop::run(setup.tasks, plan).await;

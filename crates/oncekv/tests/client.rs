@@ -1,5 +1,5 @@
 //! The client library against real clusters: pipelined exactly-once
-//! appends across a leader kill and restart, and an expired session that
+//! appends, batched, across a leader kill and restart, and an expired session that
 //! is reported, never silently re-executed.
 
 mod support;
@@ -15,8 +15,10 @@ async fn pipelined_appends_apply_exactly_once_across_a_leader_kill() {
     let mut cluster = Cluster::start(3, FAST);
     let leader = cluster.leader(Duration::from_secs(15)).await;
     let endpoints: Vec<String> = cluster.nodes.iter().map(|n| n.client.clone()).collect();
+    // Batches behind any call in flight: the kill finds batches in flight.
     let options = ClientOptions {
         deadline: Duration::from_secs(30),
+        batch_after_calls: 1,
         ..ClientOptions::default()
     };
     let client = Client::connect(endpoints, options).expect("client");

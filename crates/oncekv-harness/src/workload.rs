@@ -93,12 +93,12 @@ pub struct WorkloadOptions {
     /// Prefix of every key and lease name, so a run against a cluster
     /// in use touches only its own keys.
     pub prefix: String,
-    /// Client connections the clients share, round-robin (each client
-    /// keeps its own session): requests of several clients in flight on
-    /// one connection go together as batches (the client options batch
-    /// behind one call in flight), so a session's requests travel in
-    /// different batches, and a retry in another batch than its original.
-    pub connections: usize,
+    /// Clients sharing one client connection (each keeps its own
+    /// session): requests of several clients in flight on one connection
+    /// go together as batches (the client options batch behind one call
+    /// in flight), so a session's requests travel in different batches,
+    /// and a retry in another batch than its original.
+    pub clients_per_connection: usize,
 }
 
 impl Default for WorkloadOptions {
@@ -117,7 +117,7 @@ impl Default for WorkloadOptions {
             probe_ttl: Duration::from_millis(1000),
             grace: Duration::from_secs(15),
             prefix: String::new(),
-            connections: 2,
+            clients_per_connection: 4,
         }
     }
 }
@@ -574,7 +574,11 @@ pub fn start(
     let probe = options.mode == ClientMode::Session;
     let total = options.clients + usize::from(probe);
     let mut tasks = Vec::new();
-    let shared: Vec<Client> = (0..options.connections.clamp(1, options.clients.max(1)))
+    let connections = options
+        .clients
+        .div_ceil(options.clients_per_connection.max(1))
+        .max(1);
+    let shared: Vec<Client> = (0..connections)
         .map(|_| Client::connect(endpoints.to_vec(), client_options.clone()))
         .collect::<Result<_, _>>()?;
     for index in 0..total {

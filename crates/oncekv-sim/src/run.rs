@@ -287,8 +287,6 @@ async fn run_clients(
         clients: options.clients,
         mode: ClientMode::Session,
         seed: options.seed,
-        // Few clients: all on one connection, so batches form.
-        connections: 1,
         ..WorkloadOptions::default()
     };
     let endpoints: Vec<String> = proxy_addresses.iter().map(ToString::to_string).collect();

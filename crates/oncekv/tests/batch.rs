@@ -278,3 +278,97 @@ fn batched_requests(metrics: &str) -> Option<u64> {
         .and_then(|value| value.trim().parse::<f64>().ok())
         .map(|value| value as u64)
 }
+
+/// A batch whose reply is lost after the node committed it (a fault proxy
+/// drops it): sent again, each request of it is answered from its own
+/// record, with the original index, and nothing applies twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_whose_reply_was_lost_is_answered_from_each_record() {
+    use oncekv_harness::client_proxy::{ClientProxy, ProxyListener, ReplyFault};
+    use oncekv_harness::recorder::Recorder;
+    use std::sync::Arc;
+
+    let _one = exclusive().await;
+    let mut cluster = Cluster::start(1, FAST);
+    cluster.leader(Duration::from_secs(15)).await;
+    let address = cluster.node(1).client.clone();
+    let listener = ProxyListener::bind().await.expect("a proxy port");
+    let proxy = ClientProxy::start(
+        listener,
+        Some(1),
+        &address,
+        Arc::new(Default::default()),
+        Arc::new(Recorder::new()),
+        3,
+    )
+    .expect("proxy");
+    let session = TestSession::open(&cluster, 60_000, 64).await;
+    let batch = |attempt: u32| -> Vec<Request> {
+        (1..=8)
+            .map(|seq| on_session(&session, seq, attempt, append(&format!("<{seq}>"))))
+            .chain([Request {
+                origin: Origin::Key(IdempotencyKey(b"lost-incr".to_vec())),
+                command: Command::Incr {
+                    key: b"counter".to_vec(),
+                    by: 1,
+                },
+            }])
+            .collect()
+    };
+    let wire = |requests: Vec<Request>| ExecuteBatchRequest {
+        requests: requests
+            .iter()
+            .map(|r| convert::request_to_wire(r).expect("to wire"))
+            .collect(),
+    };
+    let mut via_proxy = connect(&proxy.address().to_string())
+        .await
+        .expect("connect");
+    proxy.set_fault(ReplyFault::Drop { probability: 1.0 });
+    let mut lost = tonic::Request::new(wire(batch(1)));
+    lost.set_timeout(Duration::from_secs(1));
+    let status = via_proxy
+        .execute_batch(lost)
+        .await
+        .expect_err("the reply is dropped");
+    assert!(
+        matches!(
+            status.code(),
+            tonic::Code::DeadlineExceeded | tonic::Code::Cancelled
+        ),
+        "{status}"
+    );
+    proxy.set_fault(ReplyFault::None);
+    // The node committed the batch: wait until the counter shows it.
+    let mut node = connect(&address).await.expect("connect");
+    eventually(Duration::from_secs(10), "the lost batch applied", || {
+        let address = address.clone();
+        async move {
+            let mut node = connect(&address).await.ok()?;
+            (read_value(&mut node, b"counter").await == "1").then_some(())
+        }
+    })
+    .await;
+    let answers = via_proxy
+        .execute_batch(wire(batch(2)))
+        .await
+        .expect("retry")
+        .into_inner()
+        .responses;
+    assert_eq!(answers.len(), 9);
+    let mut indexes = Vec::new();
+    for answer in &answers {
+        match outcome(answer) {
+            Outcome::Replayed { applied_index, .. } => indexes.push(applied_index.0),
+            other => panic!("a retry of a committed request: {other:?}"),
+        }
+    }
+    indexes.sort_unstable();
+    indexes.dedup();
+    assert_eq!(indexes.len(), 9, "each answered from its own record");
+    let log = read_value(&mut node, b"log").await;
+    for seq in 1..=8 {
+        assert_eq!(log.matches(&format!("<{seq}>")).count(), 1, "{log}");
+    }
+    assert_eq!(read_value(&mut node, b"counter").await, "1");
+}

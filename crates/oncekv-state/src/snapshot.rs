@@ -93,14 +93,20 @@ impl StateMachine {
         }
     }
 
-    /// The state as snapshot bytes.
+    /// The state as snapshot bytes: the body is encoded once, sized first,
+    /// straight after the header (no second buffer), then its checksum is
+    /// filled in.
     pub fn snapshot(&self) -> Vec<u8> {
-        let encoded = postcard::to_allocvec(&self.body()).expect("the state always encodes");
-        let mut bytes = Vec::with_capacity(HEADER_BYTES + encoded.len());
+        let body = self.body();
+        let size =
+            postcard::experimental::serialized_size(&body).expect("the state always encodes");
+        let mut bytes = Vec::with_capacity(HEADER_BYTES.saturating_add(size));
         bytes.extend_from_slice(MAGIC);
         bytes.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-        bytes.extend_from_slice(&fnv64(&encoded).to_le_bytes());
-        bytes.extend_from_slice(&encoded);
+        bytes.extend_from_slice(&[0; 8]);
+        let mut bytes = postcard::to_extend(&body, bytes).expect("the state always encodes");
+        let checksum = fnv64(&bytes[HEADER_BYTES..]);
+        bytes[HEADER_BYTES - 8..HEADER_BYTES].copy_from_slice(&checksum.to_le_bytes());
         bytes
     }
 

@@ -3,7 +3,13 @@
 //! builds, persists and installs snapshots (sessions and completion records
 //! included). The newest snapshot is kept in one file, replaced atomically
 //! (write, fsync, rename, fsync the directory), so a restart resumes from it
-//! plus the log tail.
+//! plus the log tail; it is read back from that file when a peer needs it,
+//! so its bytes are not held in memory beside the state.
+//!
+//! Building a snapshot holds the state lock only to copy the state machine;
+//! encoding and writing the copy happen off the lock and off the async
+//! threads, so applies (and the writes waiting on them) go on meanwhile,
+//! and the snapshot is still the state at exactly one applied index.
 
 use super::storage_failure::StorageFailure;
 use super::type_config::{Applied, TypeConfig};
@@ -67,7 +73,8 @@ pub struct StateMachineStore {
     /// on a blocking thread (deterministic simulation).
     inline_io: bool,
     dir: PathBuf,
-    current: Arc<Mutex<Option<StoredSnapshot>>>,
+    /// The metadata of the snapshot in the file, if there is one.
+    current: Arc<Mutex<Option<SnapshotMetaOf<TypeConfig>>>>,
     /// The kind of the first failed snapshot write.
     failure: StorageFailure,
 }
@@ -108,15 +115,9 @@ impl StateMachineStore {
             failure: StorageFailure::default(),
         };
         let path = dir.join(SNAPSHOT_FILE);
-        match std::fs::read(&path) {
-            Ok(bytes) => {
-                let snapshot = decode_snapshot_file(&bytes)
-                    .map_err(|e| invalid(format!("{}: {e}", path.display())))?;
-                store.load(&snapshot)?;
-                *store.current_lock() = Some(snapshot);
-            }
-            Err(error) if error.kind() == io::ErrorKind::NotFound => {}
-            Err(error) => return Err(error),
+        if let Some(snapshot) = read_snapshot_file(&path)? {
+            store.load(&snapshot)?;
+            *store.current_lock() = Some(snapshot.meta);
         }
         Ok(store)
     }
@@ -173,7 +174,7 @@ impl StateMachineStore {
         self.state.clone()
     }
 
-    fn current_lock(&mut self) -> MutexGuard<'_, Option<StoredSnapshot>> {
+    fn current_lock(&self) -> MutexGuard<'_, Option<SnapshotMetaOf<TypeConfig>>> {
         crate::sync::lock(&self.current)
     }
 
@@ -240,7 +241,20 @@ impl StateMachineStore {
     }
 }
 
-fn decode_snapshot_file(bytes: &[u8]) -> Result<StoredSnapshot, String> {
+/// Reads and decodes the snapshot file at `path`; `None` if there is none.
+fn read_snapshot_file(path: &Path) -> io::Result<Option<StoredSnapshot>> {
+    match std::fs::read(path) {
+        Ok(bytes) => decode_snapshot_file(bytes)
+            .map(Some)
+            .map_err(|e| invalid(format!("{}: {e}", path.display()))),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(error) => Err(error),
+    }
+}
+
+/// Splits a snapshot file into its metadata and the state machine bytes,
+/// reusing the file's buffer for the latter (no second copy of the state).
+fn decode_snapshot_file(bytes: Vec<u8>) -> Result<StoredSnapshot, String> {
     if bytes.len() < 16 || &bytes[..8] != SNAPSHOT_MAGIC {
         return Err("not a snapshot file (bad magic)".into());
     }
@@ -253,9 +267,11 @@ fn decode_snapshot_file(bytes: &[u8]) -> Result<StoredSnapshot, String> {
     let end = end.ok_or("snapshot header truncated")?;
     let header: SnapshotHeader =
         postcard::from_bytes(&bytes[16..end]).map_err(|e| format!("snapshot header: {e}"))?;
+    let mut data = bytes;
+    data.drain(..end);
     Ok(StoredSnapshot {
         meta: header.meta,
-        data: bytes[end..].to_vec(),
+        data,
     })
 }
 
@@ -272,20 +288,37 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
 }
 
 impl StateMachineStore {
+    /// Copies the state under the lock (its metadata and the machine, at
+    /// the same applied index), then encodes and writes the copy without
+    /// the lock: applies wait for the copy only, not for the encoding or
+    /// the disk.
     async fn build_snapshot_now(&mut self) -> Result<SnapshotOf<TypeConfig, Vec<u8>>, io::Error> {
-        let snapshot = {
+        let (meta, copy) = {
             let mut state = self.state.lock();
             state.bytes_since_snapshot = 0;
-            StoredSnapshot {
-                meta: SnapshotMetaOf::<TypeConfig> {
-                    last_log_id: state.last_applied,
-                    last_membership: state.membership.clone(),
-                },
-                data: state.machine.snapshot(),
-            }
+            let meta = SnapshotMetaOf::<TypeConfig> {
+                last_log_id: state.last_applied,
+                last_membership: state.membership.clone(),
+            };
+            (meta, state.machine.clone())
         };
-        self.persist_off_task(snapshot.clone()).await?;
-        *self.current_lock() = Some(snapshot.clone());
+        let store = self.clone();
+        let encode_and_persist = move || {
+            let snapshot = StoredSnapshot {
+                meta,
+                data: copy.snapshot(),
+            };
+            drop(copy);
+            store.persist(&snapshot).map(|()| snapshot)
+        };
+        let snapshot = if self.inline_io {
+            encode_and_persist()?
+        } else {
+            tokio::task::spawn_blocking(encode_and_persist)
+                .await
+                .map_err(io::Error::other)??
+        };
+        *self.current_lock() = Some(snapshot.meta.clone());
         Ok(SnapshotOf::<TypeConfig, Vec<u8>> {
             meta: snapshot.meta,
             snapshot: snapshot.data,
@@ -368,31 +401,33 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             data: snapshot,
         };
         self.load(&stored)?;
-        // The one copy of the data is persisted and then kept as the
-        // current snapshot, never cloned: an installed snapshot costs its
-        // size in memory once (it arrives whole from openraft).
-        let stored = if self.inline_io {
-            self.persist(&stored)?;
-            stored
-        } else {
-            let store = self.clone();
-            tokio::task::spawn_blocking(move || store.persist(&stored).map(|()| stored))
-                .await
-                .map_err(io::Error::other)??
-        };
-        *self.current_lock() = Some(stored);
+        // The data is persisted, then dropped: the file is the current
+        // snapshot, read back when a peer needs it.
+        self.persist_off_task(stored).await?;
+        *self.current_lock() = Some(meta.clone());
         Ok(())
     }
 
     async fn get_current_snapshot(
         &mut self,
     ) -> Result<Option<SnapshotOf<TypeConfig, Vec<u8>>>, io::Error> {
-        Ok(self
-            .current_lock()
-            .clone()
-            .map(|stored| SnapshotOf::<TypeConfig, Vec<u8>> {
-                meta: stored.meta,
-                snapshot: stored.data,
-            }))
+        if self.current_lock().is_none() {
+            return Ok(None);
+        }
+        // The file holds the newest persisted snapshot (replaced atomically,
+        // never older than the metadata kept), with its own metadata.
+        let path = self.dir.join(SNAPSHOT_FILE);
+        let read = if self.inline_io {
+            read_snapshot_file(&path)?
+        } else {
+            tokio::task::spawn_blocking(move || read_snapshot_file(&path))
+                .await
+                .map_err(io::Error::other)??
+        };
+        let stored = read.ok_or_else(|| invalid("the snapshot file is missing"))?;
+        Ok(Some(SnapshotOf::<TypeConfig, Vec<u8>> {
+            meta: stored.meta,
+            snapshot: stored.data,
+        }))
     }
 }

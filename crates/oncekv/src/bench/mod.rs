@@ -8,6 +8,7 @@ mod closed_loop;
 mod cpu;
 #[cfg(feature = "etcd")]
 mod etcd;
+mod fill;
 mod oncekv;
 mod report;
 mod watch;
@@ -215,6 +216,17 @@ pub struct BenchArgs {
     /// N turns batching off].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     batch_after_calls: Option<u32>,
+    /// With --workload put: write keys 0, 1, 2, ... in order (one
+    /// sequence shared by all tasks, wrapping at --keys) instead of random
+    /// keys; `--keys N --ops N --warmup 0s` writes every key once.
+    #[arg(long)]
+    fill: bool,
+    /// Instead of a run: open N sessions (oncekv) and leave them open,
+    /// without keep-alive (each lives an hour of cluster time), with
+    /// --concurrency tasks over --connections clients; prints one JSON
+    /// object (opened, retried, failed, elapsed_s, opens_per_s).
+    #[arg(long, value_name = "N", conflicts_with = "fill")]
+    open_sessions: Option<u64>,
 }
 
 /// The watch workload's own settings.
@@ -241,6 +253,12 @@ impl BenchArgs {
                 "--connections must be 1..={} (--concurrency: each connection needs a task), got {}",
                 self.concurrency, self.connections
             ));
+        }
+        if self.fill && self.workload != Workload::Put {
+            return Err("--fill applies to --workload put only".into());
+        }
+        if self.open_sessions.is_some() && self.target != Target::Oncekv {
+            return Err("--open-sessions applies to --target oncekv only".into());
         }
         if self.ops == Some(0) {
             return Err("--ops must be at least 1".into());
@@ -387,6 +405,25 @@ pub async fn run(
     };
     if let Ok(Some(flags)) = args.watch_flags() {
         return run_watch(connection, &args, endpoints_given, &plan, flags).await;
+    }
+    if let Some(sessions) = args.open_sessions {
+        let opened = fill::open_sessions(
+            &connection.endpoints,
+            connection.client_options()?,
+            sessions,
+            args.connections,
+            args.concurrency,
+        )
+        .await?;
+        sayln!("{}", opened.json());
+        return Ok(if opened.failed == 0 {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(EXIT_ERROR)
+        });
+    }
+    if args.fill {
+        fill::start_sequential();
     }
     let measured = match args.target {
         Target::Oncekv => {

@@ -202,7 +202,8 @@ impl Generator {
     }
 
     fn key(&mut self) -> Vec<u8> {
-        let index = self.next_u64() % self.shape.keys.max(1);
+        let keys = self.shape.keys.max(1);
+        let index = super::fill::next_index(keys).unwrap_or_else(|| self.next_u64() % keys);
         self.shape.key(index)
     }
 

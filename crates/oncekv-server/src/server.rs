@@ -394,6 +394,7 @@ where
         SegmentLog::open(&log_dir)
     }
     .map_err(storage(log_dir))?;
+    log.set_local_node(config.id);
     let log_failure = log.failure();
     let state_dir = config.data_dir.join("state");
     let mut state =

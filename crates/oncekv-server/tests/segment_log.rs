@@ -388,3 +388,97 @@ async fn appends_survive_reopen_after_many_batches() {
     }
     assert_eq!(open_indexes(dir.path()).await.len(), 200);
 }
+
+/// A follower's append that finds the writer idle is written and synced
+/// before `append` returns (its callback has fired), and survives a
+/// reopen like any other.
+#[tokio::test]
+async fn an_idle_followers_append_is_durable_when_append_returns() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        let mut log = SegmentLog::open(dir.path()).expect("open");
+        // Node 2 follows: the entries are led by node 1.
+        log.set_local_node(2);
+        for index in 1..=5 {
+            let (tx, mut rx) = <OneshotOf<TypeConfig> as Oneshot>::channel();
+            log.append(blanks(1, index..=index), IOFlushed::signal(tx))
+                .await
+                .expect("append");
+            rx.try_recv()
+                .expect("synced on the caller's thread before append returned")
+                .expect("append durable");
+        }
+        log.save_vote(&VoteOf::<TypeConfig>::new(2, 1))
+            .await
+            .expect("vote");
+    }
+    let mut log = SegmentLog::open(dir.path()).expect("reopen");
+    assert_eq!(indexes(&mut log).await, (1..=5).collect::<Vec<_>>());
+    assert_eq!(
+        log.read_vote().await.expect("vote"),
+        Some(VoteOf::<TypeConfig>::new(2, 1))
+    );
+}
+
+/// Appends queued without waiting (as openraft's leader does) while votes
+/// are saved from other threads: every write survives a reopen, in order,
+/// whether the appends go to the writer thread (this node leads them) or
+/// may be written by their caller (it follows).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_appends_and_votes_all_survive() {
+    for local_node in [1, 2] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let last_index = 300;
+        let last_term = 40;
+        {
+            let log = SegmentLog::open(dir.path()).expect("open");
+            log.set_local_node(local_node);
+            let mut appender = log.clone();
+            let appends = tokio::spawn(async move {
+                let mut callbacks = Vec::new();
+                for index in 1..=last_index {
+                    let (tx, rx) = <OneshotOf<TypeConfig> as Oneshot>::channel();
+                    appender
+                        .append(blanks(1, index..=index), IOFlushed::signal(tx))
+                        .await
+                        .expect("append");
+                    callbacks.push(rx);
+                }
+                for rx in callbacks {
+                    rx.await.expect("callback fired").expect("append durable");
+                }
+            });
+            let voters: Vec<_> = (0..2)
+                .map(|voter| {
+                    let mut log = log.clone();
+                    tokio::spawn(async move {
+                        for term in (1..=last_term).filter(|term| term % 2 == voter) {
+                            log.save_vote(&VoteOf::<TypeConfig>::new(term, 1))
+                                .await
+                                .expect("vote");
+                        }
+                    })
+                })
+                .collect();
+            appends.await.expect("appends");
+            for voter in voters {
+                voter.await.expect("votes");
+            }
+            let mut log = log;
+            log.save_vote(&VoteOf::<TypeConfig>::new(last_term + 1, 1))
+                .await
+                .expect("last vote");
+        }
+        let mut log = SegmentLog::open(dir.path()).expect("reopen");
+        assert_eq!(
+            indexes(&mut log).await,
+            (1..=last_index).collect::<Vec<_>>(),
+            "local node {local_node}"
+        );
+        assert_eq!(
+            log.read_vote().await.expect("vote"),
+            Some(VoteOf::<TypeConfig>::new(last_term + 1, 1)),
+            "the vote saved last is the one on disk"
+        );
+    }
+}

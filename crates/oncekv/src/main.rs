@@ -22,6 +22,12 @@ macro_rules! sayln {
     }};
 }
 
+/// The process's allocator: mimalloc (feature `mimalloc`, on by default),
+/// which `docs/benchmarks.md` measured on the write path.
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod bench;
 mod certs;
 mod commands;

@@ -9,7 +9,12 @@
 //! checksum covers the 8 bytes before it). A writer thread drains every
 //! queued append, writes them as one frame and issues one `fdatasync`
 //! before any of their callbacks fire (group commit; a batch over 16 MiB
-//! becomes several frames, each synced before the next is written).
+//! becomes several frames, each synced before the next is written). A
+//! write that finds the writer idle (nothing queued, nothing being
+//! written) may instead be written and synced the same way on the
+//! caller's thread, under the same lock: a vote, a truncation, a purge,
+//! or entries another node leads ([`SegmentLog::set_local_node`]); so
+//! the order of writes, and every rule below, is the same either way.
 //! Truncation and purge are records too, so replaying the segments in order
 //! rebuilds the log exactly. A segment is closed once it passes 64 MiB;
 //! the oldest are deleted once every entry in them is purged. The vote
@@ -87,7 +92,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Seek, SeekFrom, Write as _};
 use std::ops::RangeBounds;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, RwLock, mpsc};
+use std::sync::{Arc, Mutex, OnceLock, RwLock, mpsc};
 
 /// Segments are closed once they exceed this size.
 const SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
@@ -184,8 +189,9 @@ struct Pending {
 /// Where writes are made durable.
 #[derive(Clone)]
 enum Writer {
-    /// The writer thread, which group-commits everything queued.
-    Thread(mpsc::Sender<Pending>),
+    /// The writer thread, which group-commits everything queued; a write
+    /// that finds it idle may be made durable on the caller's thread.
+    Thread(Arc<Background>),
     /// On the caller's task; `None` once a write has failed.
     Inline(Arc<Mutex<Option<Segments>>>),
 }
@@ -197,6 +203,8 @@ pub struct SegmentLog {
     memory: Arc<RwLock<Memory>>,
     writer: Writer,
     failure: StorageFailure,
+    /// This node's id, once known ([`SegmentLog::set_local_node`]).
+    local_node: Arc<OnceLock<u64>>,
 }
 
 impl Debug for SegmentLog {
@@ -213,15 +221,12 @@ impl SegmentLog {
     pub fn open(dir: &Path) -> io::Result<SegmentLog> {
         let (memory, segments) = Self::replay(dir)?;
         let failure = segments.failure.clone();
-        let (writer, requests) = mpsc::channel();
-        std::thread::Builder::new()
-            .name("oncekv-log-writer".into())
-            .spawn(move || run_writer(segments, requests))?;
         Ok(SegmentLog {
             dir: dir.to_path_buf(),
             memory: Arc::new(RwLock::new(memory)),
-            writer: Writer::Thread(writer),
+            writer: Writer::Thread(Arc::new(Background::start(segments)?)),
             failure,
+            local_node: Arc::default(),
         })
     }
 
@@ -235,7 +240,20 @@ impl SegmentLog {
             memory: Arc::new(RwLock::new(memory)),
             writer: Writer::Inline(Arc::new(Mutex::new(Some(segments)))),
             failure,
+            local_node: Arc::default(),
         })
+    }
+
+    /// Tells the log which node it belongs to (once; later calls are
+    /// ignored). Entries another node leads (this node follows) are then
+    /// made durable on the calling task when the writer thread is idle: the
+    /// follower answers only once they are synced, so a hand-off to the
+    /// writer thread and back would only add to its answer's latency.
+    /// Entries this node leads always go to the writer thread: openraft
+    /// sends them to the followers only after `append` returns, so the
+    /// leader's sync overlaps the followers' instead of preceding it.
+    pub fn set_local_node(&self, id: u64) {
+        let _ = self.local_node.set(id);
     }
 
     /// Why the log stopped accepting writes, once it has.
@@ -305,11 +323,11 @@ impl SegmentLog {
         crate::sync::write(&self.memory)
     }
 
-    fn submit(&self, write: Pending) -> io::Result<()> {
+    /// Makes `write` durable and then completes it; `inline_if_idle`: on
+    /// the calling thread if the writer thread has nothing to do.
+    fn submit(&self, write: Pending, inline_if_idle: bool) -> io::Result<()> {
         match &self.writer {
-            Writer::Thread(sender) => sender
-                .send(write)
-                .map_err(|_| io::Error::other("the log writer has stopped after a write error")),
+            Writer::Thread(background) => background.submit(write, inline_if_idle),
             Writer::Inline(segments) => {
                 let mut segments = crate::sync::lock(segments);
                 match segments.as_mut() {
@@ -330,13 +348,17 @@ impl SegmentLog {
         let mut bytes = Vec::new();
         encode(record, &mut bytes)?;
         let (reply, done) = tokio::sync::oneshot::channel();
-        self.submit(Pending {
-            bytes,
-            max_index: None,
-            purge_through,
-            vote: None,
-            done: Done::Reply(reply),
-        })?;
+        // The caller waits for it anyway: no hand-off if the writer is idle.
+        self.submit(
+            Pending {
+                bytes,
+                max_index: None,
+                purge_through,
+                vote: None,
+                done: Done::Reply(reply),
+            },
+            true,
+        )?;
         done.await
             .map_err(|_| io::Error::other("the log writer has stopped"))?
     }
@@ -381,13 +403,17 @@ impl RaftLogStorage<TypeConfig> for SegmentLog {
 
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), io::Error> {
         let (reply, done) = tokio::sync::oneshot::channel();
-        self.submit(Pending {
-            bytes: Vec::new(),
-            max_index: None,
-            purge_through: None,
-            vote: Some(*vote),
-            done: Done::Reply(reply),
-        })?;
+        // The caller waits for it anyway: no hand-off if the writer is idle.
+        self.submit(
+            Pending {
+                bytes: Vec::new(),
+                max_index: None,
+                purge_through: None,
+                vote: Some(*vote),
+                done: Done::Reply(reply),
+            },
+            true,
+        )?;
         done.await
             .map_err(|_| io::Error::other("the log writer has stopped"))??;
         self.write().vote = Some(*vote);
@@ -405,9 +431,12 @@ impl RaftLogStorage<TypeConfig> for SegmentLog {
     {
         let mut bytes = Vec::new();
         let mut max_index = None;
+        let mut followed = false;
         {
+            let local = self.local_node.get().copied();
             let mut memory = self.write();
             for entry in entries {
+                followed = local.is_some_and(|local| entry.log_id.leader_id.node_id != local);
                 let record = Record::Entry(entry);
                 encode(&record, &mut bytes)?;
                 memory.replay(record);
@@ -416,13 +445,16 @@ impl RaftLogStorage<TypeConfig> for SegmentLog {
                 max_index = Some(*index);
             }
         }
-        self.submit(Pending {
-            bytes,
-            max_index,
-            purge_through: None,
-            vote: None,
-            done: Done::Flushed(callback),
-        })
+        self.submit(
+            Pending {
+                bytes,
+                max_index,
+                purge_through: None,
+                vote: None,
+                done: Done::Flushed(callback),
+            },
+            followed,
+        )
     }
 
     async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> Result<(), io::Error> {

@@ -1,8 +1,10 @@
 //! The writer's view of the segment files ([`Segments`]): group-committed
 //! frames, the seal after the last synced one, rolling and purging, and
-//! the writer thread.
+//! the writer thread ([`Background`]), which group-commits what is queued
+//! while a caller that finds it idle writes on its own thread.
 
 use super::*;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The writer's view of the segment files.
 pub(super) struct Segments {
@@ -226,19 +228,119 @@ pub(super) fn failed_log() -> io::Error {
     io::Error::other("the log is failed after a write error")
 }
 
-pub(super) fn run_writer(mut segments: Segments, requests: mpsc::Receiver<Pending>) {
+/// The writer thread's side of the log: its queue, and the segments it
+/// shares with callers that find it idle.
+pub(super) struct Background {
+    sender: mpsc::Sender<Pending>,
+    /// `None` once a write has failed: nothing is written after it.
+    segments: Arc<Mutex<Option<Segments>>>,
+    /// Writes sent to the thread and not yet written; changed to zero only
+    /// under the `segments` lock.
+    queued: Arc<AtomicUsize>,
+}
+
+impl Background {
+    /// Starts the writer thread over `segments`.
+    pub(super) fn start(segments: Segments) -> io::Result<Background> {
+        let (sender, requests) = mpsc::channel();
+        let segments = Arc::new(Mutex::new(Some(segments)));
+        let queued = Arc::new(AtomicUsize::new(0));
+        let thread_segments = Arc::clone(&segments);
+        let thread_queued = Arc::clone(&queued);
+        std::thread::Builder::new()
+            .name("oncekv-log-writer".into())
+            .spawn(move || run_writer(&thread_segments, &thread_queued, &requests))?;
+        Ok(Background {
+            sender,
+            segments,
+            queued,
+        })
+    }
+
+    /// Makes `write` durable: on the calling thread if `inline_if_idle`
+    /// and nothing is queued or being written (no hand-off to the writer
+    /// thread and back), otherwise queued for the writer thread, which
+    /// group-commits whatever is queued.
+    pub(super) fn submit(&self, write: Pending, inline_if_idle: bool) -> io::Result<()> {
+        let write = if inline_if_idle {
+            match self.try_inline(write) {
+                None => return Ok(()),
+                Some(write) => write,
+            }
+        } else {
+            write
+        };
+        self.queued.fetch_add(1, Ordering::SeqCst);
+        self.sender.send(write).map_err(|_| {
+            self.queued.fetch_sub(1, Ordering::SeqCst);
+            io::Error::other("the log writer has stopped after a write error")
+        })
+    }
+
+    /// Writes `write` here and now if the writer is idle (its lock free and
+    /// nothing queued: everything submitted earlier is written), completing
+    /// it; otherwise gives it back.
+    fn try_inline(&self, write: Pending) -> Option<Pending> {
+        let Ok(mut guard) = self.segments.try_lock() else {
+            return Some(write);
+        };
+        // Checked under the lock: the thread empties the queue only under
+        // it, so nothing submitted before this write is left unwritten.
+        if self.queued.load(Ordering::SeqCst) != 0 {
+            return Some(write);
+        }
+        let outcome = match guard.as_mut() {
+            Some(segments) => {
+                let result = segments.write_batch(std::slice::from_ref(&write));
+                if let Err(error) = &result {
+                    segments.failure.record(error);
+                    tracing::error!(%error, "log write failed: this node stops acknowledging");
+                    *guard = None;
+                }
+                result
+            }
+            None => Err(failed_log()),
+        };
+        drop(guard);
+        write.done.complete(outcome);
+        None
+    }
+}
+
+pub(super) fn run_writer(
+    segments: &Mutex<Option<Segments>>,
+    queued: &AtomicUsize,
+    requests: &mpsc::Receiver<Pending>,
+) {
     while let Ok(first) = requests.recv() {
         let mut batch = vec![first];
         while let Ok(more) = requests.try_recv() {
             batch.push(more);
         }
-        if !write_and_complete(&mut segments, batch) {
-            // A failed fsync leaves the file in an unknown state: never
-            // write to it again. Later requests fail until restart.
-            for write in requests.iter() {
-                write.done.complete(Err(failed_log()));
+        let mut guard = crate::sync::lock(segments);
+        let result = match guard.as_mut() {
+            Some(open) => {
+                let result = open.write_batch(&batch);
+                if let Err(error) = &result {
+                    open.failure.record(error);
+                    tracing::error!(%error, "log write failed: this node stops acknowledging");
+                    // A failed fsync leaves the file in an unknown state:
+                    // never write to it again. Later requests fail until
+                    // restart.
+                    *guard = None;
+                }
+                result
             }
-            return;
+            None => Err(failed_log()),
+        };
+        queued.fetch_sub(batch.len(), Ordering::SeqCst);
+        drop(guard);
+        for write in batch {
+            let outcome = match &result {
+                Ok(()) => Ok(()),
+                Err(error) => Err(io::Error::new(error.kind(), error.to_string())),
+            };
+            write.done.complete(outcome);
         }
     }
 }

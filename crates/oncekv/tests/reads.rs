@@ -6,8 +6,8 @@
 mod support;
 
 use oncekv_client::{Client, ClientOptions};
-use oncekv_proto::{convert, v1};
 use oncekv_harness::cluster::ClusterOptions;
+use oncekv_proto::{convert, v1};
 use oncekv_state::{Command, IdempotencyKey, Origin, Outcome, Query, Reply, Request};
 use std::time::{Duration, Instant};
 use support::{Cluster, FAST, NodeProcess, eventually, exclusive, without_meta};
@@ -108,7 +108,9 @@ async fn a_paused_old_leader_never_serves_a_stale_lease_read() {
         );
         assert!(cluster.node(old).pause(), "SIGSTOP node {old}");
         let leader = new_leader(&cluster, old).await;
-        let written = cluster.outcome(&put(2 * round + 1, &new_value), ELECTION).await;
+        let written = cluster
+            .outcome(&put(2 * round + 1, &new_value), ELECTION)
+            .await;
         assert!(matches!(written, Outcome::Applied(_)), "{written:?}");
         cluster.node(old).resume();
         never_stale(

@@ -5,10 +5,10 @@
 
 use super::state_machine_store::{SharedState, StateMachineStore};
 use super::type_config::{Executed, NodeId, NodeInfo, Proposal, Raft, TypeConfig};
-use openraft::error::{ClientWriteError, InitializeError, RaftError};
-use openraft::storage::RaftLogStorage;
-use openraft::errors::LinearizableReadError;
 use openraft::LinearizerOption;
+use openraft::error::{ClientWriteError, InitializeError, RaftError};
+use openraft::errors::LinearizableReadError;
+use openraft::storage::RaftLogStorage;
 use openraft::{ChangeMembers, Config, RaftNetworkFactory, ServerState, SnapshotPolicy};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -285,14 +285,14 @@ impl Consensus {
             tokio::time::sleep_until(votes_from).await;
             elect.runtime_config().elect(true);
         });
-        if let Some(members) = initial_members {
-            if !initialized {
-                match raft.initialize(members).await {
-                    Ok(()) => {}
-                    // Another member initialised the cluster first: fine.
-                    Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {}
-                    Err(error) => return Err(StartError::Raft(error.to_string())),
-                }
+        if let Some(members) = initial_members
+            && !initialized
+        {
+            match raft.initialize(members).await {
+                Ok(()) => {}
+                // Another member initialised the cluster first: fine.
+                Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {}
+                Err(error) => return Err(StartError::Raft(error.to_string())),
             }
         }
         Ok(Consensus {

@@ -16,6 +16,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::time::Instant;
 
+/// Attempts at each seeding PUT before the run gives up.
+const SEED_ATTEMPTS: u32 = 5;
+
 /// Writes every key a read workload reads, once, through the tasks'
 /// own clients, before anything is measured ([`Shape::seed_ops`]).
 async fn seed<T: TaskClient>(clients: Vec<T>, shape: Shape) -> anyhow::Result<Vec<T>> {
@@ -28,10 +31,13 @@ async fn seed<T: TaskClient>(clients: Vec<T>, shape: Shape) -> anyhow::Result<Ve
         let ops = shape.seed_ops(index, tasks);
         seeding.push(tokio::spawn(async move {
             for op in ops {
-                client
-                    .execute(op)
-                    .await
-                    .map_err(|error| anyhow::anyhow!("seeding the keys: {}", error.message))?;
+                let mut attempt = 1;
+                while let Err(error) = client.execute(op.clone()).await {
+                    if attempt >= SEED_ATTEMPTS {
+                        anyhow::bail!("seeding the keys: {}", error.message);
+                    }
+                    attempt += 1;
+                }
             }
             Ok::<T, anyhow::Error>(client)
         }));

@@ -240,8 +240,10 @@ mem_gib = int(open("/proc/meminfo").readline().split()[1]) / 1024 / 1024
 fs = first(["stat", "-f", "-c", "%T", sys.argv[1]])
 device = first(["df", "--output=source", sys.argv[1]]).splitlines()[-1]
 etcd = first(["etcd", "--version"]).splitlines()[0]
+load = " / ".join(f"{value:.1f}" for value in os.getloadavg())
 print(f"{os.cpu_count()} cores ({model}), {mem_gib:.0f} GiB memory, Linux {platform.release()}; "
-      f"data on {fs} ({device}); {etcd}, oncekv {first(['git', 'describe', '--always', '--dirty'])}")
+      f"data on {fs} ({device}); {etcd}, oncekv {first(['git', 'describe', '--always', '--dirty'])}; "
+      f"load average at the end {load} (1 / 5 / 15 min: other work on the machine skews the numbers)")
 PY
 )
 

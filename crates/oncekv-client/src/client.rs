@@ -102,6 +102,9 @@ struct Inner {
     endpoints: Vec<String>,
     options: ClientOptions,
     leader: Mutex<Option<String>>,
+    /// The endpoint that answered the last serializable read: the next
+    /// goes there too.
+    reader: Mutex<Option<String>>,
     channels: Mutex<HashMap<String, Channel>>,
     batchers: Mutex<HashMap<String, Arc<Batcher>>>,
     token: TokenSlot,
@@ -281,6 +284,7 @@ impl Client {
                 endpoints,
                 options,
                 leader: Mutex::new(None),
+                reader: Mutex::new(None),
                 channels: Mutex::new(HashMap::new()),
                 batchers: Mutex::new(HashMap::new()),
                 token,
@@ -620,37 +624,140 @@ impl Client {
         completed(outcome, index, attempts)
     }
 
-    /// Answers a query: linearizable unless `serializable`.
+    /// Answers a query: linearizable unless `serializable`. A linearizable
+    /// read goes to the leader; a serializable one to any node (see
+    /// [`read_target`](Self::read_target)), answered from its applied
+    /// state, so it may be stale but keeps answering while the leader is
+    /// down or partitioned away.
     pub async fn read(&self, query: Query, serializable: bool) -> Result<Reply, ClientError> {
         let wire = v1::ReadRequest {
             query: Some(convert::query_to_wire(&query)),
             serializable,
         };
-        let (reply, _, _) = self
-            .with_retries(true, None, |mut rpc, _, timeout, _| {
-                let wire = wire.clone();
-                async move {
-                    let mut message = tonic::Request::new(wire);
-                    message.set_timeout(timeout);
-                    match rpc.read(message).await {
-                        Ok(response) => match response.into_inner().result {
-                            Some(read_response::Result::Reply(reply)) => {
-                                match convert::reply_from_wire(reply) {
-                                    Ok(reply) => Attempt::Done(reply),
-                                    Err(error) => Attempt::MaybeSent(error.to_string()),
-                                }
+        let attempt = |mut rpc: Rpc, _: &str, timeout: Duration, _: u32| {
+            let wire = wire.clone();
+            async move {
+                let mut message = tonic::Request::new(wire);
+                message.set_timeout(timeout);
+                match rpc.read(message).await {
+                    Ok(response) => match response.into_inner().result {
+                        Some(read_response::Result::Reply(reply)) => {
+                            match convert::reply_from_wire(reply) {
+                                Ok(reply) => Attempt::Done(reply),
+                                Err(error) => Attempt::MaybeSent(error.to_string()),
                             }
-                            Some(read_response::Result::Failure(failure)) => call_failed(failure),
-                            None => Attempt::MaybeSent("empty response".into()),
-                        },
-                        Err(status) => failed(status),
-                    }
+                        }
+                        Some(read_response::Result::Failure(failure)) => call_failed(failure),
+                        None => Attempt::MaybeSent("empty response".into()),
+                    },
+                    Err(status) => failed(status),
                 }
-            })
-            .await?;
+            }
+        };
+        let reply = if serializable {
+            self.at_any_node(attempt).await?
+        } else {
+            self.with_retries(true, None, attempt).await?.0
+        };
         match reply {
             Reply::Rejected(rejection) => Err(ClientError::Rejected(rejection)),
             reply => Ok(reply),
+        }
+    }
+
+    /// Where a serializable read goes first: the node that answered the
+    /// last one; else, drawn at random, an endpoint other than the known
+    /// leader (so serializable reads spread over the followers and leave
+    /// the leader to the writes); else the first endpoint.
+    pub(crate) fn read_target(&self) -> String {
+        if let Some(reader) = lock(&self.inner.reader).clone() {
+            return reader;
+        }
+        let leader = lock(&self.inner.leader).clone();
+        let others: Vec<&String> = self
+            .inner
+            .endpoints
+            .iter()
+            .filter(|endpoint| Some(*endpoint) != leader.as_ref())
+            .collect();
+        if others.is_empty() {
+            return self.inner.endpoints[0].clone();
+        }
+        let count = u64::try_from(others.len()).unwrap_or(u64::MAX);
+        let drawn = self.inner.options.random.next_u64() % count;
+        let index = usize::try_from(drawn).unwrap_or(0);
+        others.get(index).map_or_else(
+            || self.inner.endpoints[0].clone(),
+            |endpoint| (*endpoint).clone(),
+        )
+    }
+
+    /// Runs a read that any node can answer, from
+    /// [`read_target`](Self::read_target) on, moving to the next endpoint
+    /// when one cannot answer, until the deadline. Reads change nothing,
+    /// so every attempt may be retried.
+    async fn at_any_node<T, F, Fut>(&self, mut attempt: F) -> Result<T, ClientError>
+    where
+        F: FnMut(Rpc, &str, Duration, u32) -> Fut,
+        Fut: std::future::Future<Output = Attempt<T>>,
+    {
+        let options = &self.inner.options;
+        let deadline = Instant::now() + options.deadline;
+        let mut logged_in = false;
+        if self.needs_login() {
+            self.login(deadline).await?;
+            logged_in = true;
+        }
+        let mut target = self.read_target();
+        let mut attempts = 0u32;
+        let mut retries = 0u32;
+        let mut last_error = String::new();
+        let mut busy = None;
+        loop {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                return Err(busy.unwrap_or(ClientError::Unreachable(last_error)));
+            }
+            attempts = attempts.saturating_add(1);
+            let timeout = options.attempt_timeout.min(remaining);
+            let result = match self.rpc(&target) {
+                Ok(rpc) => attempt(rpc, &target, timeout, attempts).await,
+                Err(error) => Attempt::NotSent(error),
+            };
+            match result {
+                Attempt::Done(value) => {
+                    *lock(&self.inner.reader) = Some(target);
+                    return Ok(value);
+                }
+                Attempt::Refused(error) => return Err(error),
+                Attempt::Unauthenticated(reason) => {
+                    let password =
+                        matches!(options.credentials, Some(Credentials::Password { .. }));
+                    if !password || logged_in {
+                        return Err(ClientError::Unauthenticated(reason));
+                    }
+                    self.inner.token.set(None);
+                    self.login(deadline).await?;
+                    logged_in = true;
+                }
+                Attempt::Busy(refusal) => {
+                    busy = Some(refusal);
+                    self.pause(&mut retries, deadline).await;
+                }
+                Attempt::Redirect(_) => {
+                    last_error = format!("{target} could not answer");
+                    *lock(&self.inner.reader) = None;
+                    target = self.next_target(&target);
+                    self.pause(&mut retries, deadline).await;
+                }
+                Attempt::NotSent(error) | Attempt::MaybeSent(error) => {
+                    last_error = format!("{target}: {error}");
+                    self.forget_channel(&target);
+                    *lock(&self.inner.reader) = None;
+                    target = self.next_target(&target);
+                    self.pause(&mut retries, deadline).await;
+                }
+            }
         }
     }
 

@@ -341,7 +341,8 @@ impl Node {
         result
     }
 
-    /// Answers a query: linearizable by read-index unless `serializable`
+    /// Answers a query: linearizable (the leader confirms it leads, by its
+    /// lease or read-index: `ReadPolicy`) unless `serializable`
     /// (then from this replica's applied state, possibly stale), if
     /// `principal` may read it.
     pub async fn read(

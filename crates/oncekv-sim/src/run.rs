@@ -159,6 +159,7 @@ fn node_config(id: u64, root: &Path, dedup: bool) -> ServerConfig {
             snapshot_after_entries: 300,
             snapshot_after_bytes: ConsensusOptions::default().snapshot_after_bytes,
             log_entries_kept_after_snapshot: 100,
+            ..ConsensusOptions::default()
         },
         node: NodeOptions {
             propose_timeout: Duration::from_secs(2),

@@ -7,7 +7,7 @@ use crate::exit;
 use anyhow::{Context, anyhow, bail};
 use clap::Args;
 use oncekv_server::node::NodeOptions;
-use oncekv_server::raft::consensus::ConsensusOptions;
+use oncekv_server::raft::consensus::{ConsensusOptions, ReadPolicy};
 use oncekv_server::raft::type_config::{NodeId, NodeInfo};
 use oncekv_server::server::{
     ListenerLimits, SNAPSHOT_BYTES_MAX_DEFAULT, ServeError, ServerConfig, ServerLimits, serve,
@@ -97,6 +97,28 @@ pub struct ServeArgs {
     /// Minimum election timeout (the maximum is twice this).
     #[arg(long, default_value = "500ms", value_parser = humantime::parse_duration)]
     election_timeout: Duration,
+
+    /// How the leader confirms it still leads before a linearizable read.
+    ///
+    /// `lease`: within its lease the leader answers from its own state, with
+    /// no message to the followers (a read costs no network round). The
+    /// lease is 90% of the maximum election timeout (2 x
+    /// --election-timeout), counted on the leader's monotonic clock from
+    /// the sending of the last message a quorum acknowledged; followers
+    /// refuse to vote for a whole maximum election timeout after each
+    /// message (a restarted node, after it starts). It is safe while no
+    /// node's clock runs more than about 5% faster or slower than
+    /// another's (quartz and NTP stay under 0.1%), and unsafe where a
+    /// host's monotonic clock stops while time goes on (a suspended
+    /// machine or a VM paused by its hypervisor). Past the lease, a read
+    /// falls back to read-index.
+    ///
+    /// `read-index`: every read waits for a quorum to acknowledge a
+    /// heartbeat sent after it arrived (concurrent reads share one round):
+    /// no clock assumption, one network round per read. Use the same
+    /// policy on every node.
+    #[arg(long, value_enum, default_value_t = ReadPolicyArg::Lease)]
+    read_policy: ReadPolicyArg,
 
     /// Take a snapshot after this many log entries.
     #[arg(long, default_value_t = 10_000)]
@@ -337,6 +359,15 @@ pub struct ServeArgs {
     unsafe_no_dedup: bool,
 }
 
+/// `--read-policy`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum ReadPolicyArg {
+    /// The leader's lease, read-index past it (bounded clock drift).
+    Lease,
+    /// A quorum round per read (no clock assumption).
+    ReadIndex,
+}
+
 /// The client port's default limits, for the flags' defaults.
 const CLIENT: ListenerLimits = ListenerLimits::CLIENT_DEFAULT;
 /// The peer port's default limits.
@@ -482,6 +513,10 @@ fn config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
             snapshot_after_entries: args.snapshot_after_entries.max(1),
             snapshot_after_bytes: args.snapshot_after_bytes.max(1),
             log_entries_kept_after_snapshot: args.log_entries_kept,
+            read_policy: match args.read_policy {
+                ReadPolicyArg::Lease => ReadPolicy::Lease,
+                ReadPolicyArg::ReadIndex => ReadPolicy::ReadIndex,
+            },
         },
         node: NodeOptions {
             propose_timeout: args.request_timeout,

@@ -1,17 +1,54 @@
 //! [`Consensus`]: the node's handle on openraft, in the node's own terms.
 //! Writes a [`Proposal`] and returns what applying it decided ([`Executed`]), waits for a
-//! read barrier (read-index), reports leadership and status, and changes
-//! membership. Everything outside `raft/` talks to consensus through it.
+//! read barrier (a leader lease, or read-index: [`ReadPolicy`]), reports leadership and
+//! status, and changes membership. Everything outside `raft/` talks to consensus through it.
 
 use super::state_machine_store::{SharedState, StateMachineStore};
 use super::type_config::{Executed, NodeId, NodeInfo, Proposal, Raft, TypeConfig};
+use openraft::LinearizerOption;
 use openraft::error::{ClientWriteError, InitializeError, RaftError};
+use openraft::errors::LinearizableReadError;
 use openraft::storage::RaftLogStorage;
-use openraft::{
-    ChangeMembers, Config, RaftNetworkFactory, ReadPolicy, ServerState, SnapshotPolicy,
-};
+use openraft::{ChangeMembers, Config, RaftNetworkFactory, ServerState, SnapshotPolicy};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::time::Duration;
+
+/// How the leader confirms, for a linearizable read, that it still leads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ReadPolicy {
+    /// Within its lease, the leader answers from its applied state with no
+    /// message to the followers; past it, it falls back to read-index.
+    ///
+    /// The lease is [`LEASE_PERCENT_OF_ELECTION_TIMEOUT`] percent of the
+    /// maximum election timeout, counted on the leader's monotonic clock
+    /// from the sending of the last heartbeat or append a quorum
+    /// acknowledged. A follower refuses to vote for anyone for a whole
+    /// maximum election timeout, counted on its own clock from receiving
+    /// that message (and a restarted node for one after it starts), so no
+    /// other leader can be elected while the lease holds as long as no
+    /// clock runs more than about 5% faster or slower than another's.
+    #[default]
+    Lease,
+    /// Every read waits for a quorum to acknowledge a heartbeat sent after
+    /// it arrived (concurrent reads share the round); no clock assumption.
+    ReadIndex,
+}
+
+/// The leader lease, as a percentage of the maximum election timeout: with
+/// clocks whose rates differ by at most a factor `1 ± r`, the lease is safe
+/// while `(1 - r) / (1 + r) >= 0.9`, i.e. `r` up to about 5% (quartz
+/// clocks, and NTP's slewing, stay well under 0.1%).
+pub const LEASE_PERCENT_OF_ELECTION_TIMEOUT: u64 = 90;
+
+impl ReadPolicy {
+    /// The lease a leader reads under, for `election_timeout_max_ms`.
+    pub fn lease(election_timeout_max_ms: u64) -> Duration {
+        Duration::from_millis(
+            election_timeout_max_ms.saturating_mul(LEASE_PERCENT_OF_ELECTION_TIMEOUT) / 100,
+        )
+    }
+}
 
 /// Timing and snapshot settings of consensus.
 #[derive(Clone, Debug)]
@@ -30,6 +67,8 @@ pub struct ConsensusOptions {
     pub snapshot_after_bytes: u64,
     /// Entries kept in the log behind a snapshot (for slow followers).
     pub log_entries_kept_after_snapshot: u64,
+    /// How a linearizable read confirms leadership.
+    pub read_policy: ReadPolicy,
 }
 
 impl Default for ConsensusOptions {
@@ -41,6 +80,7 @@ impl Default for ConsensusOptions {
             snapshot_after_entries: 10_000,
             snapshot_after_bytes: 64 * 1024 * 1024,
             log_entries_kept_after_snapshot: 1_000,
+            read_policy: ReadPolicy::default(),
         }
     }
 }
@@ -145,6 +185,12 @@ pub struct Consensus {
     raft: Raft,
     state: SharedState,
     snapshot_after_bytes: u64,
+    read_policy: ReadPolicy,
+    /// The lease of [`ReadPolicy::Lease`].
+    read_lease: Duration,
+    /// Until when this node refuses to vote (and does not campaign):
+    /// restarted, it forgot whom it promised not to replace.
+    votes_from: tokio::time::Instant,
 }
 
 impl std::fmt::Debug for Consensus {
@@ -161,6 +207,16 @@ fn write_error(error: RaftError<TypeConfig, ClientWriteError<TypeConfig>>) -> Wr
     if let RaftError::APIError(ClientWriteError::LogEntryDiscarded(_)) = &error {
         return WriteError::Unavailable(error.to_string());
     }
+    match error.forward_to_leader() {
+        Some(forward) => WriteError::NotLeader {
+            leader_id: forward.leader_id,
+            leader: forward.leader_node.clone(),
+        },
+        None => WriteError::Unavailable(error.to_string()),
+    }
+}
+
+fn read_error(error: RaftError<TypeConfig, LinearizableReadError<TypeConfig>>) -> WriteError {
     match error.forward_to_leader() {
         Some(forward) => WriteError::NotLeader {
             leader_id: forward.leader_id,
@@ -198,26 +254,45 @@ impl Consensus {
             // restored at once, it would serve read-index reads before it
             // knows the commit index (reads could miss acknowledged writes).
             enable_leader_restore: Some(false),
+            // Turned on below: at once on a new node, an election timeout
+            // after start on a restarted one.
+            enable_elect: false,
             ..Config::default()
         }
         .validate()
         .map_err(|e| StartError::Config(e.to_string()))?;
         let state = state_machine.shared();
+        let started = tokio::time::Instant::now();
         let raft = Raft::new(id, Arc::new(config), network, log_store, state_machine)
             .await
             .map_err(|e| StartError::Raft(e.to_string()))?;
-        if let Some(members) = initial_members {
-            let initialized = raft
-                .is_initialized()
-                .await
-                .map_err(|e| StartError::Raft(e.to_string()))?;
-            if !initialized {
-                match raft.initialize(members).await {
-                    Ok(()) => {}
-                    // Another member initialised the cluster first: fine.
-                    Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {}
-                    Err(error) => return Err(StartError::Raft(error.to_string())),
-                }
+        let initialized = raft
+            .is_initialized()
+            .await
+            .map_err(|e| StartError::Raft(e.to_string()))?;
+        // A follower promises a leader, for an election timeout after each
+        // of its messages, to vote for no one else; leader lease reads rely
+        // on that promise, which lives in memory only. A restarted member
+        // keeps it by neither voting nor campaigning for one maximum
+        // election timeout after it starts.
+        let votes_from = if initialized {
+            started + Duration::from_millis(options.election_timeout_max_ms)
+        } else {
+            started
+        };
+        let elect = raft.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep_until(votes_from).await;
+            elect.runtime_config().elect(true);
+        });
+        if let Some(members) = initial_members
+            && !initialized
+        {
+            match raft.initialize(members).await {
+                Ok(()) => {}
+                // Another member initialised the cluster first: fine.
+                Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {}
+                Err(error) => return Err(StartError::Raft(error.to_string())),
             }
         }
         Ok(Consensus {
@@ -225,6 +300,9 @@ impl Consensus {
             raft,
             state,
             snapshot_after_bytes: options.snapshot_after_bytes.max(1),
+            read_policy: options.read_policy,
+            read_lease: ReadPolicy::lease(options.election_timeout_max_ms),
+            votes_from,
         })
     }
 
@@ -274,7 +352,7 @@ impl Consensus {
 
     /// The peer service for this node's consensus.
     pub fn peer_service(&self) -> super::peer_service::PeerService {
-        super::peer_service::PeerService::new(self.raft.clone())
+        super::peer_service::PeerService::new(self.raft.clone()).with_votes_from(self.votes_from)
     }
 
     /// Proposes an entry and waits until it is applied here.
@@ -299,19 +377,27 @@ impl Consensus {
         }
     }
 
-    /// Waits until this node has applied everything committed before the
-    /// call (read-index), so a read of local state is linearizable.
+    /// Waits until this node, the leader, has applied everything committed
+    /// before the call, so a read of local state is linearizable. Under
+    /// [`ReadPolicy::Lease`], a valid lease confirms leadership at once;
+    /// when openraft finds it stale (no quorum acknowledged a message sent
+    /// within the lease), the read falls back to read-index.
     pub async fn read_barrier(&self) -> Result<(), WriteError> {
-        match self.raft.ensure_linearizable(ReadPolicy::ReadIndex).await {
-            Ok(_) => Ok(()),
-            Err(error) => Err(match error.forward_to_leader() {
-                Some(forward) => WriteError::NotLeader {
-                    leader_id: forward.leader_id,
-                    leader: forward.leader_node.clone(),
-                },
-                None => WriteError::Unavailable(error.to_string()),
-            }),
+        if self.read_policy == ReadPolicy::Lease {
+            // Fails at once, without waiting or sending, if the lease is stale.
+            let lease = LinearizerOption::new(Some(self.read_lease), false)
+                .with_wait_timeout(Duration::ZERO);
+            match self.raft.ensure_linearizable(lease).await {
+                Ok(_) => return Ok(()),
+                Err(RaftError::APIError(LinearizableReadError::QuorumNotEnough(_))) => {}
+                Err(error) => return Err(read_error(error)),
+            }
         }
+        self.raft
+            .ensure_linearizable(openraft::ReadPolicy::ReadIndex)
+            .await
+            .map(drop)
+            .map_err(read_error)
     }
 
     /// Resolves, with the cause, when consensus stops on a fatal error

@@ -336,6 +336,9 @@ pub struct PeerService {
     /// Whether callers must present a certificate valid for the node
     /// they send as (peer TLS).
     peer_certificates: bool,
+    /// Before this instant the node refuses votes and pre-votes (it
+    /// restarted and keeps the leader lease it may have promised).
+    votes_from: Option<tokio::time::Instant>,
 }
 
 impl std::fmt::Debug for PeerService {
@@ -355,7 +358,14 @@ impl PeerService {
             raft,
             spool: None,
             peer_certificates: false,
+            votes_from: None,
         }
+    }
+
+    /// Refuses votes and pre-votes before `instant`.
+    pub fn with_votes_from(mut self, instant: tokio::time::Instant) -> PeerService {
+        self.votes_from = Some(instant);
+        self
     }
 
     /// With `required` (peer TLS on), serves a message only if the
@@ -485,6 +495,14 @@ impl RaftPeer for PeerService {
         self.authenticate(&caller, sender)?;
         peer_checks::check_term(&vote.vote).map_err(refused)?;
         self.member(sender, &self.metrics())?;
+        if self
+            .votes_from
+            .is_some_and(|from| tokio::time::Instant::now() < from)
+        {
+            return Err(Status::unavailable(
+                "restarted less than an election timeout ago: votes nobody yet",
+            ));
+        }
         let result = match kind {
             VoteKind::Vote(vote) => self.raft.vote(vote).await,
             VoteKind::PreVote(vote) => self.raft.pre_vote(vote).await,

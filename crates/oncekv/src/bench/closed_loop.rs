@@ -16,6 +16,39 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::time::Instant;
 
+/// Attempts at each seeding PUT before the run gives up.
+const SEED_ATTEMPTS: u32 = 5;
+
+/// Writes every key a read workload reads, once, through the tasks'
+/// own clients, before anything is measured ([`Shape::seed_ops`]).
+async fn seed<T: TaskClient>(clients: Vec<T>, shape: Shape) -> anyhow::Result<Vec<T>> {
+    if !shape.reads_seeded_keys() {
+        return Ok(clients);
+    }
+    let tasks = clients.len();
+    let mut seeding = Vec::with_capacity(tasks);
+    for (index, mut client) in clients.into_iter().enumerate() {
+        let ops = shape.seed_ops(index, tasks);
+        seeding.push(tokio::spawn(async move {
+            for op in ops {
+                let mut attempt = 1;
+                while let Err(error) = client.execute(op.clone()).await {
+                    if attempt >= SEED_ATTEMPTS {
+                        anyhow::bail!("seeding the keys: {}", error.message);
+                    }
+                    attempt += 1;
+                }
+            }
+            Ok::<T, anyhow::Error>(client)
+        }));
+    }
+    let mut clients = Vec::with_capacity(tasks);
+    for task in seeding {
+        clients.push(task.await??);
+    }
+    Ok(clients)
+}
+
 /// Highest latency the histograms hold, in microseconds (longer ones are
 /// recorded as this).
 const LATENCY_MAX_US: u64 = 600_000_000;
@@ -166,6 +199,7 @@ struct Counters {
 
 /// Runs one task per client until the plan's end.
 pub async fn run<T: TaskClient>(clients: Vec<T>, plan: Plan) -> anyhow::Result<Measured> {
+    let clients = seed(clients, plan.shape).await?;
     let counters = Arc::new(Counters::default());
     let start = Instant::now();
     let measure_from = start + plan.warmup;

@@ -11,6 +11,10 @@
 //!   reply is lost: etcd keeps none). etcd cannot order several writes in
 //!   flight from one client this way, so there is no pipelining: one
 //!   sequence key per task.
+//! - GET is a Range of the key: linearizable (etcd's default, a read-index
+//!   round on its leader) for `get` and the reads of `mixed`, serializable
+//!   for `get-serializable`. Reads are of keys the run wrote first
+//!   (`Shape::seed_ops`), on both targets.
 //! - APPEND and INCR have no etcd counterpart: they are read-modify-write,
 //!   a Get then a Txn that writes only if the key's `mod_revision` did not
 //!   change, retried on conflict.

@@ -167,6 +167,48 @@ impl Shape {
     }
 }
 
+impl Shape {
+    /// Whether the workload reads keys it does not write first (`get`,
+    /// `get-serializable`, `mixed`): then every key is written once before
+    /// the run, so reads find values on every target (a read of a missing
+    /// key is cheaper, and not what is measured).
+    pub fn reads_seeded_keys(&self) -> bool {
+        matches!(
+            self.workload,
+            Workload::Get | Workload::GetSerializable | Workload::Mixed
+        )
+    }
+
+    /// The PUTs that seed task `task` of `tasks`'s share of the keys
+    /// (every `tasks`-th key from `task`; none for a workload that does not
+    /// read seeded keys), with values of the run's size.
+    pub fn seed_ops(&self, task: usize, tasks: usize) -> Vec<Op> {
+        if !self.reads_seeded_keys() {
+            return Vec::new();
+        }
+        let (Ok(first), Ok(step)) = (u64::try_from(task), u64::try_from(tasks.max(1))) else {
+            return Vec::new();
+        };
+        let mut value = vec![b'v'; self.value_bytes];
+        let tag = b"seed.";
+        let n = tag.len().min(value.len());
+        value[..n].copy_from_slice(&tag[..n]);
+        let mut ops = Vec::new();
+        let mut index = first;
+        while index < self.keys {
+            ops.push(Op::Put {
+                key: self.key(index),
+                value: value.clone(),
+            });
+            index = match index.checked_add(step) {
+                Some(next) => next,
+                None => break,
+            };
+        }
+        ops
+    }
+}
+
 /// The operations of one task: a seeded generator (splitmix64), so a run
 /// draws the same keys on every target.
 #[derive(Debug)]
@@ -364,5 +406,27 @@ mod tests {
         };
         assert_eq!(draw(1), draw(1));
         assert_ne!(draw(1), draw(2));
+    }
+
+    #[test]
+    fn read_workloads_seed_every_key_once() {
+        for workload in [Workload::Get, Workload::GetSerializable, Workload::Mixed] {
+            let shape = shape(workload, 0.5);
+            let mut seeded: Vec<Vec<u8>> = (0..7)
+                .flat_map(|task| shape.seed_ops(task, 7))
+                .map(|op| match op {
+                    Op::Put { key, value } => {
+                        assert_eq!(value.len(), shape.value_bytes);
+                        key
+                    }
+                    other => panic!("a seed is a put: {other:?}"),
+                })
+                .collect();
+            seeded.sort();
+            let mut expected: Vec<Vec<u8>> = (0..shape.keys).map(|i| shape.key(i)).collect();
+            expected.sort();
+            assert_eq!(seeded, expected, "{workload:?}");
+        }
+        assert!(shape(Workload::Put, 0.0).seed_ops(0, 1).is_empty());
     }
 }

@@ -460,7 +460,6 @@ fn requirements(windows: &[Window]) -> CoverageRequirements {
     let has = |fault: SimFault| windows.iter().any(|w| w.fault == fault);
     if has(SimFault::DropReplies) {
         required.min_replies_dropped_after_commit = 1;
-        required.min_batch_replies_dropped_after_commit = 1;
         required.min_replayed = 1;
     }
     if has(SimFault::Crash) {

@@ -625,8 +625,8 @@ impl Client {
     }
 
     /// Answers a query: linearizable unless `serializable`. A linearizable
-    /// read goes to the leader; a serializable one to any node (see
-    /// [`read_target`](Self::read_target)), answered from its applied
+    /// read goes to the leader; a serializable one to any node (the one
+    /// that answered the last, else a follower), answered from its applied
     /// state, so it may be stale but keeps answering while the leader is
     /// down or partitioned away.
     pub async fn read(&self, query: Query, serializable: bool) -> Result<Reply, ClientError> {

@@ -309,8 +309,45 @@ fn tls_args(folder: &Path, id: NodeId, client_certificates: bool) -> Vec<OsStrin
 }
 
 /// A free loopback port (bound, then released for a node to take).
+///
+/// Two things could take it before the node does, and both are ruled
+/// out: this process handing the same port out twice (the kernel's
+/// choice for port 0 repeats once the probe is closed), and an outgoing
+/// connection of some node drawing it as its ephemeral local port. So
+/// ports come from below the kernel's ephemeral range, and none is
+/// handed out twice by one process.
 pub(crate) fn free_address() -> std::io::Result<SocketAddr> {
-    TcpListener::bind("127.0.0.1:0")?.local_addr()
+    use std::collections::HashSet;
+    use std::sync::{Mutex, PoisonError};
+    static HANDED_OUT: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+    const LOWEST: u16 = 15_000;
+    let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32_768);
+    if ephemeral <= LOWEST + 1_000 {
+        // An unusual ephemeral range: fall back on the kernel's choice.
+        return TcpListener::bind("127.0.0.1:0")?.local_addr();
+    }
+    let mut handed_out = HANDED_OUT.lock().unwrap_or_else(PoisonError::into_inner);
+    let handed_out = handed_out.get_or_insert_with(HashSet::new);
+    let span = ephemeral - LOWEST;
+    let start = rand::random_range(0..span);
+    for step in 0..span {
+        let port = LOWEST + (start + step) % span;
+        if handed_out.contains(&port) {
+            continue;
+        }
+        if let Ok(probe) = TcpListener::bind(("127.0.0.1", port)) {
+            let address = probe.local_addr()?;
+            handed_out.insert(port);
+            return Ok(address);
+        }
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::AddrNotAvailable,
+        "no free loopback port below the ephemeral range",
+    ))
 }
 
 impl Cluster {

@@ -8,12 +8,14 @@
 //! earlier ones left: terms, votes, log entries, snapshots.
 //!
 //! Input: up to 8 messages, each `[kind u8][length u16][bytes]`. By `kind
-//! % 4`: 0 `AppendEntries`, 1 `Vote` (vote or pre-vote), 2
+//! % 5`: 0 `AppendEntries`, 1 `Vote` (vote or pre-vote), 2
 //! `TransferLeader`, each a `RaftPayload` decoded from the bytes (whose
 //! `data` is the postcard encoding of openraft's request); 3
 //! `InstallSnapshot`, a stream of up to 16 `SnapshotChunk`s decoded one
-//! after the other from the bytes, each length-delimited. Bytes that do
-//! not decode as protobuf send nothing, as a gRPC server would refuse them.
+//! after the other from the bytes, each length-delimited; 4
+//! `StreamAppend`, a stream of up to 16 `RaftPayload`s decoded so, whose
+//! replies are all read. Bytes that do not decode as protobuf send
+//! nothing, as a gRPC server would refuse them.
 //!
 //! Checked:
 //!
@@ -76,6 +78,20 @@ enum PeerCall {
     Vote(RaftPayload),
     TransferLeader(RaftPayload),
     InstallSnapshot(Vec<SnapshotChunk>),
+    StreamAppend(Vec<RaftPayload>),
+}
+
+/// Up to [`CHUNKS_MAX`] length-delimited protobuf messages, one after the
+/// other, up to the first that does not decode.
+fn delimited<M: prost::Message + Default>(mut rest: &[u8]) -> Vec<M> {
+    let mut messages = Vec::new();
+    while !rest.is_empty() && messages.len() < CHUNKS_MAX {
+        match M::decode_length_delimited(&mut rest) {
+            Ok(message) => messages.push(message),
+            Err(_) => break,
+        }
+    }
+    messages
 }
 
 fn calls(data: &[u8]) -> Vec<PeerCall> {
@@ -88,21 +104,12 @@ fn calls(data: &[u8]) -> Vec<PeerCall> {
         let length = input.u16().unwrap_or(0);
         let bytes = input.take(usize::from(length));
         let payload = || RaftPayload::decode(bytes).ok();
-        let call = match kind % 4 {
+        let call = match kind % 5 {
             0 => payload().map(PeerCall::AppendEntries),
             1 => payload().map(PeerCall::Vote),
             2 => payload().map(PeerCall::TransferLeader),
-            _ => {
-                let mut rest = bytes;
-                let mut chunks = Vec::new();
-                while !rest.is_empty() && chunks.len() < CHUNKS_MAX {
-                    match SnapshotChunk::decode_length_delimited(&mut rest) {
-                        Ok(chunk) => chunks.push(chunk),
-                        Err(_) => break,
-                    }
-                }
-                Some(PeerCall::InstallSnapshot(chunks))
-            }
+            3 => Some(PeerCall::InstallSnapshot(delimited(bytes))),
+            _ => Some(PeerCall::StreamAppend(delimited(bytes))),
         };
         calls.extend(call);
     }
@@ -306,6 +313,14 @@ async fn send(peer: &mut RaftPeerClient<Channel>, call: PeerCall) -> Result<(), 
             .install_snapshot(tokio_stream::iter(chunks))
             .await
             .map(drop),
+        PeerCall::StreamAppend(payloads) => {
+            let mut replies = peer
+                .stream_append(tokio_stream::iter(payloads))
+                .await?
+                .into_inner();
+            while replies.message().await?.is_some() {}
+            Ok(())
+        }
     }
 }
 

@@ -677,6 +677,19 @@ fn append_entries(request: &AppendEntriesRequest<TypeConfig>) -> Vec<u8> {
     unary(0, encoded(request))
 }
 
+/// A `StreamAppend` carrying `requests`.
+fn stream_append(requests: &[&AppendEntriesRequest<TypeConfig>]) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    for request in requests {
+        RaftPayload {
+            data: encoded(request),
+        }
+        .encode_length_delimited(&mut bytes)
+        .expect("a payload encodes");
+    }
+    call(4, &bytes)
+}
+
 fn snapshot(chunks: &[SnapshotChunk]) -> Vec<u8> {
     let mut bytes = Vec::new();
     for chunk in chunks {
@@ -796,6 +809,20 @@ fn generate_peer_message_corpus() {
                 ))),
             ),
             ("heartbeat-own-term", append_entries(&heartbeat)),
+            (
+                "stream-append",
+                stream_append(&[&heartbeat, &other_leader, &heartbeat]),
+            ),
+            (
+                "stream-append-out-of-order",
+                stream_append(&[
+                    &other_leader,
+                    &AppendEntriesRequest::<TypeConfig> {
+                        prev_log_id: Some(log_id::<TypeConfig>(7, 2, 5)),
+                        ..other_leader.clone()
+                    },
+                ]),
+            ),
             ("another-leader", append_entries(&other_leader)),
             ("vote-then-append", vote_then_append),
             ("transfer-leader", unary(2, resign)),

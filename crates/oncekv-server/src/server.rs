@@ -424,6 +424,7 @@ where
             source_ip: config.peer_source_ip,
             connector: config.peer_connector.clone(),
             tls: config.peer_tls.clone(),
+            append: config.consensus.peer_append,
         },
         config.initial_cluster.clone(),
     )

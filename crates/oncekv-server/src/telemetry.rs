@@ -95,6 +95,10 @@ fn describe() {
         "oncekv_retry_rendezvous_total",
         "Retries that joined the identical request already in flight"
     );
+    metrics::describe_counter!(
+        "oncekv_peer_appends_received_total",
+        "AppendEntries admitted from the leader, by call: `stream` (pipelined) or `unary`"
+    );
     metrics::describe_gauge!("oncekv_sessions", "Live sessions");
     metrics::describe_gauge!("oncekv_completion_records", "Completion records held");
     metrics::describe_gauge!("oncekv_idempotency_keys", "Idempotency keys kept");

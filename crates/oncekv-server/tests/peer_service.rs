@@ -3,7 +3,8 @@
 //! node's own, entries out of order, a snapshot beyond its vote) are
 //! refused before consensus sees them, and so are well-formed messages
 //! from a node that is not a member (PERMISSION_DENIED); the node keeps
-//! serving and restarts cleanly. Incoming snapshots: a stream that ends short of the size
+//! serving and restarts cleanly. A `StreamAppend` is answered in order up
+//! to its first refused request, which ends it. Incoming snapshots: a stream that ends short of the size
 //! it announced (a sender that stopped half-way) or runs past it is
 //! refused, never installed; a size over the node's cap is refused at once;
 //! bytes that do not restore to the index they claim are refused before
@@ -458,6 +459,71 @@ async fn forged_raft_messages_are_refused_and_the_node_serves_and_restarts() {
     let again = node.restart().await;
     again.serves().await;
     again.stop().await;
+}
+
+/// A `StreamAppend` of a fresh node (it knows no membership, so node 2
+/// may lead it): the requests before a forged one are answered, in order;
+/// the forged one ends the call with INVALID_ARGUMENT, and what follows it
+/// is not applied; the node takes appends afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_of_appends_is_answered_in_order_up_to_a_forged_one() {
+    let mut node = TestNode::start(|config| config.initial_cluster = None).await;
+    let leader = VoteOf::<TypeConfig>::new_committed(1, 2);
+    let requests = vec![
+        payload(&append(leader, None, &[0])),
+        payload(&append(leader, Some(0), &[1, 2])),
+        payload(&append(leader, Some(3), &[5])),
+        payload(&append(leader, Some(2), &[3])),
+    ];
+    let mut replies = node
+        .peer
+        .stream_append(tokio_stream::iter(requests))
+        .await
+        .expect("a stream")
+        .into_inner();
+    for index in [0, 2] {
+        let reply = replies.message().await.expect("a reply").expect("open");
+        let result: Result<
+            openraft::raft::StreamAppendResult<TypeConfig>,
+            openraft::error::Fatal<TypeConfig>,
+        > = postcard::from_bytes(&reply.data).expect("decodes");
+        match result {
+            Ok(Ok(Some(flushed))) => assert_eq!(flushed, log_id(1, 2, index)),
+            other => panic!("the append up to {index}: {other:?}"),
+        }
+    }
+    let refused = replies.message().await.expect_err("the forged request");
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
+    assert!(refused.message().contains("index 5"), "{refused:?}");
+    // Index 3 came after the forged request: the node does not hold it
+    // (an append after it conflicts), and takes it now.
+    let mut unary = async |request| {
+        let reply = node
+            .peer
+            .append_entries(payload(&request))
+            .await
+            .expect("an append after the refusal")
+            .into_inner();
+        let result: Result<
+            openraft::raft::AppendEntriesResponse<TypeConfig>,
+            openraft::error::RaftError<TypeConfig>,
+        > = postcard::from_bytes(&reply.data).expect("decodes");
+        result
+    };
+    let after_three = unary(append(leader, Some(3), &[])).await;
+    assert!(
+        matches!(
+            after_three,
+            Ok(openraft::raft::AppendEntriesResponse::Conflict)
+        ),
+        "{after_three:?}"
+    );
+    let three = unary(append(leader, Some(2), &[3])).await;
+    assert!(
+        matches!(three, Ok(openraft::raft::AppendEntriesResponse::Success)),
+        "{three:?}"
+    );
+    node.stop().await;
 }
 
 fn assert_denied(result: Result<tonic::Response<RaftPayload>, tonic::Status>, what: &str) {

@@ -33,6 +33,15 @@ impl RaftPeer for WhoCalls {
         name_of(&request)
     }
 
+    type StreamAppendStream = tokio_stream::Empty<Result<RaftPayload, Status>>;
+
+    async fn stream_append(
+        &self,
+        _request: Request<Streaming<RaftPayload>>,
+    ) -> Result<Response<Self::StreamAppendStream>, Status> {
+        Err(Status::unimplemented("not this peer"))
+    }
+
     async fn vote(&self, request: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
         name_of(&request)
     }

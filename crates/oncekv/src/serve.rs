@@ -8,6 +8,7 @@ use anyhow::{Context, anyhow, bail};
 use clap::Args;
 use oncekv_server::node::NodeOptions;
 use oncekv_server::raft::consensus::{ConsensusOptions, ReadPolicy};
+use oncekv_server::raft::network::PeerAppend;
 use oncekv_server::raft::type_config::{NodeId, NodeInfo};
 use oncekv_server::server::{
     ListenerLimits, SNAPSHOT_BYTES_MAX_DEFAULT, ServeError, ServerConfig, ServerLimits, serve,
@@ -119,6 +120,16 @@ pub struct ServeArgs {
     /// policy on every node.
     #[arg(long, value_enum, default_value_t = ReadPolicyArg::Lease)]
     read_policy: ReadPolicyArg,
+
+    /// How the leader replicates entries to a follower.
+    ///
+    /// `stream`: one long-lived call per follower carries the entries as
+    /// they come, without waiting for the reply to the previous batch
+    /// (pipelined); a follower that does not know it (an older version) is
+    /// sent `unary` calls. `unary`: one call per round, each waiting for
+    /// the previous reply.
+    #[arg(long, value_enum, default_value_t = PeerAppendArg::Stream)]
+    peer_append: PeerAppendArg,
 
     /// Take a snapshot after this many log entries.
     #[arg(long, default_value_t = 10_000)]
@@ -368,6 +379,15 @@ enum ReadPolicyArg {
     ReadIndex,
 }
 
+/// `--peer-append`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum PeerAppendArg {
+    /// Pipelined on one stream per follower.
+    Stream,
+    /// One call per replication round.
+    Unary,
+}
+
 /// The client port's default limits, for the flags' defaults.
 const CLIENT: ListenerLimits = ListenerLimits::CLIENT_DEFAULT;
 /// The peer port's default limits.
@@ -516,6 +536,10 @@ fn config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
             read_policy: match args.read_policy {
                 ReadPolicyArg::Lease => ReadPolicy::Lease,
                 ReadPolicyArg::ReadIndex => ReadPolicy::ReadIndex,
+            },
+            peer_append: match args.peer_append {
+                PeerAppendArg::Stream => PeerAppend::Stream,
+                PeerAppendArg::Unary => PeerAppend::Unary,
             },
         },
         node: NodeOptions {

@@ -286,3 +286,68 @@ async fn the_dashboard_names_only_metrics_a_node_exports() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// The value of the metric line starting `series ` in a Prometheus text
+/// body (0 when absent).
+fn metric(body: &str, series: &str) -> f64 {
+    body.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Replication goes over the pipelined stream by default and over unary
+/// calls with `--peer-append unary`: a 3-node cluster of each serves
+/// writes, and its nodes' `/metrics` count the appends they received by
+/// call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replication_is_streamed_unless_told_unary() {
+    let _one = exclusive().await;
+    for mode in ["stream", "unary"] {
+        let mut cluster = Cluster::new(3, &[FAST, &["--peer-append", mode]].concat());
+        let metrics: Vec<String> = (1..=3)
+            .map(|_| format!("127.0.0.1:{}", free_port()))
+            .collect();
+        for (node, address) in cluster.nodes.iter_mut().zip(&metrics) {
+            node.add_args(["--listen-metrics", address.as_str()]);
+        }
+        cluster.start_all().expect("start");
+        let leader = cluster.leader(Duration::from_secs(20)).await;
+        let endpoint = cluster.node(leader).client.clone();
+        for expected in 1..=5 {
+            let out = Process::new(env!("CARGO_BIN_EXE_oncekv"))
+                .args(["incr", "c", "--endpoints", &endpoint])
+                .output()
+                .expect("incr");
+            assert!(
+                out.status.success(),
+                "{mode}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert_eq!(
+                String::from_utf8_lossy(&out.stdout).trim(),
+                expected.to_string()
+            );
+        }
+        let counts = |call: &'static str| {
+            let metrics = metrics.clone();
+            async move {
+                let series = format!("oncekv_peer_appends_received_total{{call=\"{call}\"}}");
+                let mut total = 0.0;
+                for address in &metrics {
+                    total += metric(&http_get(address, "/metrics")?, &series);
+                }
+                Some(total)
+            }
+        };
+        let (used, unused) = match mode {
+            "stream" => ("stream", "unary"),
+            _ => ("unary", "stream"),
+        };
+        eventually(Duration::from_secs(10), "appends counted", || async {
+            counts(used).await.filter(|count| *count >= 5.0)
+        })
+        .await;
+        assert_eq!(counts(unused).await, Some(0.0), "{mode}");
+    }
+}

@@ -69,6 +69,8 @@ pub struct ConsensusOptions {
     pub log_entries_kept_after_snapshot: u64,
     /// How a linearizable read confirms leadership.
     pub read_policy: ReadPolicy,
+    /// How the leader sends entries to followers.
+    pub peer_append: super::network::PeerAppend,
 }
 
 impl Default for ConsensusOptions {
@@ -81,6 +83,7 @@ impl Default for ConsensusOptions {
             snapshot_after_bytes: 64 * 1024 * 1024,
             log_entries_kept_after_snapshot: 1_000,
             read_policy: ReadPolicy::default(),
+            peer_append: super::network::PeerAppend::default(),
         }
     }
 }

@@ -8,14 +8,27 @@
 //! injected (a simulated network). With peer TLS ([`PeerTls`]), a peer is
 //! dialled over `https`, its certificate verified against the peer CA for
 //! the name `node-<its id>`, and this node presents its own certificate.
+//!
+//! Replication is pipelined ([`PeerAppend::Stream`]): the entries of one
+//! replication session go over one long-lived `StreamAppend` call, each
+//! `AppendEntries` sent as soon as openraft has it, without waiting for
+//! the reply to the one before; replies come back in order on the same
+//! call. The stream fails (and openraft opens another) when requests are
+//! outstanding and no reply came for the call's timeout. A peer that does
+//! not know `StreamAppend` (UNIMPLEMENTED) is sent one unary
+//! `AppendEntries` per round from then on, as [`PeerAppend::Unary`] does.
 
 use super::type_config::{NodeId, NodeInfo, TypeConfig};
 use crate::tls::PeerTls;
+use futures_util::StreamExt;
+use futures_util::future::BoxFuture;
+use futures_util::stream::BoxStream;
 use oncekv_proto::v1::raft_peer_client::RaftPeerClient;
 use oncekv_proto::v1::{RaftPayload, SnapshotChunk};
 use openraft::alias::{SnapshotOf, VoteOf};
 use openraft::error::{NetworkError, RPCError, ReplicationClosed, StreamingError, Unreachable};
 use openraft::network::RPCOption;
+use openraft::raft::StreamAppendResult;
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
     TransferLeaderResponse, VoteRequest, VoteResponse,
@@ -26,6 +39,7 @@ use serde::de::DeserializeOwned;
 use std::future::Future;
 use std::net::IpAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tonic::transport::{Channel, Endpoint};
 
@@ -57,6 +71,20 @@ pub struct PeerNetwork {
     pub connector: Option<Arc<dyn PeerConnector>>,
     /// Mutual TLS to peers; `None`: plaintext.
     pub tls: Option<PeerTls>,
+    /// How entries are replicated.
+    pub append: PeerAppend,
+}
+
+/// How a leader sends entries to a follower.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PeerAppend {
+    /// Pipelined on one long-lived `StreamAppend` call per replication
+    /// session (falling back on unary calls to a peer that lacks it).
+    #[default]
+    Stream,
+    /// One unary `AppendEntries` call per round, each waiting for the
+    /// reply to the one before.
+    Unary,
 }
 
 impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
@@ -70,6 +98,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
             connector: self.connector.clone(),
             tls: self.tls.clone(),
             client: None,
+            append: self.append,
         }
     }
 }
@@ -83,6 +112,8 @@ pub struct PeerClient {
     connector: Option<Arc<dyn PeerConnector>>,
     tls: Option<PeerTls>,
     client: Option<RaftPeerClient<Channel>>,
+    /// Falls to [`PeerAppend::Unary`] when the peer lacks `StreamAppend`.
+    append: PeerAppend,
 }
 
 fn unreachable(error: &(impl std::error::Error + 'static)) -> RPCError<TypeConfig> {
@@ -164,6 +195,149 @@ impl PeerClient {
         let result: Result<Resp, E> = decode(&reply.data).map_err(|e| network(&e))?;
         result.map_err(|remote| unreachable(&remote))
     }
+
+    /// Opens a `StreamAppend` call carrying `input`; `Ok(None)` if `input`
+    /// ended before its first request. A peer that does not know the call
+    /// is an error, and is sent unary calls from then on.
+    async fn open_append_stream<S>(
+        &mut self,
+        mut input: S,
+        option: &RPCOption,
+    ) -> Result<Option<AppendReplies>, RPCError<TypeConfig>>
+    where
+        S: futures_util::Stream<Item = AppendEntriesRequest<TypeConfig>> + Send + Unpin + 'static,
+    {
+        // The first request is taken before the call is opened: openraft
+        // waits out its backoff (after failures) while producing it, so a
+        // peer that refuses connections is not redialled in a tight loop,
+        // and nothing is opened when there is nothing to send.
+        let Some(first) = input.next().await else {
+            return Ok(None);
+        };
+        let input = futures_util::stream::once(std::future::ready(first)).chain(input);
+        let sent = Arc::new(AtomicU64::new(0));
+        let counted = Arc::clone(&sent);
+        // openraft's request stream waits for new entries for as long as
+        // the session lasts; once the replies are dropped (or failed) the
+        // requests must end too, or the call would live on, sending.
+        let (replies_gone, gone) = tokio::sync::oneshot::channel::<()>();
+        // Encoding a request cannot fail for these types; if it did, the
+        // stream would end there and the replies to what was sent before
+        // still arrive (openraft then resends the rest).
+        let requests = input
+            .take_until(gone)
+            .map(move |request| encode(&request))
+            .take_while(|encoded| {
+                let ok = encoded.is_ok();
+                if let Err(error) = encoded {
+                    tracing::error!(%error, "cannot encode an AppendEntries");
+                }
+                std::future::ready(ok)
+            })
+            .filter_map(move |encoded| {
+                counted.fetch_add(1, Ordering::Relaxed);
+                std::future::ready(encoded.ok().map(|data| RaftPayload { data }))
+            });
+        let mut client = self.client()?;
+        let opened = tokio::time::timeout(option.hard_ttl(), client.stream_append(requests)).await;
+        let replies = match opened {
+            Ok(Ok(replies)) => replies.into_inner(),
+            Ok(Err(status)) if status.code() == tonic::Code::Unimplemented => {
+                tracing::info!(
+                    peer = self.target,
+                    "the peer does not know StreamAppend: one AppendEntries call per round from now on"
+                );
+                self.append = PeerAppend::Unary;
+                // The requests went with the refused call: this round
+                // fails, and openraft resends them by unary calls.
+                return Err(unreachable(&status));
+            }
+            Ok(Err(status)) => {
+                self.client = None;
+                return Err(unreachable(&status));
+            }
+            Err(elapsed) => {
+                self.client = None;
+                return Err(unreachable(&elapsed));
+            }
+        };
+        Ok(Some(AppendReplies {
+            replies,
+            sent,
+            answered: 0,
+            patience: option.hard_ttl(),
+            ended: false,
+            requests: Some(replies_gone),
+        }))
+    }
+}
+
+/// The replies of one `StreamAppend` call, in the order of its requests.
+struct AppendReplies {
+    replies: tonic::Streaming<RaftPayload>,
+    /// Requests sent so far on the call.
+    sent: Arc<AtomicU64>,
+    /// Replies received so far.
+    answered: u64,
+    /// How long requests may go unanswered before the call is given up.
+    patience: Duration,
+    /// Whether the stream has ended (after an error).
+    ended: bool,
+    /// Ends the call's requests when dropped (with this, or on an error).
+    requests: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+type AppendReply = Result<StreamAppendResult<TypeConfig>, RPCError<TypeConfig>>;
+
+impl AppendReplies {
+    /// Ends the stream, and the call's requests.
+    fn end(&mut self) {
+        self.ended = true;
+        self.requests = None;
+    }
+
+    /// The next reply, `None` when the call ended cleanly. An error ends
+    /// the stream.
+    async fn next(&mut self) -> Option<AppendReply> {
+        if self.ended {
+            return None;
+        }
+        let reply = loop {
+            match tokio::time::timeout(self.patience, self.replies.message()).await {
+                Ok(reply) => break reply,
+                // Cancel-safe: the message stays in the stream.
+                Err(elapsed) if self.sent.load(Ordering::Relaxed) > self.answered => {
+                    self.end();
+                    return Some(Err(unreachable(&elapsed)));
+                }
+                Err(_) => {}
+            }
+        };
+        let reply = match reply {
+            Ok(Some(reply)) => reply,
+            Ok(None) if self.sent.load(Ordering::Relaxed) > self.answered => {
+                self.end();
+                return Some(Err(network(&std::io::Error::other(
+                    "the peer ended the stream with requests unanswered",
+                ))));
+            }
+            Ok(None) => return None,
+            Err(status) => {
+                self.end();
+                return Some(Err(unreachable(&status)));
+            }
+        };
+        self.answered = self.answered.saturating_add(1);
+        let decoded: Result<AppendReply, postcard::Error> = decode::<
+            Result<StreamAppendResult<TypeConfig>, openraft::error::Fatal<TypeConfig>>,
+        >(&reply.data)
+        .map(|result| result.map_err(|remote| unreachable(&remote)));
+        let reply = decoded.unwrap_or_else(|error| Err(network(&error)));
+        if !matches!(reply, Ok(Ok(_))) {
+            self.end();
+        }
+        Some(reply)
+    }
 }
 
 impl RaftNetworkV2<TypeConfig> for PeerClient {
@@ -180,6 +354,31 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
             |mut client, message| async move { client.append_entries(message).await },
         )
         .await
+    }
+
+    fn stream_append<'s, S>(
+        &'s mut self,
+        input: S,
+        option: RPCOption,
+    ) -> BoxFuture<'s, Result<BoxStream<'s, AppendReply>, RPCError<TypeConfig>>>
+    where
+        S: futures_util::Stream<Item = AppendEntriesRequest<TypeConfig>> + Send + Unpin + 'static,
+    {
+        Box::pin(async move {
+            if self.append == PeerAppend::Unary {
+                return openraft::network::stream_append_sequential(self, input, option).await;
+            }
+            match self.open_append_stream(input, &option).await? {
+                Some(replies) => {
+                    let replies = futures_util::stream::unfold(replies, |mut replies| async move {
+                        let reply = replies.next().await?;
+                        Some((reply, replies))
+                    });
+                    Ok(replies.boxed())
+                }
+                None => Ok(futures_util::stream::empty().boxed()),
+            }
+        })
     }
 
     async fn vote(

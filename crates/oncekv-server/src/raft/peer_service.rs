@@ -20,6 +20,11 @@
 //! after the install. Leftovers of a crash are removed when the spool
 //! opens.
 //!
+//! `StreamAppend` carries many `AppendEntries` on one call (the leader's
+//! pipeline): each is admitted like a unary one as it is read, handed to
+//! openraft in order, and answered in order; the first one refused ends the
+//! call with its status after the replies to those before it.
+//!
 //! Every message is admitted first ([`PeerService`]'s `admit`): with peer
 //! TLS, the caller's verified certificate must be valid for
 //! `node-<sender>`, the sender id inside the message; the message must
@@ -31,10 +36,12 @@ use super::network::{VoteKind, decode, encode};
 use super::peer_checks::{self, PeerMessageRefused, PeerNotAllowed};
 use super::type_config::{NodeId, Raft, TypeConfig};
 use crate::transport::{is_malformed_message, overloaded};
+use futures_util::StreamExt;
 use oncekv_proto::v1::raft_peer_server::RaftPeer;
 use oncekv_proto::v1::{RaftPayload, SnapshotChunk};
 use oncekv_state::{Limits, LogIndex, StateMachine};
 use openraft::alias::{SnapshotMetaOf, SnapshotOf, VoteOf};
+use openraft::raft::AppendEntriesRequest;
 use serde::Serialize;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -467,6 +474,36 @@ impl PeerService {
     ) -> Result<(), Status> {
         peer_checks::check_member(sender, &metrics.membership_config).map_err(not_allowed)
     }
+
+    /// Decodes and admits one `AppendEntries`, unary or streamed.
+    fn admit_append(
+        &self,
+        caller: &Caller,
+        data: &[u8],
+    ) -> Result<AppendEntriesRequest<TypeConfig>, Status> {
+        let request: AppendEntriesRequest<TypeConfig> = decode(data).map_err(bad_message)?;
+        let sender = peer_checks::sender(&request.vote);
+        self.authenticate(caller, sender)?;
+        let metrics = self.metrics();
+        peer_checks::check_append(&request, metrics.id, metrics.local_committed.as_ref())
+            .map_err(refused)?;
+        self.member(sender, &metrics)?;
+        Ok(request)
+    }
+}
+
+/// The replies of a `StreamAppend` call.
+type AppendReplyStream =
+    std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<RaftPayload, Status>> + Send>>;
+
+/// The first refusal of a `StreamAppend` call, answered after the replies
+/// to the requests admitted before it.
+type Refusal = Arc<std::sync::Mutex<Option<Status>>>;
+
+fn refuse_later(refusal: &Refusal, status: Status) {
+    *refusal
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(status);
 }
 
 #[tonic::async_trait]
@@ -476,15 +513,59 @@ impl RaftPeer for PeerService {
         request: Request<RaftPayload>,
     ) -> Result<Response<RaftPayload>, Status> {
         let caller = Caller::of(&request);
-        let request: openraft::raft::AppendEntriesRequest<TypeConfig> =
-            decode(&request.into_inner().data).map_err(bad_message)?;
-        let sender = peer_checks::sender(&request.vote);
-        self.authenticate(&caller, sender)?;
-        let metrics = self.metrics();
-        peer_checks::check_append(&request, metrics.id, metrics.local_committed.as_ref())
-            .map_err(refused)?;
-        self.member(sender, &metrics)?;
+        let request = self.admit_append(&caller, &request.into_inner().data)?;
+        metrics::counter!("oncekv_peer_appends_received_total", "call" => "unary").increment(1);
         reply(&self.raft.append_entries(request).await)
+    }
+
+    type StreamAppendStream = AppendReplyStream;
+
+    async fn stream_append(
+        &self,
+        request: Request<Streaming<RaftPayload>>,
+    ) -> Result<Response<AppendReplyStream>, Status> {
+        let caller = Caller::of(&request);
+        let incoming = request.into_inner();
+        let refusal: Refusal = Arc::default();
+        // Each request is admitted as it is read; the first one refused
+        // ends the requests openraft sees.
+        let admitted = futures_util::stream::unfold(
+            (incoming, self.clone(), caller, Arc::clone(&refusal)),
+            |(mut incoming, service, caller, refusal)| async move {
+                let status = match incoming.message().await {
+                    Ok(Some(payload)) => match service.admit_append(&caller, &payload.data) {
+                        Ok(request) => {
+                            metrics::counter!(
+                                "oncekv_peer_appends_received_total",
+                                "call" => "stream"
+                            )
+                            .increment(1);
+                            return Some((request, (incoming, service, caller, refusal)));
+                        }
+                        Err(status) => status,
+                    },
+                    Ok(None) => return None,
+                    Err(status) if is_malformed_message(&status) => Status::invalid_argument(
+                        format!("malformed raft message: {}", status.message()),
+                    ),
+                    Err(status) => status,
+                };
+                refuse_later(&refusal, status);
+                None
+            },
+        );
+        let replies = self
+            .raft
+            .stream_append(admitted)
+            .map(|result| reply(&result).map(Response::into_inner));
+        let refused = futures_util::stream::once(async move {
+            refusal
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take()
+        })
+        .filter_map(|status| std::future::ready(status.map(Err)));
+        Ok(Response::new(Box::pin(replies.chain(refused))))
     }
 
     async fn vote(&self, request: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {

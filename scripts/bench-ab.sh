@@ -10,6 +10,8 @@
 # Usage: A_BIN=path B_BIN=path scripts/bench-ab.sh [OUT.md]
 #   env: A_ENV / B_ENV   extra environment for the variant's nodes
 #                        (e.g. "TOKIO_WORKER_THREADS=1")
+#        A_ARGS / B_ARGS extra `oncekv serve` flags of the variant's nodes
+#                        (e.g. "--peer-append unary")
 #        A_NAME / B_NAME labels (default A, B)
 #        ROUNDS=3 DURATION=5s WARMUP=1s NODES="3 1" WRITERS="1 64"
 #        MODES="plain session"
@@ -40,9 +42,9 @@ cleanup() {
 trap cleanup EXIT
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
-# start VARIANT BIN ENV NODES: starts a cluster, sets endpoints_VARIANT_NODES.
+# start VARIANT BIN ENV NODES ARGS: starts a cluster, sets endpoints_VARIANT_NODES.
 start() {
-    local variant=$1 bin=$2 env=$3 nodes=$4 id cluster="" endpoints=""
+    local variant=$1 bin=$2 env=$3 nodes=$4 args=$5 id cluster="" endpoints=""
     local -a client peer
     for id in $(seq "$nodes"); do
         client[$id]="127.0.0.1:$(port)"
@@ -51,10 +53,10 @@ start() {
         endpoints+="${endpoints:+,}${client[$id]}"
     done
     for id in $(seq "$nodes"); do
-        # shellcheck disable=SC2086 # $env is a list of NAME=VALUE words
+        # shellcheck disable=SC2086 # $env and $args are lists of words
         env $env "$bin" serve --id "$id" --data-dir "$work/$variant$nodes/node$id" \
             --listen-client "${client[$id]}" --listen-peer "${peer[$id]}" \
-            --initial-cluster "$cluster" 2>"$work/$variant$nodes-node$id.log" &
+            --initial-cluster "$cluster" $args 2>"$work/$variant$nodes-node$id.log" &
         pids+=($!)
     done
     for _ in $(seq 100); do
@@ -66,8 +68,8 @@ start() {
 }
 
 for nodes in $node_counts; do
-    start A "$A_BIN" "${A_ENV:-}" "$nodes"
-    start B "$B_BIN" "${B_ENV:-}" "$nodes"
+    start A "$A_BIN" "${A_ENV:-}" "$nodes" "${A_ARGS:-}"
+    start B "$B_BIN" "${B_ENV:-}" "$nodes" "${B_ARGS:-}"
 done
 
 results="$work/results.jsonl"

@@ -251,16 +251,9 @@ async fn the_dashboard_names_only_metrics_a_node_exports() {
         }
     }
     assert!(wanted.len() >= 10, "{wanted:?}");
-    let mut cluster = Cluster::new(3, &[FAST, &["--snapshot-after-entries", "10"]].concat());
-    let metrics: Vec<String> = (1..=3)
-        .map(|_| format!("127.0.0.1:{}", free_port()))
-        .collect();
-    for (node, address) in cluster.nodes.iter_mut().zip(&metrics) {
-        node.add_args(["--listen-metrics", address.as_str()]);
-    }
-    cluster.start_all().expect("start");
+    let (cluster, metrics, endpoint) =
+        cluster_with_metrics(&[FAST, &["--snapshot-after-entries", "10"]].concat()).await;
     let leader = cluster.leader(Duration::from_secs(20)).await;
-    let endpoint = cluster.node(leader).client.clone();
     for _ in 0..30 {
         let out = Process::new(env!("CARGO_BIN_EXE_oncekv"))
             .args(["incr", "c", "--endpoints", &endpoint])
@@ -287,6 +280,22 @@ async fn the_dashboard_names_only_metrics_a_node_exports() {
     }
 }
 
+/// A 3-node cluster started with `flags`, each node serving metrics: the
+/// cluster, the nodes' metrics addresses and the leader's client address.
+async fn cluster_with_metrics(flags: &[&str]) -> (Cluster, Vec<String>, String) {
+    let mut cluster = Cluster::new(3, flags);
+    let metrics: Vec<String> = (1..=3)
+        .map(|_| format!("127.0.0.1:{}", free_port()))
+        .collect();
+    for (node, address) in cluster.nodes.iter_mut().zip(&metrics) {
+        node.add_args(["--listen-metrics", address.as_str()]);
+    }
+    cluster.start_all().expect("start");
+    let leader = cluster.leader(Duration::from_secs(20)).await;
+    let endpoint = cluster.node(leader).client.clone();
+    (cluster, metrics, endpoint)
+}
+
 /// The value of the metric line starting `series ` in a Prometheus text
 /// body (0 when absent).
 fn metric(body: &str, series: &str) -> f64 {
@@ -304,16 +313,8 @@ fn metric(body: &str, series: &str) -> f64 {
 async fn replication_is_streamed_unless_told_unary() {
     let _one = exclusive().await;
     for mode in ["stream", "unary"] {
-        let mut cluster = Cluster::new(3, &[FAST, &["--peer-append", mode]].concat());
-        let metrics: Vec<String> = (1..=3)
-            .map(|_| format!("127.0.0.1:{}", free_port()))
-            .collect();
-        for (node, address) in cluster.nodes.iter_mut().zip(&metrics) {
-            node.add_args(["--listen-metrics", address.as_str()]);
-        }
-        cluster.start_all().expect("start");
-        let leader = cluster.leader(Duration::from_secs(20)).await;
-        let endpoint = cluster.node(leader).client.clone();
+        let (_cluster, metrics, endpoint) =
+            cluster_with_metrics(&[FAST, &["--peer-append", mode]].concat()).await;
         for expected in 1..=5 {
             let out = Process::new(env!("CARGO_BIN_EXE_oncekv"))
                 .args(["incr", "c", "--endpoints", &endpoint])

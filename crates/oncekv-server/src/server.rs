@@ -491,7 +491,8 @@ where
     let peer_service = consensus
         .peer_service()
         .with_snapshot_spool(spool)
-        .with_peer_certificates(config.peer_tls.is_some());
+        .with_peer_certificates(config.peer_tls.is_some())
+        .with_stop_signal(stopped.clone());
     let peer = grpc_server(&limits.peer, peer_tls, "peer")?
         .layer(limit_requests(limits.peer.in_flight_max, "peer"))
         .add_service(

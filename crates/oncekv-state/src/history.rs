@@ -5,12 +5,16 @@
 //! or on request, and a read or watch below the compacted revision is
 //! refused as `Compacted`. A revision is the log index of the entry that
 //! made the change, so it is the same on every replica.
+//!
+//! Events are shared ([`Arc`]): a copy of the history (for a snapshot,
+//! taken under the state lock) copies pointers, not keys and values.
 
 use crate::ids::ClusterTime;
 use crate::kv::StoredValue;
 use crate::outcome::Rejection;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 
 /// What the history counts for an event beyond its key and values.
 pub const EVENT_OVERHEAD_BYTES: u64 = 96;
@@ -71,7 +75,7 @@ pub struct HistoryBounds {
 /// Recent changes of the store, oldest first.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct History {
-    events: VecDeque<Event>,
+    events: VecDeque<Arc<Event>>,
     /// Every event at or below this revision has been dropped.
     compacted: u64,
     /// What the events weigh (derived; recounted on restore).
@@ -103,13 +107,13 @@ impl History {
 
     /// Recounts the derived byte count (after decoding).
     pub(crate) fn recount(&mut self) {
-        self.bytes = self.events.iter().map(Event::weight_bytes).sum();
+        self.bytes = self.events.iter().map(|event| event.weight_bytes()).sum();
     }
 
     /// Records a change (revisions never decrease).
     pub(crate) fn record(&mut self, event: Event) {
         self.bytes = self.bytes.saturating_add(event.weight_bytes());
-        self.events.push_back(event);
+        self.events.push_back(Arc::new(event));
     }
 
     /// Drops every event at or below `revision`.
@@ -139,7 +143,7 @@ impl History {
     pub(crate) fn pop_newest(&mut self) -> Option<Event> {
         let event = self.events.pop_back()?;
         self.bytes = self.bytes.saturating_sub(event.weight_bytes());
-        Some(event)
+        Some(Arc::unwrap_or_clone(event))
     }
 
     fn drop_oldest(&mut self) {
@@ -158,7 +162,7 @@ impl History {
             });
         }
         let start = self.events.partition_point(|event| event.revision < from);
-        Ok(self.events.range(start..))
+        Ok(self.events.range(start..).map(|event| &**event))
     }
 
     /// Whether the state at `revision` can still be reconstructed.
@@ -197,7 +201,7 @@ impl History {
 
     /// Every event, oldest first.
     pub fn iter(&self) -> impl Iterator<Item = &Event> {
-        self.events.iter()
+        self.events.iter().map(|event| &**event)
     }
 
     /// Checks that revisions do not decrease, nothing kept is compacted,
@@ -213,7 +217,7 @@ impl History {
             }
             last = event.revision;
         }
-        let weighed: u64 = self.events.iter().map(Event::weight_bytes).sum();
+        let weighed: u64 = self.events.iter().map(|event| event.weight_bytes()).sum();
         if weighed != self.bytes {
             return Err(format!("{} bytes counted, {weighed} kept", self.bytes));
         }

@@ -131,8 +131,9 @@ pub struct ServeArgs {
     #[arg(long, value_enum, default_value_t = PeerAppendArg::Stream)]
     peer_append: PeerAppendArg,
 
-    /// Take a snapshot after this many log entries.
-    #[arg(long, default_value_t = 10_000)]
+    /// Take a snapshot after this many log entries (each snapshot encodes
+    /// and writes the whole state; the log behind it stays in memory).
+    #[arg(long, default_value_t = ConsensusOptions::default().snapshot_after_entries)]
     snapshot_after_entries: u64,
 
     /// Also take a snapshot once this many bytes of keys and values were

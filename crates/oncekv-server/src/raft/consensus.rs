@@ -59,7 +59,10 @@ pub struct ConsensusOptions {
     pub election_timeout_min_ms: u64,
     /// Upper bound of the randomised election timeout, in milliseconds.
     pub election_timeout_max_ms: u64,
-    /// Take a snapshot after this many entries since the last one.
+    /// Take a snapshot after this many entries since the last one
+    /// (100,000 by default, etcd's `--snapshot-count`: every snapshot
+    /// encodes and writes the whole state, history included, so a small
+    /// threshold spends the disk and the CPU on snapshots).
     pub snapshot_after_entries: u64,
     /// Take a snapshot once this many bytes of keys and values were applied
     /// since the last one (checked every tick), so a log of large values is
@@ -79,7 +82,7 @@ impl Default for ConsensusOptions {
             heartbeat_ms: 100,
             election_timeout_min_ms: 500,
             election_timeout_max_ms: 1000,
-            snapshot_after_entries: 10_000,
+            snapshot_after_entries: 100_000,
             snapshot_after_bytes: 64 * 1024 * 1024,
             log_entries_kept_after_snapshot: 1_000,
             read_policy: ReadPolicy::default(),

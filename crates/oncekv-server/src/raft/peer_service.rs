@@ -346,6 +346,10 @@ pub struct PeerService {
     /// Before this instant the node refuses votes and pre-votes (it
     /// restarted and keeps the leader lease it may have promised).
     votes_from: Option<tokio::time::Instant>,
+    /// Turns true when the node stops: open `StreamAppend` calls end then,
+    /// so the server's graceful shutdown does not wait for the leader to
+    /// close them.
+    stopping: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 impl std::fmt::Debug for PeerService {
@@ -366,7 +370,14 @@ impl PeerService {
             spool: None,
             peer_certificates: false,
             votes_from: None,
+            stopping: None,
         }
+    }
+
+    /// Ends every open `StreamAppend` call once `stopping` turns true.
+    pub fn with_stop_signal(mut self, stopping: tokio::sync::watch::Receiver<bool>) -> PeerService {
+        self.stopping = Some(stopping);
+        self
     }
 
     /// Refuses votes and pre-votes before `instant`.
@@ -554,10 +565,21 @@ impl RaftPeer for PeerService {
                 None
             },
         );
+        let stopping = self.stopping.clone();
+        let stopped = async move {
+            match stopping {
+                Some(mut stopping) => {
+                    // An error means the sender is gone: stopped too.
+                    let _ = stopping.wait_for(|stop| *stop).await;
+                }
+                None => std::future::pending().await,
+            }
+        };
         let replies = self
             .raft
             .stream_append(admitted)
-            .map(|result| reply(&result).map(Response::into_inner));
+            .map(|result| reply(&result).map(Response::into_inner))
+            .take_until(stopped);
         let refused = futures_util::stream::once(async move {
             refusal
                 .lock()

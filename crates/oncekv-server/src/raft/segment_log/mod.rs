@@ -144,28 +144,35 @@ struct Memory {
 }
 
 impl Memory {
-    fn replay(&mut self, record: Record) {
+    /// Applies `record` to the entries kept in memory. Returns the entries
+    /// it removed, for the caller to drop once it no longer holds the
+    /// log's lock (a purge removes a snapshot's worth of entries, and
+    /// freeing them under the lock would stall appends and reads).
+    #[must_use = "drop the removed entries outside the lock"]
+    fn replay(&mut self, record: Record) -> BTreeMap<u64, Entry> {
         match record {
             Record::Entry(entry) => {
                 let index = entry.log_id.index;
-                self.entries.split_off(&index);
+                let removed = self.entries.split_off(&index);
                 self.entries.insert(index, entry);
+                removed
             }
             // Indexes come from disk: `checked_add`, where the last possible
             // index has nothing after it.
             Record::TruncateAfter(last) => match last.map(|last| last.index.checked_add(1)) {
-                Some(Some(after)) => {
-                    self.entries.split_off(&after);
-                }
-                Some(None) => {}
-                None => self.entries.clear(),
+                Some(Some(after)) => self.entries.split_off(&after),
+                Some(None) => BTreeMap::new(),
+                None => std::mem::take(&mut self.entries),
             },
             Record::Purged(log_id) => {
-                self.entries = match log_id.index.checked_add(1) {
-                    Some(after) => self.entries.split_off(&after),
-                    None => BTreeMap::new(),
-                };
                 self.purged = Some(log_id);
+                match log_id.index.checked_add(1) {
+                    Some(after) => {
+                        let kept = self.entries.split_off(&after);
+                        std::mem::replace(&mut self.entries, kept)
+                    }
+                    None => std::mem::take(&mut self.entries),
+                }
             }
         }
     }
@@ -279,7 +286,7 @@ impl SegmentLog {
                 if let Record::Entry(entry) = &record {
                     max = max.max(Some(entry.log_id.index));
                 }
-                memory.replay(record);
+                drop(memory.replay(record));
             }
             if last {
                 tail = Some(Tail {
@@ -439,7 +446,9 @@ impl RaftLogStorage<TypeConfig> for SegmentLog {
                 followed = local.is_some_and(|local| entry.log_id.leader_id.node_id != local);
                 let record = Record::Entry(entry);
                 encode(&record, &mut bytes)?;
-                memory.replay(record);
+                // Removes entries only when a new leader overwrites a
+                // conflicting tail: rare and short.
+                drop(memory.replay(record));
             }
             if let Some((index, _)) = memory.entries.last_key_value() {
                 max_index = Some(*index);
@@ -460,14 +469,16 @@ impl RaftLogStorage<TypeConfig> for SegmentLog {
     async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> Result<(), io::Error> {
         let record = Record::TruncateAfter(last_log_id);
         self.write_durably(&record, None).await?;
-        self.write().replay(record);
+        let removed = self.write().replay(record);
+        drop(removed);
         Ok(())
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), io::Error> {
         let record = Record::Purged(log_id);
         self.write_durably(&record, Some(log_id.index)).await?;
-        self.write().replay(record);
+        let removed = self.write().replay(record);
+        drop(removed);
         Ok(())
     }
 }

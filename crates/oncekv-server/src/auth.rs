@@ -177,6 +177,19 @@ impl Node {
             .map_err(|error| WriteError::Unauthenticated(error.to_string()))
     }
 
+    /// The principal of a call that only the leader can carry out (a write,
+    /// a linearizable read). A follower's applied state may lag the
+    /// leader's, where a new user, role or password already counts: a
+    /// follower that cannot authenticate such a call sends the caller to
+    /// the leader instead of refusing it.
+    pub fn authenticate_at_leader(
+        &self,
+        credentials: &Credentials,
+    ) -> Result<Option<Principal>, WriteError> {
+        self.authenticate(credentials)
+            .map_err(|error| self.not_leader().unwrap_or(error))
+    }
+
     /// Refuses a call whose user is not an admin (anyone is while
     /// authentication is off): membership changes, status details, the
     /// state digest.

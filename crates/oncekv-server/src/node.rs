@@ -100,6 +100,22 @@ type InFlightResult = Option<Result<Executed, WriteError>>;
 type InFlightKey = (RequestId, Secret, u64, Option<Principal>);
 type InFlight = HashMap<InFlightKey, watch::Receiver<InFlightResult>>;
 
+/// A request this node proposes: its result goes to `sender`, and `key`
+/// (on a session) is what a retry joins it by until then.
+struct InFlightRequest {
+    /// The command's name, for the metrics.
+    command: &'static str,
+    key: Option<InFlightKey>,
+    sender: watch::Sender<InFlightResult>,
+}
+
+/// A request's answer: known at once (refused before proposing), or once
+/// its entry (or its twin's, already in flight) is applied.
+enum Answer {
+    Now(Result<Executed, WriteError>),
+    Later(watch::Receiver<InFlightResult>),
+}
+
 struct Inner {
     consensus: Consensus,
     options: NodeOptions,
@@ -230,9 +246,99 @@ impl Node {
     /// [`Node::authenticate`]); the state machine checks its permissions.
     pub async fn execute(
         &self,
-        mut request: Request,
+        request: Request,
         principal: Option<Principal>,
     ) -> Result<Executed, WriteError> {
+        let mut results = self.execute_many(vec![request], principal).await;
+        results.pop().unwrap_or_else(|| {
+            Err(WriteError::Unavailable(
+                "no answer; it may still apply".to_string(),
+            ))
+        })
+    }
+
+    /// [`execute`](Self::execute) for many requests from one caller: each
+    /// is admitted, joined to its in-flight twin or refused on its own, and
+    /// those left are proposed together, in their order, as consecutive log
+    /// entries of one write. Returns one result per request, in order.
+    pub async fn execute_many(
+        &self,
+        requests: Vec<Request>,
+        principal: Option<Principal>,
+    ) -> Vec<Result<Executed, WriteError>> {
+        let deadline = self.inner.options.propose_timeout;
+        let mut answers = Vec::with_capacity(requests.len());
+        let mut proposing = Vec::new();
+        for request in requests {
+            let request = match self.admit(request).await {
+                Ok(request) => request,
+                Err(error) => {
+                    answers.push(Answer::Now(Err(error)));
+                    continue;
+                }
+            };
+            let key: Option<InFlightKey> = match &request.origin {
+                Origin::Session(header) => Some((
+                    header.id,
+                    header.secret,
+                    command_digest(&request.command),
+                    principal.clone(),
+                )),
+                _ => None,
+            };
+            let mut in_flight = self.lock_in_flight();
+            if let Some(joined) = key.as_ref().and_then(|key| in_flight.get(key)) {
+                metrics::counter!("oncekv_retry_rendezvous_total").increment(1);
+                answers.push(Answer::Later(joined.clone()));
+                continue;
+            }
+            let (sender, receiver) = watch::channel(None);
+            if let Some(key) = &key {
+                in_flight.insert(key.clone(), receiver.clone());
+            }
+            answers.push(Answer::Later(receiver));
+            let in_flight = InFlightRequest {
+                command: request.command.name(),
+                key,
+                sender,
+            };
+            proposing.push((request, in_flight));
+        }
+        if !proposing.is_empty() {
+            let node = self.clone();
+            tokio::spawn(async move { node.propose(proposing, principal).await });
+        }
+        let waits = answers.into_iter().map(|answer| async move {
+            match answer {
+                Answer::Now(result) => result,
+                Answer::Later(receiver) => match wait_for(receiver, deadline).await {
+                    Some(result) => result,
+                    None => Err(WriteError::Unavailable(format!(
+                        "not applied within {} ms; it may still apply",
+                        deadline.as_millis()
+                    ))),
+                },
+            }
+        });
+        futures_util::future::join_all(waits).await
+    }
+
+    /// Where to send what only the leader carries out, unless this node
+    /// leads.
+    pub fn not_leader(&self) -> Option<WriteError> {
+        let leadership = self.inner.consensus.leadership();
+        (!leadership.is_leader).then(|| WriteError::NotLeader {
+            leader_id: leadership.leader_id,
+            leader: leadership
+                .leader_id
+                .and_then(|id| self.inner.consensus.member(id)),
+        })
+    }
+
+    /// Refuses before proposing what the state machine would refuse
+    /// whatever the state, and session opens beyond the configured rate;
+    /// hashes the passwords a command carries.
+    async fn admit(&self, mut request: Request) -> Result<Request, WriteError> {
         self.inner.limits.check_request(&request)?;
         crate::auth::hash_passwords(&mut request.command).await?;
         if matches!(request.command, Command::OpenSession { .. })
@@ -240,86 +346,67 @@ impl Node {
         {
             return Err(WriteError::Overloaded("session-open-rate"));
         }
-        let key: Option<InFlightKey> = match &request.origin {
-            Origin::Session(header) => Some((
-                header.id,
-                header.secret,
-                command_digest(&request.command),
-                principal.clone(),
-            )),
-            _ => None,
-        };
-        let deadline = self.inner.options.propose_timeout;
-        if let Some(key) = &key {
-            let joined = self.lock_in_flight().get(key).cloned();
-            if let Some(receiver) = joined {
-                metrics::counter!("oncekv_retry_rendezvous_total").increment(1);
-                if let Some(result) = wait_for(receiver, deadline).await {
-                    return result;
-                }
-            }
-        }
-        let (sender, receiver) = watch::channel(None);
-        if let Some(key) = &key {
-            self.lock_in_flight().insert(key.clone(), receiver.clone());
-        }
-        let node = self.clone();
-        tokio::spawn(async move {
-            let result = node.propose(request, principal).await;
-            let _ = sender.send(Some(result));
-            if let Some(key) = key {
-                let mut in_flight = node.lock_in_flight();
-                if in_flight
-                    .get(&key)
-                    .is_some_and(|r| r.same_channel(&sender.subscribe()))
-                {
-                    in_flight.remove(&key);
-                }
-            }
-        });
-        match wait_for(receiver, deadline).await {
-            Some(result) => result,
-            None => Err(WriteError::Unavailable(format!(
-                "not applied within {} ms; it may still apply",
-                deadline.as_millis()
-            ))),
-        }
+        Ok(request)
     }
 
+    /// Proposes `requests` in one write, answers each through its channel
+    /// as its entry applies, and then forgets it as in flight.
     async fn propose(
         &self,
-        mut request: Request,
+        requests: Vec<(Request, InFlightRequest)>,
         principal: Option<Principal>,
-    ) -> Result<Executed, WriteError> {
+    ) {
+        let (requests, in_flight): (Vec<Request>, Vec<InFlightRequest>) =
+            requests.into_iter().unzip();
         let leadership = self.inner.consensus.leadership();
-        if !leadership.is_leader {
-            return Err(WriteError::NotLeader {
-                leader_id: leadership.leader_id,
-                leader: leadership
-                    .leader_id
-                    .and_then(|id| self.inner.consensus.member(id)),
-            });
+        if let Some(not_leader) = self.not_leader() {
+            for request in &in_flight {
+                self.answer(request, Err(not_leader.clone()), None);
+            }
+            return;
         }
         // What the leader stamps on an entry, in one place: its cluster
         // time, who sent it, a new session's secret and a new token key.
         let applied_time = self.inner.consensus.cluster_time();
         let time = self.inner.clock.stamp(leadership.term, applied_time);
-        match &mut request.command {
-            Command::OpenSession { secret, .. } => *secret = Node::draw_secret(),
-            Command::Auth(oncekv_state::AuthCommand::Enable { token_key }) => {
-                *token_key = crate::auth::draw_token_key();
-            }
-            _ => {}
-        }
+        let proposals = requests
+            .into_iter()
+            .map(|mut request| {
+                match &mut request.command {
+                    Command::OpenSession { secret, .. } => *secret = Node::draw_secret(),
+                    Command::Auth(oncekv_state::AuthCommand::Enable { token_key }) => {
+                        *token_key = crate::auth::draw_token_key();
+                    }
+                    _ => {}
+                }
+                Proposal {
+                    time,
+                    principal: principal.clone(),
+                    request,
+                }
+            })
+            .collect();
         *self.lock_last_proposal() = Instant::now();
         let started = Instant::now();
-        let command = request.command.name();
-        let proposal = Proposal {
-            time,
-            principal,
-            request,
-        };
-        let result = self.inner.consensus.write(proposal).await;
+        self.inner
+            .consensus
+            .write_many(proposals, |position, result| {
+                if let Some(request) = in_flight.get(position) {
+                    self.answer(request, result, Some(started));
+                }
+            })
+            .await;
+    }
+
+    /// Sends `result` to whoever waits for `request`, forgets it as in
+    /// flight, and counts it (with its latency, when it was proposed).
+    fn answer(
+        &self,
+        request: &InFlightRequest,
+        result: Result<Executed, WriteError>,
+        proposed: Option<Instant>,
+    ) {
+        let command = request.command;
         let outcome = match &result {
             Ok(executed) => executed.outcome.name(),
             Err(WriteError::NotLeader { .. }) => "not_leader",
@@ -332,13 +419,24 @@ impl Node {
         };
         metrics::counter!("oncekv_requests_total", "operation" => command, "outcome" => outcome)
             .increment(1);
-        metrics::histogram!(
-            "oncekv_request_duration_seconds",
-            "operation" => command,
-            "outcome" => outcome
-        )
-        .record(started.elapsed().as_secs_f64());
-        result
+        if let Some(proposed) = proposed {
+            metrics::histogram!(
+                "oncekv_request_duration_seconds",
+                "operation" => command,
+                "outcome" => outcome
+            )
+            .record(proposed.elapsed().as_secs_f64());
+        }
+        let _ = request.sender.send(Some(result));
+        if let Some(key) = &request.key {
+            let mut in_flight = self.lock_in_flight();
+            if in_flight
+                .get(key)
+                .is_some_and(|r| r.same_channel(&request.sender.subscribe()))
+            {
+                in_flight.remove(key);
+            }
+        }
     }
 
     /// Answers a query: linearizable (the leader confirms it leads, by its

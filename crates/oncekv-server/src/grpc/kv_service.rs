@@ -92,15 +92,17 @@ impl KvService {
         }
     }
 
-    /// Executes one request of a call whose credentials gave `principal`;
-    /// a shed request is an error only when `shed_as_status` (a call of
-    /// its own: `Execute`), else the response's `Failure.shed` (in a batch).
-    async fn execute_one(
+    /// Executes the requests of one call whose credentials gave
+    /// `principal`, proposed together ([`Node::execute_many`]); answers
+    /// each on its own, in order. A shed request is an error only when
+    /// `shed_as_status` (a call of its own: `Execute`), else the response's
+    /// `Failure.shed` (in a batch).
+    async fn execute_many(
         &self,
-        request: ExecuteRequest,
-        principal: &Result<Option<oncekv_state::Principal>, WriteError>,
+        requests: Vec<ExecuteRequest>,
+        principal: Result<Option<oncekv_state::Principal>, WriteError>,
         shed_as_status: bool,
-    ) -> Result<ExecuteResponse, Status> {
+    ) -> Result<Vec<ExecuteResponse>, Status> {
         let failed = |error: WriteError| -> Result<execute_response::Result, Status> {
             let failure = if shed_as_status {
                 self.failure(error)?
@@ -109,27 +111,45 @@ impl KvService {
             };
             Ok(execute_response::Result::Failure(failure))
         };
-        let converted = convert::request_from_wire(request);
-        let (result, log_index) = match (converted, principal) {
-            (Err(error), _) => (
-                execute_response::Result::Failure(invalid(error.to_string())),
-                0,
-            ),
-            (Ok(_), Err(error)) => (failed(error.clone())?, 0),
-            (Ok(request), Ok(principal)) => {
-                match self.node.execute(request, principal.clone()).await {
-                    Ok(executed) => (
-                        execute_response::Result::Outcome(outcome_to_wire(&executed.outcome)),
-                        executed.index.0,
-                    ),
-                    Err(error) => (failed(error)?, 0),
-                }
-            }
-        };
-        Ok(ExecuteResponse {
-            result: Some(result),
-            log_index,
-        })
+        // Each request that decodes goes to the node; `decoded` keeps
+        // every request's place, with why it did not decode.
+        let mut admitted = Vec::with_capacity(requests.len());
+        let decoded: Vec<_> = requests
+            .into_iter()
+            .map(|request| {
+                convert::request_from_wire(request).map(|request| admitted.push(request))
+            })
+            .collect();
+        let mut executed = match principal {
+            Ok(principal) => self.node.execute_many(admitted, principal).await,
+            Err(error) => vec![Err(error); admitted.len()],
+        }
+        .into_iter();
+        let mut responses = Vec::with_capacity(decoded.len());
+        for request in decoded {
+            let (result, log_index) = match request.map(|()| executed.next()) {
+                Err(error) => (
+                    execute_response::Result::Failure(invalid(error.to_string())),
+                    0,
+                ),
+                Ok(Some(Ok(executed))) => (
+                    execute_response::Result::Outcome(outcome_to_wire(&executed.outcome)),
+                    executed.index.0,
+                ),
+                Ok(Some(Err(error))) => (failed(error)?, 0),
+                Ok(None) => (
+                    failed(WriteError::Unavailable(
+                        "no answer; it may still apply".to_string(),
+                    ))?,
+                    0,
+                ),
+            };
+            responses.push(ExecuteResponse {
+                result: Some(result),
+                log_index,
+            });
+        }
+        Ok(responses)
     }
 }
 
@@ -300,10 +320,12 @@ impl Kv for KvService {
         &self,
         request: Request<ExecuteRequest>,
     ) -> Result<Response<ExecuteResponse>, Status> {
-        let principal = self.node.authenticate(&Credentials::of(&request));
+        let principal = self.node.authenticate_at_leader(&Credentials::of(&request));
         let response = self
-            .execute_one(request.into_inner(), &principal, true)
-            .await?;
+            .execute_many(vec![request.into_inner()], principal, true)
+            .await?
+            .pop()
+            .ok_or_else(|| Status::internal("no answer to the request"))?;
         Ok(Response::new(response))
     }
 
@@ -311,7 +333,7 @@ impl Kv for KvService {
         &self,
         request: Request<ExecuteBatchRequest>,
     ) -> Result<Response<ExecuteBatchResponse>, Status> {
-        let principal = self.node.authenticate(&Credentials::of(&request));
+        let principal = self.node.authenticate_at_leader(&Credentials::of(&request));
         let requests = request.into_inner().requests;
         if requests.len() > BATCH_REQUESTS_MAX {
             return Err(Status::invalid_argument(format!(
@@ -321,16 +343,18 @@ impl Kv for KvService {
         }
         metrics::counter!("oncekv_batched_requests_total").increment(requests.len() as u64);
         metrics::histogram!("oncekv_batch_requests").record(requests.len() as f64);
-        let answers = requests
-            .into_iter()
-            .map(|request| self.execute_one(request, &principal, false));
-        let responses = futures_util::future::try_join_all(answers).await?;
+        let responses = self.execute_many(requests, principal, false).await?;
         Ok(Response::new(ExecuteBatchResponse { responses }))
     }
 
     async fn read(&self, request: Request<ReadRequest>) -> Result<Response<ReadResponse>, Status> {
-        let principal = self.node.authenticate(&Credentials::of(&request));
+        let credentials = Credentials::of(&request);
         let request = request.into_inner();
+        let principal = if request.serializable {
+            self.node.authenticate(&credentials)
+        } else {
+            self.node.authenticate_at_leader(&credentials)
+        };
         let query = request
             .query
             .ok_or(convert::ConvertError::Missing("query"))

@@ -4,7 +4,7 @@
 //! status, and changes membership. Everything outside `raft/` talks to consensus through it.
 
 use super::state_machine_store::{SharedState, StateMachineStore};
-use super::type_config::{Executed, NodeId, NodeInfo, Proposal, Raft, TypeConfig};
+use super::type_config::{Applied, Executed, NodeId, NodeInfo, Proposal, Raft, TypeConfig};
 use openraft::LinearizerOption;
 use openraft::error::{ClientWriteError, InitializeError, RaftError};
 use openraft::errors::LinearizableReadError;
@@ -207,18 +207,41 @@ impl std::fmt::Debug for Consensus {
     }
 }
 
-fn write_error(error: RaftError<TypeConfig, ClientWriteError<TypeConfig>>) -> WriteError {
-    // The entry was appended, then discarded by a leader change: it may
-    // still commit through another leader, so the outcome is unknown.
-    if let RaftError::APIError(ClientWriteError::LogEntryDiscarded(_)) = &error {
-        return WriteError::Unavailable(error.to_string());
-    }
-    match error.forward_to_leader() {
-        Some(forward) => WriteError::NotLeader {
+/// What a refused write tells its caller.
+fn client_write_error(error: ClientWriteError<TypeConfig>) -> WriteError {
+    match error {
+        // The entry was appended, then discarded by a leader change: it may
+        // still commit through another leader, so the outcome is unknown.
+        ClientWriteError::LogEntryDiscarded(_) => WriteError::Unavailable(error.to_string()),
+        ClientWriteError::ForwardToLeader(forward) => WriteError::NotLeader {
             leader_id: forward.leader_id,
-            leader: forward.leader_node.clone(),
+            leader: forward.leader_node,
         },
-        None => WriteError::Unavailable(error.to_string()),
+        other => WriteError::Unavailable(other.to_string()),
+    }
+}
+
+/// What a failed membership change tells its caller.
+fn write_error(error: RaftError<TypeConfig, ClientWriteError<TypeConfig>>) -> WriteError {
+    match error {
+        RaftError::APIError(error) => client_write_error(error),
+        RaftError::Fatal(fatal) => WriteError::Unavailable(fatal.to_string()),
+    }
+}
+
+/// What applying a proposal's entry decided.
+fn executed(applied: Applied) -> Result<Executed, WriteError> {
+    match applied.outcome {
+        Some(outcome) => Ok(Executed {
+            index: applied.index,
+            outcome,
+        }),
+        // A proposal's entry carries a request, so applying it always
+        // decides an outcome; say "unknown" rather than guess.
+        None => Err(WriteError::Unavailable(format!(
+            "entry {} was applied without an outcome",
+            applied.index.0
+        ))),
     }
 }
 
@@ -361,25 +384,45 @@ impl Consensus {
         super::peer_service::PeerService::new(self.raft.clone()).with_votes_from(self.votes_from)
     }
 
-    /// Proposes an entry and waits until it is applied here.
-    pub async fn write(&self, proposal: Proposal) -> Result<Executed, WriteError> {
-        let applied = self
-            .raft
-            .client_write(proposal)
-            .await
-            .map(|response| response.data)
-            .map_err(write_error)?;
-        match applied.outcome {
-            Some(outcome) => Ok(Executed {
-                index: applied.index,
-                outcome,
-            }),
-            // A proposal's entry carries a request, so applying it always
-            // decides an outcome; say "unknown" rather than guess.
-            None => Err(WriteError::Unavailable(format!(
-                "entry {} was applied without an outcome",
-                applied.index.0
-            ))),
+    /// Proposes `proposals` in one message to consensus, which appends
+    /// them as consecutive log entries in one write, and calls `answer`
+    /// with each proposal's position and what applying it decided here, in
+    /// their order, each as soon as its entry is applied: exactly once per
+    /// proposal.
+    pub async fn write_many(
+        &self,
+        proposals: Vec<Proposal>,
+        mut answer: impl FnMut(usize, Result<Executed, WriteError>),
+    ) {
+        use futures_util::StreamExt as _;
+        let count = proposals.len();
+        let mut answered = 0;
+        let stopped = match self.raft.client_write_many(proposals).await {
+            Ok(mut results) => loop {
+                match results.next().await {
+                    Some(Ok(result)) if answered < count => {
+                        let result = result
+                            .map_err(client_write_error)
+                            .and_then(|response| executed(response.response));
+                        answer(answered, result);
+                        answered += 1;
+                    }
+                    Some(Ok(_)) | None => break None,
+                    Some(Err(fatal)) => break Some(fatal.to_string()),
+                }
+            },
+            Err(fatal) => Some(fatal.to_string()),
+        };
+        // Consensus stopped: what was not answered may or may not have been
+        // appended, so its outcome is unknown.
+        let why = stopped.unwrap_or_else(|| "consensus stopped".to_string());
+        for position in answered..count {
+            answer(
+                position,
+                Err(WriteError::Unavailable(format!(
+                    "{why}; it may still apply"
+                ))),
+            );
         }
     }
 

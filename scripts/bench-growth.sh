@@ -19,7 +19,7 @@
 # Usage: scripts/bench-growth.sh [OUT.md]
 # env: QUICK=1 (small sizes), KEYS="100000 1000000", SESSIONS="10000 100000",
 #      NODES="1 3", VALUE_BYTES=1024, CONCURRENCY=64, DURATION=10s,
-#      SNAPSHOT_AFTER_ENTRIES=10000, STEP_TIMEOUT=1200 (seconds per step),
+#      SNAPSHOT_AFTER_ENTRIES=100000 (the node's default), STEP_TIMEOUT=1200 (seconds per step),
 #      ETCD=1, CATCHUP=1, BIN=..., BINS=..., WORK=... (a temp dir by default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,7 +34,7 @@ if [ "${QUICK:-0}" = 1 ]; then
 fi
 export KEYS=${KEYS:-100000 1000000} SESSIONS=${SESSIONS:-10000 100000} NODES=${NODES:-1 3}
 export VALUE_BYTES=${VALUE_BYTES:-1024} CONCURRENCY=${CONCURRENCY:-64} DURATION=${DURATION:-10s}
-export SNAPSHOT_AFTER_ENTRIES=${SNAPSHOT_AFTER_ENTRIES:-10000} STEP_TIMEOUT=${STEP_TIMEOUT:-1200}
+export SNAPSHOT_AFTER_ENTRIES=${SNAPSHOT_AFTER_ENTRIES:-100000} STEP_TIMEOUT=${STEP_TIMEOUT:-1200}
 export ETCD=${ETCD:-1} CATCHUP=${CATCHUP:-1} BINS
 work=${WORK:-$(mktemp -d)}
 export WORK=$work

@@ -270,7 +270,7 @@ impl Node {
         let mut answers = Vec::with_capacity(requests.len());
         let mut proposing = Vec::new();
         for request in requests {
-            let request = match self.admit(request).await {
+            let request = match self.refuse_early(request).await {
                 Ok(request) => request,
                 Err(error) => {
                     answers.push(Answer::Now(Err(error)));
@@ -338,7 +338,7 @@ impl Node {
     /// Refuses before proposing what the state machine would refuse
     /// whatever the state, and session opens beyond the configured rate;
     /// hashes the passwords a command carries.
-    async fn admit(&self, mut request: Request) -> Result<Request, WriteError> {
+    async fn refuse_early(&self, mut request: Request) -> Result<Request, WriteError> {
         self.inner.limits.check_request(&request)?;
         crate::auth::hash_passwords(&mut request.command).await?;
         if matches!(request.command, Command::OpenSession { .. })

@@ -169,6 +169,10 @@ def limits_for(keys, sessions):
     return ["--store-bytes-max", str(8 * GIB), "--max-snapshot-bytes", str(8 * GIB),
             "--sessions-max", str(max(100_000, sessions + 1000)),
             "--idempotency-keys-max", str(max(1_000_000, 2 * sessions + 1000)),
+            # Each open is filed under an idempotency key whose record
+            # (about 430 bytes) is kept for its TTL: past ~300,000 opens the
+            # default 128 MiB would refuse the rest as overloaded.
+            "--idempotency-bytes-max", str(max(128 << 20, 1024 * (2 * sessions + 1000))),
             "--session-opens-per-second", "1000000"]
 
 

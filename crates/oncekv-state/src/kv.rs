@@ -71,8 +71,14 @@ pub struct KvStore {
 /// What one stored key weighs against the store's quota: its key, value
 /// and lease name plus a fixed allowance for the rest.
 pub fn entry_weight_bytes(key: &[u8], stored: &StoredValue) -> u64 {
-    let lease = stored.lease.as_ref().map_or(0, String::len);
-    ((key.len() + stored.value.len() + lease) as u64)
+    weight_bytes(key, &stored.value, stored.lease.as_ref())
+}
+
+/// What an entry of `key`, `value` and `lease` would weigh
+/// ([`entry_weight_bytes`]), without building it.
+pub(crate) fn weight_bytes(key: &[u8], value: &[u8], lease: Option<&String>) -> u64 {
+    let lease = lease.map_or(0, String::len);
+    ((key.len() + value.len() + lease) as u64)
         .saturating_add(crate::outcome::STORE_ENTRY_OVERHEAD_BYTES)
 }
 

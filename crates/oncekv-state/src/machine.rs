@@ -523,12 +523,7 @@ impl StateMachine {
         let stored = |key: &[u8]| self.kv.get(key).map_or(0, |s| entry_weight_bytes(key, s));
         match command {
             Command::Put { key, value, lease } => {
-                let new = StoredValue {
-                    value: value.clone(),
-                    lease: lease.clone(),
-                    meta: crate::kv::KeyMeta::default(),
-                };
-                entry_weight_bytes(key, &new).saturating_sub(stored(key))
+                crate::kv::weight_bytes(key, value, lease.as_ref()).saturating_sub(stored(key))
             }
             Command::Append { key, value } => {
                 let fresh = if self.kv.contains(key) {

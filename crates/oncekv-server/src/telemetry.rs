@@ -75,6 +75,11 @@ fn describe() {
         metrics::Unit::Seconds,
         "Time to build a snapshot"
     );
+    metrics::describe_histogram!(
+        "oncekv_snapshot_copy_duration_seconds",
+        metrics::Unit::Seconds,
+        "Time a snapshot holds the state lock to copy the state (applies wait for it)"
+    );
     metrics::describe_counter!(
         "oncekv_raft_leader_changes_total",
         "Times the leader this node knows changed"

@@ -295,12 +295,17 @@ impl StateMachineStore {
     async fn build_snapshot_now(&mut self) -> Result<SnapshotOf<TypeConfig, Vec<u8>>, io::Error> {
         let (meta, copy) = {
             let mut state = self.state.lock();
+            let copying = std::time::Instant::now();
             state.bytes_since_snapshot = 0;
             let meta = SnapshotMetaOf::<TypeConfig> {
                 last_log_id: state.last_applied,
                 last_membership: state.membership.clone(),
             };
-            (meta, state.machine.clone())
+            let copy = state.machine.clone();
+            // Applies wait this long: the copy is linear in the state.
+            metrics::histogram!("oncekv_snapshot_copy_duration_seconds")
+                .record(copying.elapsed().as_secs_f64());
+            (meta, copy)
         };
         let store = self.clone();
         let encode_and_persist = move || {

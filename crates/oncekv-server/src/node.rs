@@ -327,12 +327,17 @@ impl Node {
     /// leads.
     pub fn not_leader(&self) -> Option<WriteError> {
         let leadership = self.inner.consensus.leadership();
-        (!leadership.is_leader).then(|| WriteError::NotLeader {
+        (!leadership.is_leader).then(|| self.redirect(leadership))
+    }
+
+    /// The leader `leadership` names, for a caller to go to.
+    fn redirect(&self, leadership: crate::raft::consensus::Leadership) -> WriteError {
+        WriteError::NotLeader {
             leader_id: leadership.leader_id,
             leader: leadership
                 .leader_id
                 .and_then(|id| self.inner.consensus.member(id)),
-        })
+        }
     }
 
     /// Refuses before proposing what the state machine would refuse
@@ -359,7 +364,8 @@ impl Node {
         let (requests, in_flight): (Vec<Request>, Vec<InFlightRequest>) =
             requests.into_iter().unzip();
         let leadership = self.inner.consensus.leadership();
-        if let Some(not_leader) = self.not_leader() {
+        if !leadership.is_leader {
+            let not_leader = self.redirect(leadership);
             for request in &in_flight {
                 self.answer(request, Err(not_leader.clone()), None);
             }

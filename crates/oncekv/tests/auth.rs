@@ -125,6 +125,19 @@ async fn secure(cluster: &Cluster) {
     for command in setup {
         change(&anyone, command).await;
     }
+    // A follower enforces authentication once it has applied the enable:
+    // until then it still serves anyone (its state lags the leader's).
+    // Wait for every node, so what follows is judged the same anywhere.
+    eventually(ELECTION, "every node enforcing authentication", || async {
+        for node in cluster.nodes.iter().filter(|n| n.child.is_some()) {
+            // The harness's certificate names no user: refused once on.
+            if node.status().await.is_ok() {
+                return None;
+            }
+        }
+        Some(())
+    })
+    .await;
 }
 
 fn incr(key: &str) -> Command {

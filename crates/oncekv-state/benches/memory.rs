@@ -2,8 +2,9 @@
 //! completion record, one idempotency key and one stored key cost in real
 //! heap bytes and in resident memory, next to what the byte budgets count
 //! for the same state; apply throughput with many live sessions; and how
-//! long `snapshot()`, `state_digest()` and `restore()` take at those sizes
-//! (each runs on the apply path and blocks applies while it runs).
+//! long a copy of the state (`clone()`, what a node's snapshot holds the
+//! state lock for), `snapshot()`, `state_digest()` and `restore()` take at
+//! those sizes.
 //!
 //! Heap bytes come from a counting global allocator installed in this
 //! binary (`stats_alloc`: a wrapper around the system allocator that counts
@@ -52,11 +53,13 @@ fn env_or(name: &str, default: usize) -> usize {
 }
 
 /// The default limits, with room for a million sessions and keys (the
-/// defaults allow 100,000 sessions and 1,000,000 keys).
+/// defaults allow 100,000 sessions, 1,000,000 keys and 128 MiB of them,
+/// about 350,000 keys of 16 bytes).
 fn limits() -> Limits {
     Limits {
         sessions_max: 2_000_000,
         idempotency_keys_max: 2_000_000,
+        idempotency_bytes_max: 1 << 30,
         ..Limits::default()
     }
 }
@@ -400,9 +403,16 @@ fn memory_case(scenario: Scenario, n: usize, rounds: usize) -> String {
     let mut snapshot_ms = Vec::new();
     let mut digest_ms = Vec::new();
     let mut restore_ms = Vec::new();
+    let mut copy_ms = Vec::new();
+    let mut restored_heap = 0;
     let mut snapshot_len = 0;
     let mut snapshot_allocated = 0;
     for _ in 0..rounds {
+        // What a node's snapshot holds the state lock for: a copy.
+        let start = Instant::now();
+        let copy = machine.clone();
+        copy_ms.push(millis(start));
+        drop(copy);
         let region = Region::new(GLOBAL);
         let start = Instant::now();
         let bytes = machine.snapshot();
@@ -412,15 +422,17 @@ fn memory_case(scenario: Scenario, n: usize, rounds: usize) -> String {
         let start = Instant::now();
         std::hint::black_box(machine.state_digest());
         digest_ms.push(millis(start));
+        let (heap_before_restore, _) = heap();
         let start = Instant::now();
         let restored = StateMachine::restore(machine.limits(), &bytes).expect("restores");
         restore_ms.push(millis(start));
+        restored_heap = heap().0 - heap_before_restore;
         assert!(restored == *machine, "restored state differs");
         drop(restored);
     }
     std::hint::black_box(&clients);
     format!(
-        "{} {n} {} {} {} {counted} {} {:.3} {:.3} {:.3} {snapshot_len} {snapshot_allocated} {} {} {} {}",
+        "{} {n} {} {} {} {counted} {} {:.3} {:.3} {:.3} {snapshot_len} {snapshot_allocated} {} {} {} {} {:.3} {restored_heap}",
         scenario.name(),
         heap_after - heap_before,
         blocks_after - blocks_before,
@@ -433,6 +445,7 @@ fn memory_case(scenario: Scenario, n: usize, rounds: usize) -> String {
         stats.completion_records,
         stats.idempotency_keys,
         stats.keys,
+        median(copy_ms),
     )
 }
 
@@ -524,6 +537,8 @@ struct Measured {
     restore_ms: f64,
     snapshot_len: f64,
     snapshot_allocated: f64,
+    copy_ms: f64,
+    restored_heap: f64,
 }
 
 impl Measured {
@@ -543,6 +558,8 @@ impl Measured {
             restore_ms: number(9),
             snapshot_len: number(10),
             snapshot_allocated: number(11),
+            copy_ms: number(16),
+            restored_heap: number(17),
         }
     }
 
@@ -659,19 +676,22 @@ fn main() {
         env_or("ONCEKV_BENCH_ROUNDS", if quick { 1 } else { 3 })
     );
     println!(
-        "| state | N | snapshot() ms | state_digest() ms | restore() ms | snapshot MiB | allocated by snapshot() MiB |"
+        "| state | N | clone() ms | snapshot() ms | state_digest() ms | restore() ms | snapshot MiB | allocated by snapshot() MiB | heap of the entries MiB | heap of the restored state MiB |"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     for m in &measured {
         println!(
-            "| {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
+            "| {} | {} | {:.3} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
             m.scenario.describe(),
             m.n,
+            m.copy_ms,
             m.snapshot_ms,
             m.digest_ms,
             m.restore_ms,
             m.snapshot_len / MIB,
             m.snapshot_allocated / MIB,
+            m.heap / MIB,
+            m.restored_heap / MIB,
         );
     }
 

@@ -6,14 +6,16 @@
 //! refused as `Compacted`. A revision is the log index of the entry that
 //! made the change, so it is the same on every replica.
 //!
-//! Events are shared ([`Arc`]): a copy of the history (for a snapshot,
-//! taken under the state lock) copies pointers, not keys and values.
+//! Events are shared ([`Arc`]) in a vector that shares structure: a copy of
+//! the history (for a snapshot, taken under the state lock) costs the same
+//! whatever its length, and copies no key or value.
 
 use crate::ids::ClusterTime;
 use crate::kv::StoredValue;
 use crate::outcome::Rejection;
+use imbl::Vector;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// What the history counts for an event beyond its key and values.
@@ -37,10 +39,11 @@ pub struct Event {
     pub time: ClusterTime,
     /// The key.
     pub key: Vec<u8>,
-    /// The key after the change; `None` for a delete.
-    pub value: Option<StoredValue>,
+    /// The key after the change; `None` for a delete (shared with the
+    /// store).
+    pub value: Option<Arc<StoredValue>>,
     /// The key before the change; `None` if it was absent.
-    pub previous: Option<StoredValue>,
+    pub previous: Option<Arc<StoredValue>>,
 }
 
 impl Event {
@@ -51,7 +54,7 @@ impl Event {
 
     /// What the event weighs against the history's byte bound.
     pub fn weight_bytes(&self) -> u64 {
-        let stored = |s: &Option<StoredValue>| {
+        let stored = |s: &Option<Arc<StoredValue>>| {
             s.as_ref().map_or(0, |s| {
                 s.value.len() + s.lease.as_ref().map_or(0, String::len)
             })
@@ -75,7 +78,7 @@ pub struct HistoryBounds {
 /// Recent changes of the store, oldest first.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct History {
-    events: VecDeque<Arc<Event>>,
+    events: Vector<Arc<Event>>,
     /// Every event at or below this revision has been dropped.
     compacted: u64,
     /// What the events weigh (derived; recounted on restore).
@@ -161,8 +164,7 @@ impl History {
                 compacted: self.compacted,
             });
         }
-        let start = self.events.partition_point(|event| event.revision < from);
-        Ok(self.events.range(start..).map(|event| &**event))
+        Ok(self.after(move |event| event.revision < from))
     }
 
     /// Whether the state at `revision` can still be reconstructed.
@@ -186,17 +188,35 @@ impl History {
         revision: u64,
         select: impl Fn(&[u8]) -> bool,
     ) -> BTreeMap<&[u8], Option<&StoredValue>> {
-        let start = self
-            .events
-            .partition_point(|event| event.revision <= revision);
         let mut past = BTreeMap::new();
-        for event in self.events.range(start..) {
+        for event in self.after(move |event| event.revision <= revision) {
             if select(&event.key) {
                 past.entry(event.key.as_slice())
-                    .or_insert(event.previous.as_ref());
+                    .or_insert(event.previous.as_deref());
             }
         }
         past
+    }
+
+    /// The events after the first run of those `before` accepts (events
+    /// are in revision order, so `before` tests a revision bound), oldest
+    /// first.
+    fn after(&self, before: impl Fn(&Event) -> bool) -> impl Iterator<Item = &Event> {
+        let start = self
+            .events
+            .binary_search_by(|event| {
+                if before(event) {
+                    std::cmp::Ordering::Less
+                } else {
+                    std::cmp::Ordering::Greater
+                }
+            })
+            .unwrap_or_else(|start| start);
+        self.events
+            .focus()
+            .narrow(start..)
+            .into_iter()
+            .map(|event| &**event)
     }
 
     /// Every event, oldest first.

@@ -9,8 +9,9 @@ use crate::ids::{ClusterTime, IdempotencyKey, LogIndex, Principal};
 use crate::invariant::{BrokenInvariant, Table};
 use crate::outcome::{KEY_ENTRY_OVERHEAD_BYTES, Overload};
 use crate::session::{CompletionRecord, NotExecuted};
+use imbl::OrdMap;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// A completion record filed under an idempotency key.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -46,11 +47,13 @@ impl KeyRecord {
 type ScopedKey = (Option<Principal>, IdempotencyKey);
 
 /// The kept idempotency keys, with an index by age. The index and the byte
-/// count are derived.
+/// count are derived. The maps share structure and the records are shared
+/// ([`Arc`]), so a copy of the table (for a snapshot) costs the same
+/// whatever its size.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct IdempotencyKeys {
-    records: BTreeMap<ScopedKey, KeyRecord>,
-    by_age: BTreeMap<(ClusterTime, LogIndex), ScopedKey>,
+    records: OrdMap<ScopedKey, Arc<KeyRecord>>,
+    by_age: OrdMap<(ClusterTime, LogIndex), ScopedKey>,
     bytes: u64,
 }
 
@@ -66,7 +69,7 @@ impl IdempotencyKeys {
 
     /// Every record, by key.
     pub fn iter(&self) -> impl Iterator<Item = &KeyRecord> {
-        self.records.values()
+        self.records.values().map(|record| &**record)
     }
 
     /// How many keys are kept.
@@ -88,13 +91,14 @@ impl IdempotencyKeys {
         let age = (record.recorded_at, record.record.applied_index);
         self.bytes += record.weight_bytes();
         self.by_age.insert(age, record.scoped());
-        if let Some(old) = self.records.insert(record.scoped(), record) {
+        if let Some(old) = self.records.insert(record.scoped(), Arc::new(record)) {
             self.bytes -= old.weight_bytes();
         }
     }
 
     fn remove_oldest(&mut self) -> Option<ScopedKey> {
-        let (_, key) = self.by_age.pop_first()?;
+        let age = self.by_age.get_min()?.0;
+        let key = self.by_age.remove(&age)?;
         if let Some(old) = self.records.remove(&key) {
             self.bytes -= old.weight_bytes();
         }
@@ -156,7 +160,7 @@ impl IdempotencyKeys {
     /// Forgets every key recorded more than `ttl_ms` before `now`.
     pub fn expire(&mut self, now: ClusterTime, ttl_ms: u64) -> u64 {
         let mut expired = 0;
-        while let Some((&(recorded_at, _), _)) = self.by_age.first_key_value() {
+        while let Some(&((recorded_at, _), _)) = self.by_age.get_min() {
             if recorded_at.plus_ms(ttl_ms) >= now {
                 break;
             }
@@ -179,7 +183,7 @@ impl IdempotencyKeys {
                 format!("{} idempotency keys exceed {keys_max}", self.len()),
             ));
         }
-        let bytes: u64 = self.records.values().map(KeyRecord::weight_bytes).sum();
+        let bytes: u64 = self.records.values().map(|kept| kept.weight_bytes()).sum();
         if bytes != self.bytes {
             return Err(BrokenInvariant::new(
                 Table::IdempotencyKeys,

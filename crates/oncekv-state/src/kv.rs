@@ -8,8 +8,10 @@
 
 use crate::history::{Event, History, Stamp};
 use crate::outcome::Rejection;
+use imbl::OrdMap;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// A key, its value and its revisions.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -56,10 +58,14 @@ pub(crate) struct UndoPoint {
     revision: u64,
 }
 
-/// The key-value data, ordered by key, and its recent history.
+/// The key-value data, ordered by key, and its recent history. The map
+/// shares structure and each value is shared ([`Arc`]) with the history's
+/// events, so a copy of the store (for a snapshot, taken under the state
+/// lock) costs the same whatever its size, and a write stores its value
+/// once.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KvStore {
-    entries: BTreeMap<Vec<u8>, StoredValue>,
+    entries: OrdMap<Vec<u8>, Arc<StoredValue>>,
     /// The revision of the last change (0 before any).
     revision: u64,
     history: History,
@@ -115,7 +121,7 @@ impl KvStore {
 
     /// The value at `key`.
     pub fn get(&self, key: &[u8]) -> Option<&StoredValue> {
-        self.entries.get(key)
+        self.entries.get(key).map(|stored| &**stored)
     }
 
     /// The revision of the last change (0 before any).
@@ -140,7 +146,7 @@ impl KvStore {
         key: &[u8],
         value: Option<(Vec<u8>, Option<String>)>,
         at: Stamp,
-    ) -> Option<StoredValue> {
+    ) -> Option<Arc<StoredValue>> {
         let previous = match self.entries.remove(key) {
             Some(old) => {
                 self.bytes -= entry_weight_bytes(key, &old);
@@ -164,11 +170,11 @@ impl KvStore {
                     version: 1,
                 },
             };
-            StoredValue { value, lease, meta }
+            Arc::new(StoredValue { value, lease, meta })
         });
         if let Some(stored) = &stored {
             self.bytes += entry_weight_bytes(key, stored);
-            self.entries.insert(key.to_vec(), stored.clone());
+            self.entries.insert(key.to_vec(), Arc::clone(stored));
         }
         self.revision = self.revision.max(at.revision);
         self.history.record(Event {
@@ -219,10 +225,11 @@ impl KvStore {
         self.entries
             .range(prefix.to_vec()..)
             .take_while(move |(key, _)| key.starts_with(prefix))
+            .map(|(key, stored)| (key, &**stored))
     }
 
     /// Removes `key` at `at`, returning what was there.
-    pub fn remove(&mut self, key: &[u8], at: Stamp) -> Option<StoredValue> {
+    pub fn remove(&mut self, key: &[u8], at: Stamp) -> Option<Arc<StoredValue>> {
         self.write(key, None, at)
     }
 
@@ -256,7 +263,7 @@ impl KvStore {
             .before_changes_after(revision, |changed| changed == key);
         match past.get(key) {
             Some(before) => before.cloned(),
-            None => self.entries.get(key).cloned(),
+            None => self.get(key).cloned(),
         }
     }
 
@@ -306,7 +313,7 @@ impl KvStore {
 
     /// Every entry, in key order.
     pub fn iter(&self) -> impl Iterator<Item = (&Vec<u8>, &StoredValue)> {
-        self.entries.iter()
+        self.entries.iter().map(|(key, stored)| (key, &**stored))
     }
 }
 

@@ -11,7 +11,7 @@ use crate::history::Stamp;
 use crate::idempotency::IdempotencyKeys;
 use crate::ids::{ClusterTime, LogIndex, Principal, SessionId};
 use crate::invariant::{BrokenInvariant, Table};
-use crate::kv::{KvStore, StoredValue, entry_weight_bytes, parse_counter};
+use crate::kv::{KvStore, entry_weight_bytes, parse_counter};
 use crate::lease::Leases;
 use crate::limits::Limits;
 use crate::outcome::{Malformed, Outcome, Overload, Rejection, Reply};
@@ -674,17 +674,14 @@ impl StateMachine {
                 }
                 self.check_room_for(key)?;
                 let previous = self.kv.write(key, Some((value.clone(), lease.clone())), at);
-                if let Some(StoredValue {
-                    lease: Some(old), ..
-                }) = &previous
-                {
+                if let Some(old) = previous.as_ref().and_then(|p| p.lease.as_ref()) {
                     self.leases.detach(old, key);
                 }
                 if let Some(name) = lease {
                     self.leases.attach(name, key);
                 }
                 Ok(Reply::Put {
-                    previous: previous.map(|p| p.value),
+                    previous: previous.map(|p| p.value.clone()),
                 })
             }
             Command::Delete { key } => {
@@ -938,7 +935,7 @@ impl StateMachine {
         if let Some(lease) = &stored.lease {
             self.leases.detach(lease, key);
         }
-        Some(stored.value)
+        Some(stored.value.clone())
     }
 
     /// Checks every invariant of the replicated state.

@@ -9,8 +9,10 @@ use crate::command::RequestHeader;
 use crate::ids::{ClusterTime, LogIndex, Principal, Secret, SecretHash, Seq, SessionId};
 use crate::invariant::{BrokenInvariant, Table};
 use crate::outcome::{Malformed, Outcome, Overload, Reply};
+use imbl::{OrdMap, OrdSet};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::VecDeque;
+use std::sync::Arc;
 
 /// Slots a session's record ring keeps when it shrinks.
 const RING_SLOTS_KEPT: usize = 4;
@@ -300,10 +302,15 @@ impl Session {
 /// touching a session costs nothing; a sweep that meets an outdated entry
 /// re-files it. The index is derived and rebuilt on restore, and decisions
 /// never depend on how outdated it is.
+///
+/// The maps share structure and each session is shared ([`Arc`]), so a
+/// copy of the table (for a snapshot, taken under the state lock) costs
+/// the same whatever its size; a change made while a copy is alive copies
+/// only the path to the session and the session itself.
 #[derive(Clone, Debug, Default)]
 pub struct SessionTable {
-    sessions: BTreeMap<SessionId, Session>,
-    by_expiry: BTreeSet<(ClusterTime, SessionId)>,
+    sessions: OrdMap<SessionId, Arc<Session>>,
+    by_expiry: OrdSet<(ClusterTime, SessionId)>,
     records_held: u64,
     records_bytes: u64,
 }
@@ -335,7 +342,7 @@ impl SessionTable {
 
     /// Every session, by id.
     pub fn iter(&self) -> impl Iterator<Item = &Session> {
-        self.sessions.values()
+        self.sessions.values().map(|session| &**session)
     }
 
     /// How many sessions are live.
@@ -360,7 +367,13 @@ impl SessionTable {
 
     /// The session with this id, if live.
     pub fn get(&self, id: SessionId) -> Option<&Session> {
-        self.sessions.get(&id)
+        self.sessions.get(&id).map(|session| &**session)
+    }
+
+    /// The session with this id, to change (copied first if a copy of the
+    /// table shares it).
+    fn get_mut(&mut self, id: SessionId) -> Option<&mut Session> {
+        self.sessions.get_mut(&id).map(Arc::make_mut)
     }
 
     fn insert(&mut self, mut session: Session) {
@@ -368,10 +381,10 @@ impl SessionTable {
         self.by_expiry.insert((session.indexed_expiry, session.id));
         self.records_held += session.held as u64;
         self.records_bytes += session.held_bytes;
-        self.sessions.insert(session.id, session);
+        self.sessions.insert(session.id, Arc::new(session));
     }
 
-    fn remove(&mut self, id: SessionId) -> Option<Session> {
+    fn remove(&mut self, id: SessionId) -> Option<Arc<Session>> {
         let session = self.sessions.remove(&id)?;
         self.by_expiry.remove(&(session.indexed_expiry, id));
         self.records_held -= session.held as u64;
@@ -420,7 +433,7 @@ impl SessionTable {
         secret: Secret,
         now: ClusterTime,
     ) -> Result<&mut Session, Outcome> {
-        let Some(session) = self.sessions.get_mut(&id) else {
+        let Some(session) = self.get_mut(id) else {
             return Err(Outcome::SessionExpired);
         };
         if session.secret_hash != secret.hash() {
@@ -439,11 +452,11 @@ impl SessionTable {
     /// (`now - last_active > ttl`) and returns their ids.
     pub fn expire(&mut self, now: ClusterTime) -> Vec<SessionId> {
         let mut expired = Vec::new();
-        while let Some(&(indexed, id)) = self.by_expiry.first() {
+        while let Some(&(indexed, id)) = self.by_expiry.get_min() {
             if indexed >= now {
                 break;
             }
-            let Some(session) = self.sessions.get_mut(&id) else {
+            let Some(session) = self.sessions.get_mut(&id).map(Arc::make_mut) else {
                 self.by_expiry.remove(&(indexed, id));
                 continue;
             };
@@ -548,6 +561,7 @@ impl SessionTable {
         let session = self
             .sessions
             .get_mut(&header.id.session)
+            .map(Arc::make_mut)
             .expect("a session admitted a request and is gone before its completion");
         let (held, bytes) = (session.held, session.held_bytes);
         session.advance_floor(header.first_incomplete);

@@ -274,6 +274,36 @@ proptest! {
         prop_assert_eq!(first_part.snapshot(), straight.snapshot());
     }
 
+    /// A copy of the state (what a snapshot is built from, while applies go
+    /// on) shares structure with the original: neither may see the other's
+    /// later changes.
+    #[test]
+    fn a_copy_is_unchanged_by_the_original_and_the_original_by_the_copy(
+        steps in prop::collection::vec(step(), 1..80),
+        cut in 0usize..80,
+    ) {
+        let log = entries(&steps);
+        let cut = cut.min(log.len());
+        let (_, straight) = run(&log);
+        let (_, mut original) = run(&log[..cut]);
+        let at_cut = original.snapshot();
+        let mut copy = original.clone();
+        for entry in &log[cut..] {
+            original.apply(entry);
+        }
+        prop_assert_eq!(copy.snapshot(), at_cut.clone());
+        prop_assert!(copy.check_invariants().is_ok());
+        prop_assert_eq!(original.snapshot(), straight.snapshot());
+        // And the other way round: the copy moving on leaves a second copy
+        // where it was.
+        let second = copy.clone();
+        for entry in &log[cut..] {
+            copy.apply(entry);
+        }
+        prop_assert_eq!(second.snapshot(), at_cut);
+        prop_assert_eq!(copy.snapshot(), straight.snapshot());
+    }
+
     #[test]
     fn a_request_that_does_not_execute_changes_no_data(
         steps in prop::collection::vec(step(), 1..80),

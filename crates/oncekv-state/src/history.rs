@@ -78,6 +78,7 @@ pub struct HistoryBounds {
 /// Recent changes of the store, oldest first.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct History {
+    #[serde(deserialize_with = "crate::decode::vector")]
     events: Vector<Arc<Event>>,
     /// Every event at or below this revision has been dropped.
     compacted: u64,

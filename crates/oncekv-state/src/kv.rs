@@ -65,6 +65,7 @@ pub(crate) struct UndoPoint {
 /// once.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KvStore {
+    #[serde(deserialize_with = "crate::decode::ord_map")]
     entries: OrdMap<Vec<u8>, Arc<StoredValue>>,
     /// The revision of the last change (0 before any).
     revision: u64,

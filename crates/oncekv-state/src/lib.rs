@@ -41,6 +41,7 @@
 
 mod auth;
 mod command;
+mod decode;
 mod digest;
 mod history;
 mod idempotency;

@@ -22,8 +22,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tonic::Status;
 
-/// Most requests in one batch (the node's own limit).
-pub const BATCH_REQUESTS_MAX: usize = 256;
+use oncekv_proto::BATCH_REQUESTS_MAX;
 
 /// What one request's call answered.
 type Answer = Result<v1::ExecuteResponse, Status>;

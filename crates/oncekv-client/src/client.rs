@@ -1,20 +1,23 @@
-//! [`Client`]: leader discovery and the retry loop. A request goes to the
-//! node believed to lead; `NotLeader` hints redirect it, unreachable nodes
-//! are skipped in turn, and transient failures are retried with jittered
-//! backoff until the deadline. Only requests that are deduplicated (on a
-//! session or under an idempotency key) or read-only are retried after
-//! they may have been sent.
+//! [`Client`]: the connections to a cluster's nodes and the calls made
+//! through them. A request goes to the node believed to lead, through the
+//! one retry loop of [`crate::retry`]: `NotLeader` hints redirect it,
+//! unreachable nodes are skipped in turn, and transient failures are
+//! retried with jittered backoff until the deadline. Only requests that
+//! are deduplicated (on a session or under an idempotency key) or
+//! read-only are retried after they may have been sent.
 
 use crate::auth::{AuthInterceptor, Credentials, TokenSlot};
 use crate::batch::Batcher;
 use crate::connector::{Connector, TcpConnector};
 use crate::error::ClientError;
 use crate::random::{OsRandom, RandomSource, key_hex};
-use crate::retry::Backoff;
-use oncekv_proto::convert::{self, CallFailure};
+use crate::retry::{
+    Attempt, Backoff, EarlierSends, Policy, Route, call_failed, failed, refused_by_transport,
+};
+use oncekv_proto::convert;
 use oncekv_proto::v1::kv_client::KvClient;
 use oncekv_proto::v1::{self, execute_response, read_response};
-use oncekv_state::{Command, IdempotencyKey, Origin, Outcome, Query, Reply, Request, RequestId};
+use oncekv_state::{Command, IdempotencyKey, Origin, Outcome, Query, Reply, Request};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -124,143 +127,11 @@ impl std::fmt::Debug for Client {
     }
 }
 
-/// What one attempt learned.
-enum Attempt<T> {
-    Done(T),
-    /// Definitely not proposed there; try `hint` (or the next node).
-    Redirect(Option<String>),
-    /// Not proposed: the node could not be reached.
-    NotSent(String),
-    /// May have been proposed.
-    MaybeSent(String),
-    /// Refused for now by a full table or budget: not applied by this
-    /// attempt; retried after a pause until the deadline.
-    Busy(ClientError),
-    Refused(ClientError),
-    /// Not carried out: the call named no valid user (a missing or
-    /// expired token). Logging in again may help.
-    Unauthenticated(String),
-}
-
 /// Locks `mutex`, taking the data of a poisoned lock as it is: the client's
 /// locks guard plain bookkeeping (leader, channels, the incomplete set),
 /// valid after any panic. (The same policy as the node's `sync` module.)
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Whether a transport status means the request never left this client.
-fn never_sent(status: &tonic::Status) -> bool {
-    status.code() == tonic::Code::Unavailable && {
-        // Only a failed connect proves it; "connection reset" or "closed"
-        // may come after the request left.
-        let text = format!("{status:?}").to_lowercase();
-        [
-            "tcp connect error",
-            "connecterror",
-            "connection refused",
-            "error trying to connect",
-        ]
-        .iter()
-        .any(|marker| text.contains(marker))
-    }
-}
-
-/// The words of a TLS refusal in `status`'s sources (a certificate, a
-/// host name, a client certificate): a setting to fix, so the call fails
-/// at once instead of retrying until its deadline.
-fn refused_by_tls(status: &tonic::Status) -> Option<String> {
-    let mut next: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
-    while let Some(current) = next {
-        if let Some(tls) = current.downcast_ref::<crate::connector::TlsConnectError>()
-            && tls.refused_by_tls()
-        {
-            return Some(tls.to_string());
-        }
-        next = current.source();
-    }
-    None
-}
-
-/// The metadata key a server sets on a request it shed unhandled because
-/// a limit was full; its value names the limit.
-const OVERLOADED_METADATA: &str = "oncekv-overloaded";
-
-/// What was full, if the server shed the request unhandled: status
-/// RESOURCE_EXHAUSTED carrying the `oncekv-overloaded` metadata entry
-/// (never the message text). Such a request definitely did not apply.
-fn shed_by_server(status: &tonic::Status) -> Option<String> {
-    if status.code() != tonic::Code::ResourceExhausted {
-        return None;
-    }
-    let value = status.metadata().get(OVERLOADED_METADATA)?;
-    Some(value.to_str().unwrap_or("a limit").to_string())
-}
-
-/// What a transport-level failure says about an attempt: not sent (could
-/// not connect, or the server shed it unhandled), refused (message too
-/// large or invalid), or maybe sent.
-fn failed<T>(status: tonic::Status) -> Attempt<T> {
-    if let Some(words) = refused_by_tls(&status) {
-        return Attempt::Refused(ClientError::Unreachable(words));
-    }
-    if never_sent(&status) {
-        return Attempt::NotSent(status.message().to_string());
-    }
-    if status.code() == tonic::Code::Unimplemented {
-        // The node has no such call (a batch to an older node): nothing
-        // was handled.
-        return Attempt::NotSent(status.message().to_string());
-    }
-    if let Some(full) = shed_by_server(&status) {
-        return Attempt::NotSent(format!("server overloaded ({full} full), not handled"));
-    }
-    match refused_by_transport(&status) {
-        Some(error) => Attempt::Refused(error),
-        None => Attempt::MaybeSent(status.message().to_string()),
-    }
-}
-
-/// Follows a `NotLeader` answer: to the hinted leader, if one is named.
-/// What a call's `Failure` says about the attempt: the one place the
-/// client reads it.
-fn call_failed<T>(failure: v1::Failure) -> Attempt<T> {
-    match convert::failure_from_wire(failure) {
-        Ok(CallFailure::NotLeader {
-            leader_client_address,
-            ..
-        }) => Attempt::Redirect(leader_client_address),
-        Ok(CallFailure::Unavailable(reason)) => Attempt::MaybeSent(reason),
-        Ok(CallFailure::NoLeader(reason)) => Attempt::NotSent(reason),
-        Ok(CallFailure::Invalid(reason)) => Attempt::Refused(ClientError::Invalid(reason)),
-        Ok(CallFailure::Unauthenticated(reason)) => Attempt::Unauthenticated(reason),
-        Ok(CallFailure::PermissionDenied(reason)) => {
-            Attempt::Refused(ClientError::PermissionDenied(reason))
-        }
-        Ok(CallFailure::Shed { what, .. }) => {
-            Attempt::NotSent(format!("server overloaded ({what} full), not handled"))
-        }
-        Err(error) => Attempt::MaybeSent(format!("undecodable failure: {error}")),
-    }
-}
-
-fn refused_by_transport(status: &tonic::Status) -> Option<ClientError> {
-    if shed_by_server(status).is_some() {
-        // Not a refusal of the message: it is retried later.
-        return None;
-    }
-    match status.code() {
-        tonic::Code::ResourceExhausted | tonic::Code::OutOfRange | tonic::Code::InvalidArgument => {
-            Some(ClientError::Invalid(status.message().to_string()))
-        }
-        tonic::Code::PermissionDenied => {
-            Some(ClientError::PermissionDenied(status.message().to_string()))
-        }
-        tonic::Code::Unauthenticated => {
-            Some(ClientError::Unauthenticated(status.message().to_string()))
-        }
-        _ => None,
-    }
 }
 
 impl Client {
@@ -349,111 +220,6 @@ impl Client {
         endpoints[next].clone()
     }
 
-    /// Runs `attempt` against the leader until it is done, the deadline
-    /// passes, or it fails after maybe being sent when `retry_safe` is off.
-    /// Returns the value, the attempts made, and whether an attempt before
-    /// the last may have reached the cluster.
-    async fn with_retries<T, F, Fut>(
-        &self,
-        retry_safe: bool,
-        request_id: Option<RequestId>,
-        mut attempt: F,
-    ) -> Result<(T, u32, bool), ClientError>
-    where
-        F: FnMut(Rpc, &str, Duration, u32) -> Fut,
-        Fut: std::future::Future<Output = Attempt<T>>,
-    {
-        let options = &self.inner.options;
-        let deadline = Instant::now() + options.deadline;
-        let mut logged_in = false;
-        if self.needs_login() {
-            self.login(deadline).await?;
-            logged_in = true;
-        }
-        let mut target = self.first_target();
-        let mut attempts = 0u32;
-        let mut retries = 0u32;
-        let mut maybe_sent = false;
-        let mut last_error = String::new();
-        let mut busy = None;
-        loop {
-            let remaining = deadline.saturating_duration_since(Instant::now());
-            if remaining.is_zero() {
-                return Err(if maybe_sent {
-                    ClientError::OutcomeUnknown {
-                        request_id,
-                        attempts,
-                    }
-                } else if let Some(refusal) = busy {
-                    refusal
-                } else {
-                    ClientError::Unreachable(last_error)
-                });
-            }
-            attempts += 1;
-            let timeout = options.attempt_timeout.min(remaining);
-            let result = match self.rpc(&target) {
-                Ok(rpc) => attempt(rpc, &target, timeout, attempts).await,
-                Err(error) => Attempt::NotSent(error),
-            };
-            match result {
-                Attempt::Done(value) => {
-                    *lock(&self.inner.leader) = Some(target);
-                    return Ok((value, attempts, maybe_sent));
-                }
-                Attempt::Refused(error) => return Err(error),
-                Attempt::Unauthenticated(reason) => {
-                    // Not carried out. A password logs in again, once per
-                    // call (the token expired or the password changed).
-                    let password =
-                        matches!(options.credentials, Some(Credentials::Password { .. }));
-                    if !password || logged_in {
-                        return Err(ClientError::Unauthenticated(reason));
-                    }
-                    self.inner.token.set(None);
-                    self.login(deadline).await?;
-                    logged_in = true;
-                }
-                Attempt::Busy(refusal) => {
-                    *lock(&self.inner.leader) = Some(target.clone());
-                    busy = Some(refusal);
-                    self.pause(&mut retries, deadline).await;
-                }
-                Attempt::Redirect(hint) => {
-                    last_error = format!("{target} is not the leader");
-                    target = match hint {
-                        Some(leader) if leader != target => leader,
-                        _ => {
-                            self.pause(&mut retries, deadline).await;
-                            self.next_target(&target)
-                        }
-                    };
-                    *lock(&self.inner.leader) = None;
-                }
-                Attempt::NotSent(error) => {
-                    last_error = format!("{target}: {error}");
-                    self.forget_channel(&target);
-                    target = self.next_target(&target);
-                    self.pause(&mut retries, deadline).await;
-                }
-                Attempt::MaybeSent(error) => {
-                    maybe_sent = true;
-                    last_error = format!("{target}: {error}");
-                    if !retry_safe {
-                        return Err(ClientError::OutcomeUnknown {
-                            request_id,
-                            attempts,
-                        });
-                    }
-                    self.forget_channel(&target);
-                    *lock(&self.inner.leader) = None;
-                    target = self.next_target(&target);
-                    self.pause(&mut retries, deadline).await;
-                }
-            }
-        }
-    }
-
     pub(crate) fn needs_login(&self) -> bool {
         matches!(
             self.inner.options.credentials,
@@ -461,72 +227,24 @@ impl Client {
         ) && self.inner.token.get().is_none()
     }
 
-    /// Logs in with the configured password and keeps the token: at any
-    /// node (each checks against the replicated users after a read
-    /// barrier), following leader hints, until `deadline`.
-    pub(crate) async fn login(&self, deadline: Instant) -> Result<(), ClientError> {
-        let Some(Credentials::Password { user, password }) = &self.inner.options.credentials else {
-            return Ok(());
-        };
-        let mut target = self.first_target();
-        let mut retries = 0;
-        let mut last_error = String::new();
-        while Instant::now() < deadline {
-            let remaining = deadline.saturating_duration_since(Instant::now());
-            let mut rpc = match self.rpc(&target) {
-                Ok(rpc) => rpc,
-                Err(error) => return Err(ClientError::Unreachable(error)),
-            };
-            let mut message = tonic::Request::new(v1::AuthenticateRequest {
-                user: user.clone(),
-                password: password.clone(),
-            });
-            message.set_timeout(self.inner.options.attempt_timeout.min(remaining));
-            let answer = match rpc.authenticate(message).await {
-                Ok(response) => match response.into_inner().result {
-                    Some(v1::authenticate_response::Result::Token(token)) => {
-                        self.inner.token.set(Some(token.token));
-                        return Ok(());
-                    }
-                    Some(v1::authenticate_response::Result::Failure(failure)) => {
-                        call_failed::<()>(failure)
-                    }
-                    None => Attempt::MaybeSent("empty response".into()),
-                },
-                Err(status) => failed(status),
-            };
-            match answer {
-                Attempt::Unauthenticated(reason) => {
-                    return Err(ClientError::Unauthenticated(reason));
-                }
-                Attempt::Refused(error) => return Err(error),
-                Attempt::Redirect(Some(leader)) if leader != target => target = leader,
-                Attempt::Redirect(_) => {
-                    last_error = format!("{target} is not the leader");
-                    target = self.next_target(&target);
-                    self.pause(&mut retries, deadline).await;
-                }
-                Attempt::NotSent(error) | Attempt::MaybeSent(error) => {
-                    last_error = format!("{target}: {error}");
-                    self.forget_channel(&target);
-                    target = self.next_target(&target);
-                    self.pause(&mut retries, deadline).await;
-                }
-                Attempt::Busy(error) => {
-                    last_error = error.to_string();
-                    self.pause(&mut retries, deadline).await;
-                }
-                Attempt::Done(()) => return Ok(()),
-            }
-        }
-        Err(ClientError::Unreachable(format!("login: {last_error}")))
+    /// Drops the token (it expired, or the password changed).
+    pub(crate) fn forget_token(&self) {
+        self.inner.token.set(None);
     }
 
-    async fn pause(&self, retries: &mut u32, deadline: Instant) {
-        let options = &self.inner.options;
-        let delay = options.backoff.delay(*retries, options.random.as_ref());
-        *retries += 1;
-        tokio::time::sleep_until((Instant::now() + delay).min(deadline)).await;
+    /// Keeps the token a login returned.
+    pub(crate) fn keep_token(&self, token: String) {
+        self.inner.token.set(Some(token));
+    }
+
+    /// The node believed to lead.
+    pub(crate) fn leader_slot(&self) -> &Mutex<Option<String>> {
+        &self.inner.leader
+    }
+
+    /// The node the next serializable read goes to.
+    pub(crate) fn reader_slot(&self) -> &Mutex<Option<String>> {
+        &self.inner.reader
     }
 
     /// Sends a request through the log and returns what the state machine
@@ -534,6 +252,22 @@ impl Client {
     pub async fn execute_request(
         &self,
         request: Request,
+    ) -> Result<(Outcome, u64, u32), ClientError> {
+        self.execute_request_after(request, EarlierSends::None)
+            .await
+    }
+
+    /// Sends a request that earlier calls may already have sent (the same
+    /// sequence number or idempotency key), saying what those sends may
+    /// have done. After [`EarlierSends::MaybeDelivered`] the request may
+    /// have applied already, so the call ends with its reply (applied or
+    /// replayed), a request mismatch, or
+    /// [`ClientError::OutcomeUnknown`]; any other refusal, or a cluster
+    /// that cannot be reached, says nothing about the earlier send.
+    pub async fn execute_request_after(
+        &self,
+        request: Request,
+        earlier: EarlierSends,
     ) -> Result<(Outcome, u64, u32), ClientError> {
         let retry_safe = !matches!(request.origin, Origin::Plain) || !request.command.is_mutating();
         let request_id = match &request.origin {
@@ -553,8 +287,17 @@ impl Client {
                  the node's own limit (serve --max-message-bytes) may be lower"
             )));
         }
-        let ((outcome, index), attempts, resent) = self
-            .with_retries(retry_safe, request_id, |rpc, target, timeout, attempt| {
+        let mutating = request.command.is_mutating();
+        let policy = Policy {
+            route: Route::Leader,
+            mutating,
+            retry_safe,
+            request_id,
+            earlier,
+            logs_in: true,
+        };
+        let ((outcome, index), ran) = self
+            .run(policy, |rpc, target, timeout, attempt| {
                 let mut wire = wire.clone();
                 if let Some(v1::execute_request::Origin::Session(header)) = &mut wire.origin {
                     header.attempt = attempt;
@@ -582,19 +325,26 @@ impl Client {
                 }
             })
             .await?;
-        // A refusal that forgets the past (the session is gone, or its
-        // record was freed) or that was decided before looking at it (a
-        // wrong secret) says nothing about an earlier attempt that may have
-        // applied: the outcome is unknown, not "not applied".
-        if resent
-            && matches!(
+        // After a send that may have been delivered, only an answer that
+        // looked at the request's record is definite: applied, replayed,
+        // or the id taken by another command. A refusal that forgets the
+        // past (the session is gone, its record freed), is decided before
+        // looking at it (a wrong secret, a malformed header, a full
+        // table, a permission) or may change (a gap a delayed earlier send
+        // may still fill) says nothing about the earlier send.
+        let attempts = ran.attempts;
+        if mutating
+            && ran.maybe_delivered
+            && !matches!(
                 outcome,
-                Outcome::SessionExpired | Outcome::Stale { .. } | Outcome::Unauthorized
+                Outcome::Applied(_) | Outcome::Replayed { .. } | Outcome::RequestMismatch
             )
         {
+            let last_answer = completed(outcome, index, attempts).err().map(Box::new);
             return Err(ClientError::OutcomeUnknown {
                 request_id,
                 attempts,
+                last_answer,
             });
         }
         Ok((outcome, index, attempts))
@@ -609,11 +359,25 @@ impl Client {
         key: Option<Vec<u8>>,
     ) -> Result<Completed, ClientError> {
         let key = key.unwrap_or_else(|| key_hex(self.options().random.as_ref()).into_bytes());
+        self.execute_once_after(command, key, EarlierSends::None)
+            .await
+    }
+
+    /// Runs a command under idempotency key `key` again, saying what
+    /// earlier sends under that key may have done (see [`EarlierSends`]):
+    /// after one that may have been delivered, the call ends with the
+    /// reply or [`ClientError::OutcomeUnknown`].
+    pub async fn execute_once_after(
+        &self,
+        command: Command,
+        key: Vec<u8>,
+        earlier: EarlierSends,
+    ) -> Result<Completed, ClientError> {
         let request = Request {
             origin: Origin::Key(IdempotencyKey(key)),
             command,
         };
-        let (outcome, index, attempts) = self.execute_request(request).await?;
+        let (outcome, index, attempts) = self.execute_request_after(request, earlier).await?;
         completed(outcome, index, attempts)
     }
 
@@ -654,11 +418,12 @@ impl Client {
                 }
             }
         };
-        let reply = if serializable {
-            self.at_any_node(attempt).await?
+        let route = if serializable {
+            Route::AnyNode
         } else {
-            self.with_retries(true, None, attempt).await?.0
+            Route::Leader
         };
+        let (reply, _) = self.run(Policy::read(route), attempt).await?;
         match reply {
             Reply::Rejected(rejection) => Err(ClientError::Rejected(rejection)),
             reply => Ok(reply),
@@ -690,75 +455,6 @@ impl Client {
             || self.inner.endpoints[0].clone(),
             |endpoint| (*endpoint).clone(),
         )
-    }
-
-    /// Runs a read that any node can answer, from
-    /// [`read_target`](Self::read_target) on, moving to the next endpoint
-    /// when one cannot answer, until the deadline. Reads change nothing,
-    /// so every attempt may be retried.
-    async fn at_any_node<T, F, Fut>(&self, mut attempt: F) -> Result<T, ClientError>
-    where
-        F: FnMut(Rpc, &str, Duration, u32) -> Fut,
-        Fut: std::future::Future<Output = Attempt<T>>,
-    {
-        let options = &self.inner.options;
-        let deadline = Instant::now() + options.deadline;
-        let mut logged_in = false;
-        if self.needs_login() {
-            self.login(deadline).await?;
-            logged_in = true;
-        }
-        let mut target = self.read_target();
-        let mut attempts = 0u32;
-        let mut retries = 0u32;
-        let mut last_error = String::new();
-        let mut busy = None;
-        loop {
-            let remaining = deadline.saturating_duration_since(Instant::now());
-            if remaining.is_zero() {
-                return Err(busy.unwrap_or(ClientError::Unreachable(last_error)));
-            }
-            attempts = attempts.saturating_add(1);
-            let timeout = options.attempt_timeout.min(remaining);
-            let result = match self.rpc(&target) {
-                Ok(rpc) => attempt(rpc, &target, timeout, attempts).await,
-                Err(error) => Attempt::NotSent(error),
-            };
-            match result {
-                Attempt::Done(value) => {
-                    *lock(&self.inner.reader) = Some(target);
-                    return Ok(value);
-                }
-                Attempt::Refused(error) => return Err(error),
-                Attempt::Unauthenticated(reason) => {
-                    let password =
-                        matches!(options.credentials, Some(Credentials::Password { .. }));
-                    if !password || logged_in {
-                        return Err(ClientError::Unauthenticated(reason));
-                    }
-                    self.inner.token.set(None);
-                    self.login(deadline).await?;
-                    logged_in = true;
-                }
-                Attempt::Busy(refusal) => {
-                    busy = Some(refusal);
-                    self.pause(&mut retries, deadline).await;
-                }
-                Attempt::Redirect(_) => {
-                    last_error = format!("{target} could not answer");
-                    *lock(&self.inner.reader) = None;
-                    target = self.next_target(&target);
-                    self.pause(&mut retries, deadline).await;
-                }
-                Attempt::NotSent(error) | Attempt::MaybeSent(error) => {
-                    last_error = format!("{target}: {error}");
-                    self.forget_channel(&target);
-                    *lock(&self.inner.reader) = None;
-                    target = self.next_target(&target);
-                    self.pause(&mut retries, deadline).await;
-                }
-            }
-        }
     }
 
     /// The status of one node (`address`), or of the first reachable
@@ -819,8 +515,8 @@ impl Client {
     /// the index it was taken at and its bytes, whose SHA-256 is checked.
     pub async fn save_snapshot(&self) -> Result<SavedSnapshot, ClientError> {
         use v1::save_snapshot_chunk::Kind;
-        let (saved, _, _) = self
-            .with_retries(true, None, |mut rpc, _, _timeout, _| async move {
+        let (saved, _) = self
+            .run(Policy::read(Route::Leader), |mut rpc, _, _timeout, _| async move {
                 // A large state takes longer than one attempt: no timeout
                 // per attempt here; the server's call timeout bounds it.
                 let mut stream = match rpc.save_snapshot(v1::SaveSnapshotRequest {}).await {
@@ -921,8 +617,15 @@ impl Client {
     {
         use v1::membership_response::Result as Membership;
         let timeout = self.inner.options.deadline;
-        let (members, _, _) = self
-            .with_retries(true, None, |rpc, _, _, _| {
+        // A change of membership that may have been delivered and then
+        // refused on a retry (already a member, no such member) may have
+        // applied.
+        let membership_change = Policy {
+            mutating: true,
+            ..Policy::read(Route::Leader)
+        };
+        let (members, _) = self
+            .run(membership_change, |rpc, _, _, _| {
                 let call = call(rpc, timeout);
                 async move {
                     match call.await {
@@ -995,64 +698,5 @@ mod tests {
             matches!(&refused, Err(ClientError::Invalid(why)) if why.contains("more than this client sends")),
             "{refused:?}"
         );
-    }
-
-    #[tokio::test]
-    async fn only_a_refused_connect_counts_as_never_sent() {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        let channel = TcpConnector
-            .channel(&format!("127.0.0.1:{port}"))
-            .expect("a channel");
-        let refused = KvClient::new(channel)
-            .status(v1::StatusRequest {})
-            .await
-            .expect_err("nothing listens there");
-        assert!(never_sent(&refused), "{refused:?}");
-        for after_sending in [
-            tonic::Status::unavailable("connection reset by peer"),
-            tonic::Status::unavailable("connection closed before message completed"),
-            tonic::Status::unknown("tcp connect error"),
-        ] {
-            assert!(!never_sent(&after_sending), "{after_sending:?}");
-        }
-    }
-
-    fn overloaded(what: &'static str) -> tonic::Status {
-        let mut status = tonic::Status::resource_exhausted("server overloaded");
-        status.metadata_mut().insert(
-            OVERLOADED_METADATA,
-            tonic::metadata::MetadataValue::from_static(what),
-        );
-        status
-    }
-
-    #[test]
-    fn a_request_shed_by_an_overloaded_server_counts_as_never_sent() {
-        let shed = overloaded("in-flight");
-        assert_eq!(shed_by_server(&shed).as_deref(), Some("in-flight"));
-        assert!(refused_by_transport(&shed).is_none(), "not a refusal");
-        match failed::<()>(shed) {
-            Attempt::NotSent(reason) => assert!(reason.contains("in-flight"), "{reason}"),
-            _ => panic!("a shed request must count as never sent"),
-        }
-        // The metadata decides, not the text: without it RESOURCE_EXHAUSTED
-        // is a refusal of the message (too large), with it under another
-        // code it proves nothing.
-        let too_large = tonic::Status::resource_exhausted("server overloaded");
-        assert!(shed_by_server(&too_large).is_none());
-        assert!(matches!(
-            failed::<()>(too_large),
-            Attempt::Refused(ClientError::Invalid(_))
-        ));
-        let mut other = tonic::Status::unavailable("server overloaded");
-        other.metadata_mut().insert(
-            OVERLOADED_METADATA,
-            tonic::metadata::MetadataValue::from_static("in-flight"),
-        );
-        assert!(shed_by_server(&other).is_none());
-        assert!(matches!(failed::<()>(other), Attempt::MaybeSent(_)));
     }
 }

@@ -47,14 +47,21 @@ pub enum ClientError {
     /// quota): not applied, nothing evicted. Retry later.
     #[error("overloaded, not applied: {0}")]
     Overloaded(Overload),
-    /// The deadline passed without a definite answer: the request may or
-    /// may not have applied (and may still apply).
-    #[error("outcome unknown after {attempts} attempt(s){}: it may or may not have applied", request_id.map(|id| format!(" of request {id}")).unwrap_or_default())]
+    /// No definite answer: an attempt (of this call, or a send before it)
+    /// may have been delivered, and nothing since proved whether it
+    /// applied. The request may or may not have applied (and may still
+    /// apply).
+    #[error("outcome unknown after {attempts} attempt(s){}: it may or may not have applied{}", request_id.map(|id| format!(" of request {id}")).unwrap_or_default(), last_answer.as_ref().map(|answer| format!(" (the last attempt was answered: {answer})")).unwrap_or_default())]
     OutcomeUnknown {
         /// The request's id, if it was on a session.
         request_id: Option<RequestId>,
         /// How many times it was sent.
         attempts: u32,
+        /// The refusal the last attempt got, when there was one: it says
+        /// nothing about the earlier send (a session expired since, a
+        /// record freed, a full table, a cluster that could not be
+        /// reached), but tells the caller whether retrying can help.
+        last_answer: Option<Box<ClientError>>,
     },
     /// The cluster enforces authentication and this call named no valid
     /// user (no credentials, a wrong password, an expired token): not

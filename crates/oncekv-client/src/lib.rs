@@ -99,6 +99,6 @@ pub use oncekv_state::{
     Reply, RequestId, Txn, TxnOp,
 };
 pub use random::{OsRandom, RandomSource};
-pub use retry::Backoff;
+pub use retry::{Backoff, EarlierSends};
 pub use session::{Session, SessionOptions};
 pub use watch::{Event, EventKind, WatchOptions, WatchUpdate, Watcher};

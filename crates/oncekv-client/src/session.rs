@@ -8,6 +8,7 @@
 use crate::client::{Client, Completed, completed};
 use crate::error::ClientError;
 use crate::random::key_hex;
+use crate::retry::EarlierSends;
 use oncekv_state::{
     Command, IdempotencyKey, Origin, Outcome, Reply, Request, RequestHeader, RequestId, Secret,
     Seq, SessionId, WINDOW_DEFAULT,
@@ -256,7 +257,7 @@ impl Session {
             return Err(ClientError::SessionExpired);
         }
         let seq = self.take_seq().await;
-        let result = self.send(seq, None, command).await;
+        let result = self.send(seq, None, command, EarlierSends::None).await;
         // Answered, rejected or given up on: no longer awaited.
         self.lock_incomplete().remove(&seq);
         self.inner.slid.notify_waiters();
@@ -264,14 +265,19 @@ impl Session {
     }
 
     /// Sends sequence number `seq` exactly, with `first_incomplete`
-    /// (default: `seq`): to retry a specific request by hand.
+    /// (default: `seq`): to retry a specific request by hand. `earlier`
+    /// says what earlier sends of that number may have done: after one
+    /// that may have been delivered (an unknown outcome), this call ends
+    /// with the request's reply or [`ClientError::OutcomeUnknown`], never
+    /// with "not applied" (see [`EarlierSends`]).
     pub async fn execute_seq(
         &self,
         seq: u64,
         first_incomplete: Option<u64>,
         command: Command,
+        earlier: EarlierSends,
     ) -> Result<Completed, ClientError> {
-        self.send(seq, Some(first_incomplete.unwrap_or(seq)), command)
+        self.send(seq, Some(first_incomplete.unwrap_or(seq)), command, earlier)
             .await
     }
 
@@ -305,6 +311,7 @@ impl Session {
         seq: u64,
         first_incomplete: Option<u64>,
         command: Command,
+        earlier: EarlierSends,
     ) -> Result<Completed, ClientError> {
         let first_incomplete = first_incomplete.unwrap_or_else(|| {
             self.lock_incomplete()
@@ -325,7 +332,21 @@ impl Session {
             }),
             command,
         };
-        let (outcome, index, attempts) = self.inner.client.execute_request(request).await?;
+        let (outcome, index, attempts) = self
+            .inner
+            .client
+            .execute_request_after(request, earlier)
+            .await
+            .inspect_err(|error| {
+                if let ClientError::OutcomeUnknown {
+                    last_answer: Some(answer),
+                    ..
+                } = error
+                    && **answer == ClientError::SessionExpired
+                {
+                    self.inner.expired.store(true, Ordering::SeqCst);
+                }
+            })?;
         if matches!(outcome, Outcome::SessionExpired) {
             self.inner.expired.store(true, Ordering::SeqCst);
         }

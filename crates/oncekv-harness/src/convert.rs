@@ -339,6 +339,7 @@ mod tests {
         let unknown = ClientError::OutcomeUnknown {
             request_id: None,
             attempts: 3,
+            last_answer: None,
         };
         assert!(matches!(error_outcome(&unknown), Outcome::Unknown { .. }));
         assert!(matches!(

@@ -25,7 +25,9 @@
 use crate::convert::{self, error_outcome, ok};
 use crate::recorder::Recorder;
 use oncekv_check::record::{Bytes, ClientId, Op, Outcome, RequestIdentity};
-use oncekv_client::{Backoff, Client, ClientError, ClientOptions, Session, SessionOptions};
+use oncekv_client::{
+    Backoff, Client, ClientError, ClientOptions, EarlierSends, Session, SessionOptions,
+};
 use oncekv_state::{Command, Compare, Query, Reply, Txn, TxnOp};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -208,10 +210,15 @@ type Sent = (Result<Reply, ClientError>, u32);
 fn sent(result: Result<oncekv_client::Completed, ClientError>) -> Sent {
     match result {
         Ok(completed) => (Ok(completed.reply), completed.attempts),
-        Err(ClientError::OutcomeUnknown { attempts, .. }) => (
+        Err(ClientError::OutcomeUnknown {
+            attempts,
+            last_answer,
+            ..
+        }) => (
             Err(ClientError::OutcomeUnknown {
                 request_id: None,
                 attempts,
+                last_answer,
             }),
             attempts,
         ),
@@ -228,6 +235,16 @@ fn outcome_of(result: &Result<Reply, ClientError>) -> Outcome {
 
 fn is_unknown(result: &Result<Reply, ClientError>) -> bool {
     matches!(result, Err(ClientError::OutcomeUnknown { .. }))
+}
+
+/// Whether an unknown outcome's last answer shows that resending cannot
+/// learn more: the session expired, or the request's record was freed.
+fn cannot_learn_more(result: &Result<Reply, ClientError>) -> bool {
+    matches!(
+        result,
+        Err(ClientError::OutcomeUnknown { last_answer: Some(answer), .. })
+            if matches!(**answer, ClientError::SessionExpired | ClientError::Stale { .. })
+    )
 }
 
 impl Worker {
@@ -275,38 +292,30 @@ impl Worker {
         let identity = RequestIdentity::session(id, seq);
         let op_id = self.recorder.invoke(self.id, identity, op);
         let (mut result, mut attempts) = sent(session.execute_completed(command.clone()).await);
-        let mut was_unknown = false;
-        while is_unknown(&result) && !self.retries_over() {
-            was_unknown = true;
-            let (again, more) = sent(session.execute_seq(seq, Some(seq), command.clone()).await);
+        // A resend after an unknown outcome tells the client so: it then
+        // ends applied, replayed or unknown, never "not applied". It stops
+        // when the answer is known, when the run is over, or when the
+        // last answer shows retrying cannot learn more (the session
+        // expired, or its record was freed).
+        while is_unknown(&result) && !self.retries_over() && !cannot_learn_more(&result) {
+            let (again, more) = sent(
+                session
+                    .execute_seq(
+                        seq,
+                        Some(seq),
+                        command.clone(),
+                        EarlierSends::MaybeDelivered,
+                    )
+                    .await,
+            );
             result = again;
             attempts += more;
         }
-        // Refusals that say nothing about an earlier send: the session or
-        // record is gone, or the request was turned away before being
-        // looked at (a full table or budget).
-        let forgotten = matches!(
-            result,
-            Err(ClientError::SessionExpired
-                | ClientError::Stale { .. }
-                | ClientError::Overloaded(_))
-        );
-        if matches!(result, Err(ClientError::SessionExpired)) {
+        if session.is_expired() {
             self.recorder.session_expired(self.id, id);
             self.session = None;
         }
-        let outcome = if was_unknown && forgotten {
-            // The session (or the record) is gone, so the cluster cannot say
-            // whether an earlier send applied before it went: still unknown.
-            Outcome::Unknown {
-                detail: Some(format!(
-                    "{} after an unknown outcome",
-                    outcome_of(&result).class()
-                )),
-            }
-        } else {
-            outcome_of(&result)
-        };
+        let outcome = outcome_of(&result);
         self.recorder
             .complete(self.id, op_id, attempts.max(1), outcome.clone());
         outcome
@@ -319,27 +328,22 @@ impl Worker {
         let identity = RequestIdentity::idempotent(key.clone());
         let op_id = self.recorder.invoke(self.id, identity, op);
         let mut attempts = 0;
-        let mut was_unknown = false;
+        let mut earlier = EarlierSends::None;
         let result = loop {
             let (result, more) = sent(
                 self.client
-                    .execute_once(command.clone(), Some(key.clone()))
+                    .execute_once_after(command.clone(), key.clone(), earlier)
                     .await,
             );
             attempts += more;
             if !is_unknown(&result) || self.retries_over() {
                 break result;
             }
-            was_unknown = true;
+            // A resend after an unknown outcome ends applied, replayed or
+            // unknown, never "not applied".
+            earlier = EarlierSends::MaybeDelivered;
         };
-        let outcome = match &result {
-            // Refused before it was looked at: an earlier send may still
-            // apply.
-            Err(ClientError::Overloaded(_)) if was_unknown => Outcome::Unknown {
-                detail: Some("overloaded after an unknown outcome".into()),
-            },
-            _ => outcome_of(&result),
-        };
+        let outcome = outcome_of(&result);
         self.recorder
             .complete(self.id, op_id, attempts.max(1), outcome.clone());
         outcome

@@ -18,3 +18,12 @@ pub mod v1 {
 /// The encoded file descriptor set of `oncekv.v1`, for gRPC server
 /// reflection (so `grpcurl` can list and call the services).
 pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("oncekv");
+
+/// The metadata entry a node sets on a call it refused unhandled because
+/// a limit was full (status RESOURCE_EXHAUSTED); its value names the
+/// limit. Such a request definitely did not apply, and clients read the
+/// entry, never the message text.
+pub const OVERLOADED_METADATA: &str = "oncekv-overloaded";
+
+/// Most requests one `ExecuteBatch` message may carry.
+pub const BATCH_REQUESTS_MAX: usize = 256;

@@ -9,7 +9,8 @@
 mod support;
 
 use oncekv_client::{
-    Client, ClientError, ClientOptions, Command, Credentials, Query, Reply, SessionOptions,
+    Client, ClientError, ClientOptions, Command, Credentials, EarlierSends, Query, Reply,
+    SessionOptions,
 };
 use oncekv_state::{ADMIN_ROLE, Access, AuthCommand, Permission, TokenKey};
 use std::process::{Command as Process, Stdio};
@@ -190,7 +191,9 @@ async fn with_tls_and_auth_on_users_reach_only_their_keys_and_retries_still_repl
             Ok(Reply::Incr { value: expected })
         );
     }
-    let retry = session.execute_seq(3, Some(1), incr("app/n")).await;
+    let retry = session
+        .execute_seq(3, Some(1), incr("app/n"), EarlierSends::None)
+        .await;
     assert!(
         matches!(&retry, Ok(done) if done.replayed && done.reply == Reply::Incr { value: 3 }),
         "{retry:?}"
@@ -334,7 +337,9 @@ async fn with_tls_and_auth_on_users_reach_only_their_keys_and_retries_still_repl
     cluster.node(old).kill();
     let new = leader(&cluster, &root).await;
     assert_ne!(new, old);
-    let retry = session.execute_seq(3, Some(1), incr("app/n")).await;
+    let retry = session
+        .execute_seq(3, Some(1), incr("app/n"), EarlierSends::None)
+        .await;
     assert!(
         matches!(&retry, Ok(done) if done.replayed && done.reply == Reply::Incr { value: 3 }),
         "{retry:?}"

@@ -211,3 +211,56 @@ async fn a_value_too_large_for_an_argument_comes_from_standard_input() {
     assert_eq!(code, 0, "{got}");
     assert_eq!(got["value"].as_str(), Some(format!("{value}!").as_str()));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_by_hand_of_an_unknown_request_stays_unknown_while_the_cluster_is_down() {
+    let _one = exclusive().await;
+    let (mut cluster, cli) = Cli::one_node().await;
+    let (code, _) = cli.run(&["session", "open", "--session-file", "u.json"]);
+    assert_eq!(code, 0);
+    let (code, first) = cli.run(&["incr", "c", "--session-file", "u.json"]);
+    assert_eq!(
+        (code, first["outcome"].as_str()),
+        (0, Some("applied")),
+        "{first}"
+    );
+    // The file as a run whose answer was lost leaves it: number 1 pending.
+    let path = cli.dir.join("u.json");
+    let mut file: Value =
+        serde_json::from_slice(&std::fs::read(&path).expect("the session file")).expect("JSON");
+    file["pending"] = serde_json::json!([1]);
+    std::fs::write(&path, file.to_string()).expect("write the session file");
+
+    // Nothing can be reached: the retry cannot know, so it is unknown
+    // (exit 5), never "unreachable, not applied" (exit 1).
+    cluster.node(1).kill();
+    let (code, retry) = cli.run(&[
+        "incr",
+        "c",
+        "--session-file",
+        "u.json",
+        "--seq",
+        "1",
+        "--timeout",
+        "2s",
+    ]);
+    assert_eq!(
+        (code, retry["outcome"].as_str()),
+        (5, Some("unknown")),
+        "{retry}"
+    );
+
+    // Back up: the original answer, and the number is no longer pending.
+    cluster.node(1).spawn();
+    cluster.leader(std::time::Duration::from_secs(15)).await;
+    let (code, replayed) = cli.run(&["incr", "c", "--session-file", "u.json", "--seq", "1"]);
+    assert_eq!(
+        (code, replayed["outcome"].as_str()),
+        (0, Some("replayed")),
+        "{replayed}"
+    );
+    assert_eq!(replayed["value"], first["value"]);
+    let file: Value =
+        serde_json::from_slice(&std::fs::read(&path).expect("the session file")).expect("JSON");
+    assert_eq!(file["pending"], serde_json::json!([]), "{file}");
+}

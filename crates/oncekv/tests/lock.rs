@@ -10,8 +10,8 @@ mod support;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use oncekv_client::{
-    Client, ClientOptions, Command, Compare, CompareOp, CompareTarget, Lock, Reply, SessionOptions,
-    Txn, TxnOp,
+    Client, ClientOptions, Command, Compare, CompareOp, CompareTarget, EarlierSends, Lock, Reply,
+    SessionOptions, Txn, TxnOp,
 };
 use std::io::BufRead as _;
 use std::path::{Path, PathBuf};
@@ -161,7 +161,7 @@ async fn a_retried_acquire_is_the_same_ownership_and_a_second_contender_waits() 
         }],
     };
     let retried = session
-        .execute_seq(seq, None, Command::Txn(txn))
+        .execute_seq(seq, None, Command::Txn(txn), EarlierSends::None)
         .await
         .expect("retry");
     assert!(retried.replayed, "{retried:?}");

@@ -242,7 +242,8 @@ mod tests {
         assert_eq!(
             error_kind(&ClientError::OutcomeUnknown {
                 request_id: None,
-                attempts: 3
+                attempts: 3,
+                last_answer: None,
             }),
             "OutcomeUnknown"
         );

@@ -7,8 +7,8 @@ use crate::session_file::SessionFile;
 use anyhow::{Context as _, anyhow};
 use clap::{Args, Subcommand, ValueEnum};
 use oncekv_client::{
-    Client, ClientError, ClientOptions, Command, Completed, Credentials, Query, Reply, Session,
-    SessionOptions,
+    Client, ClientError, ClientOptions, Command, Completed, Credentials, EarlierSends, Query,
+    Reply, Session, SessionOptions,
 };
 use oncekv_state::{Secret, SessionId};
 use serde_json::{Map, Value, json};
@@ -127,7 +127,9 @@ pub struct Once {
     pub session_file: Option<PathBuf>,
 
     /// With --session-file: send exactly this sequence number (to retry a
-    /// specific request by hand).
+    /// specific request by hand). A number whose earlier run ended
+    /// unknown (exit 5) may have applied, so its retry ends with the
+    /// original answer or unknown again, never "not applied".
     #[arg(long, requires = "session_file")]
     pub seq: Option<u64>,
 
@@ -401,7 +403,21 @@ async fn mutate(
     };
     let session = saved_session_handle(client, path)?;
     if let Some(seq) = once.seq {
-        let result = session.execute_seq(seq, None, command).await;
+        // A number whose earlier send ended unknown (it is still pending
+        // in the file) may have applied: this retry then ends with its
+        // reply or unknown, never "not applied".
+        let pending = SessionFile::read(path)?.pending;
+        let earlier = if pending.contains(&seq) {
+            EarlierSends::MaybeDelivered
+        } else {
+            EarlierSends::None
+        };
+        // Numbers still awaited stay unacknowledged, so their records are
+        // kept for their own retries.
+        let first_incomplete = pending.first().map_or(seq, |lowest| seq.min(*lowest));
+        let result = session
+            .execute_seq(seq, Some(first_incomplete), command, earlier)
+            .await;
         // A number given by hand that the cluster took (or may have taken)
         // is used: later automatic numbers go past it, so they never reuse
         // it for another command. One it refused outright stays free.
@@ -411,12 +427,18 @@ async fn mutate(
                 | ClientError::Malformed(_)
                 | ClientError::Invalid(_))
         );
-        if !refused {
-            SessionFile::update(path, |file| {
+        let unknown = matches!(result, Err(ClientError::OutcomeUnknown { .. }));
+        SessionFile::update(path, |file| {
+            if !refused {
                 file.next_seq = file.next_seq.max(seq.saturating_add(1));
-                Ok(())
-            })?;
-        }
+            }
+            if unknown {
+                file.pending.insert(seq);
+            } else {
+                file.pending.remove(&seq);
+            }
+            Ok(())
+        })?;
         return Ok(result);
     }
     let (seq, first_incomplete) = SessionFile::update(path, |file| {
@@ -426,7 +448,7 @@ async fn mutate(
         Ok((seq, file.pending.first().copied().unwrap_or(seq)))
     })?;
     let result = session
-        .execute_seq(seq, Some(first_incomplete), command)
+        .execute_seq(seq, Some(first_incomplete), command, EarlierSends::None)
         .await;
     if !matches!(result, Err(ClientError::OutcomeUnknown { .. })) {
         SessionFile::update(path, |file| {

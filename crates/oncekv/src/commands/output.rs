@@ -82,8 +82,12 @@ impl Printer {
             ClientError::OutcomeUnknown {
                 attempts,
                 request_id,
+                last_answer,
             } => {
                 fields.insert("attempts".into(), json!(attempts));
+                if let Some(answer) = last_answer {
+                    fields.insert("last_answer".into(), json!(answer.to_string()));
+                }
                 if let Some(id) = request_id {
                     fields.insert("request_id".into(), json!(id.to_string()));
                 }

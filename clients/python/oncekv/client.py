@@ -6,6 +6,17 @@ retried with jittered backoff until the deadline. Only requests that are
 deduplicated (on a session or under an idempotency key) or read-only are
 retried after they may have been sent. This is a port of the Rust client
 (``crates/oncekv-client/src/client.rs``); the comments name its pieces.
+
+What an attempt may have done is never forgotten. An attempt is *never
+sent* only when the client can prove it: its channel did not become ready
+(so no call was made), or the node answered with a typed promise that
+nothing was proposed (not the leader, no leader known, shed unhandled).
+Every other failure of a call that was made *may have delivered* it; the
+words of an error's details are never read to decide. A request that
+changes state and had such an attempt, in this call or in an earlier one
+(``maybe_delivered=True``), ends with its reply (applied or replayed), a
+:class:`RequestMismatch`, or :class:`OutcomeUnknown`: never with an error
+that says "not applied".
 """
 
 from __future__ import annotations
@@ -15,6 +26,7 @@ import re
 import secrets
 import threading
 import time
+import weakref
 from typing import Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 import grpc
@@ -91,29 +103,137 @@ class Backoff:
 # What one attempt learned (the Rust client's `Attempt`).
 _DONE = "done"  # payload: the value
 _REDIRECT = "redirect"  # definitely not proposed there; payload: a hint or None
-_NOT_SENT = "not_sent"  # not proposed: the node could not be reached, or shed it
+_NOT_SENT = "not_sent"  # not proposed: no call was made (the channel was not ready), or the node shed it
 _MAYBE_SENT = "maybe_sent"  # may have been proposed
 _BUSY = "busy"  # refused for now by a full table: retried after a pause
 _REFUSED = "refused"  # a definite refusal; payload: the exception
 _UNAUTHENTICATED = "unauthenticated"  # no valid user; logging in again may help
 
+#: The outcomes that stay definite after an attempt that may have been
+#: delivered: the request's own reply (applied, or replayed from its
+#: completion record), and "that id holds another command" (so this one
+#: never applied under it). Every other refusal may have been decided
+#: without looking at the earlier attempt (the session expired, its record
+#: was freed, a table was full, ...).
+_DEFINITE_AFTER_MAYBE_DELIVERED = ("applied", "replayed", "request_mismatch")
 
-_NEVER_SENT_MARKERS = (
-    # Only a failed connect proves it; "connection reset", "socket closed"
-    # or a deadline may come after the request left.
-    "failed to connect",
-    "connection refused",
-    "connect failed",
-    "dns resolution failed",
-)
+#: Refusals that forget the past, for requests that change nothing (their
+#: rule is unchanged: a read through the log answered one of these after an
+#: attempt that may have been delivered is an unknown outcome too).
+_FORGETS_THE_PAST = ("session_expired", "stale", "unauthorized")
 
 
-def _never_sent(error: grpc.RpcError) -> bool:
-    """Whether a transport status means the request never left this client."""
-    if error.code() != grpc.StatusCode.UNAVAILABLE:
-        return False
-    text = (error.details() or "").lower()
-    return any(marker in text for marker in _NEVER_SENT_MARKERS)
+class _Tally:
+    """What a call's attempts have learned so far."""
+
+    __slots__ = ("attempts", "maybe_sent", "why", "last_error")
+
+    def __init__(self, maybe_delivered: bool):
+        self.attempts = 0
+        #: Whether a send of the request (of this call, or an earlier one)
+        #: may have been delivered.
+        self.maybe_sent = maybe_delivered
+        self.why = "an earlier send may have been delivered" if maybe_delivered else ""
+        self.last_error = ""
+
+    def sent_maybe(self, number: int) -> None:
+        if not self.maybe_sent:
+            self.why = f"attempt {number} may have been delivered"
+        self.maybe_sent = True
+
+    def unknown(self, last: str) -> str:
+        """The detail of an unknown outcome: why it may have applied, and
+        what the last attempt answered."""
+        return f"{self.why}; the last attempt: {last}" if last else self.why
+
+
+def _answer(error: OncekvError) -> str:
+    """What an error says, named by its type, for an unknown outcome's
+    detail (without its own "not applied" words, which no longer hold)."""
+    reason = getattr(error, "reason", None) or getattr(error, "kind", None) or ""
+    name = type(error).__name__
+    return f"{name}: {reason}" if reason else name
+
+
+_READY = grpc.ChannelConnectivity.READY
+_IDLE = grpc.ChannelConnectivity.IDLE
+_TRANSIENT_FAILURE = grpc.ChannelConnectivity.TRANSIENT_FAILURE
+_SHUTDOWN = grpc.ChannelConnectivity.SHUTDOWN
+
+
+class _Connection:
+    """A channel to one node, its stub, and the channel's connectivity as
+    gRPC last reported it.
+
+    One subscription per channel (gRPC polls it in one thread of its own,
+    for the channel's life), so checking a READY channel before a call is an
+    attribute read: no round trip and no thread per call. A channel that is
+    not READY is waited for; while it is not READY no call is made on it,
+    which is what proves an attempt was never sent."""
+
+    def __init__(self, channel: grpc.Channel):
+        self.channel = channel
+        self.stub = kv_pb2_grpc.KvStub(channel)
+        self._state: Optional[grpc.ChannelConnectivity] = None
+        #: Whether the channel has left IDLE since it was made.
+        self._started = False
+        self._changed = threading.Condition()
+        # A weak reference: the subscription must not keep a forgotten
+        # connection (and gRPC's polling thread) alive.
+        ref = weakref.ref(self)
+
+        def update(state, ref=ref):
+            connection = ref()
+            if connection is not None:
+                connection._update(state)
+
+        self._callback = update
+        channel.subscribe(update, try_to_connect=True)
+
+    def _update(self, state: grpc.ChannelConnectivity) -> None:
+        with self._changed:
+            if state is not _IDLE:
+                self._started = True
+            self._state = state
+            self._changed.notify_all()
+
+    @property
+    def spent(self) -> bool:
+        """Whether the channel will not connect unless asked: it went back
+        to IDLE after connecting (a lost connection, an idle timeout) or was
+        shut down. A fresh channel asks at once."""
+        state = self._state
+        return (state is _IDLE and self._started) or state is _SHUTDOWN
+
+    def wait_ready(self, timeout: float) -> Optional[str]:
+        """``None`` once the channel is READY (at once if it is); otherwise
+        why it is not: it failed to connect, or did not connect within
+        ``timeout`` seconds. Then nothing is sent on it."""
+        if self._state is _READY:
+            return None
+        end = time.monotonic() + max(0.0, timeout)
+        with self._changed:
+            while True:
+                state = self._state
+                if state is _READY:
+                    return None
+                if state is _TRANSIENT_FAILURE:
+                    return "could not connect (nothing sent)"
+                if self.spent:
+                    return "the connection was lost before sending (nothing sent)"
+                left = end - time.monotonic()
+                if left <= 0:
+                    name = state.name if state is not None else "starting"
+                    return f"not connected within {timeout:.3g}s ({name}; nothing sent)"
+                self._changed.wait(left)
+
+    def release(self) -> None:
+        """Ends the subscription (the channel stays open for calls other
+        threads have in flight on it)."""
+        try:
+            self.channel.unsubscribe(self._callback)
+        except Exception:  # noqa: BLE001 - a closed channel has none left
+            pass
 
 
 def _metadata(error: grpc.RpcError) -> List[Tuple[str, str]]:
@@ -157,12 +277,14 @@ def _refused_by_transport(error: grpc.RpcError) -> Optional[OncekvError]:
 
 
 def _failed(error: grpc.RpcError):
-    """What a transport-level failure says about an attempt: not sent (could
-    not connect, or the server shed it unhandled), refused (message too
-    large or invalid), or maybe sent."""
+    """What the failure of a call that was made says about the attempt: not
+    sent only when the server shed it unhandled (RESOURCE_EXHAUSTED with the
+    ``oncekv-overloaded`` metadata); refused by a typed status (message too
+    large or invalid, unauthenticated, permission denied); else maybe sent.
+    A call is made only on a READY channel, so any other failure (a reset,
+    a closed connection, a deadline, even a failed reconnect) may come after
+    the request left: the details' words are never read to decide."""
     details = error.details() or str(error.code())
-    if _never_sent(error):
-        return _NOT_SENT, details
     full = _shed_by_server(error)
     if full is not None:
         return _NOT_SENT, f"server overloaded ({full} full), not handled"
@@ -209,6 +331,8 @@ def _call_failed(failure: pb.Failure):
         return _UNAUTHENTICATED, failure.unauthenticated.reason
     if kind == "permission_denied":
         return _REFUSED, PermissionDenied(failure.permission_denied.reason)
+    if kind == "shed":
+        return _NOT_SENT, f"server overloaded ({failure.shed.what} full), not handled"
     return _MAYBE_SENT, "undecodable failure"
 
 
@@ -426,7 +550,9 @@ class Client:
     ``endpoints``: client addresses (``host:port``, ``http://host:port`` or
     ``https://host:port``), a list or a comma-separated string.
     ``timeout``: longest time a call may take in all, retries included
-    (seconds). ``attempt_timeout``: longest wait for one attempt's answer.
+    (seconds). ``attempt_timeout``: longest wait for a node's connection to
+    become ready before an attempt (nothing is sent on one that is not), and
+    for one attempt's answer.
     ``user``/``password``: log in (``Authenticate``) before the first call
     and again when the token expires. ``ca_cert`` (PEM bytes or a file):
     TLS, checking the nodes against it; ``cert``/``key``: a client
@@ -483,7 +609,7 @@ class Client:
         self._password = password
         self._lock = threading.Lock()
         self._leader: Optional[str] = None
-        self._channels: Dict[str, Tuple[grpc.Channel, kv_pb2_grpc.KvStub]] = {}
+        self._channels: Dict[str, _Connection] = {}
         self._token: Optional[str] = token
         self._closed = False
 
@@ -497,11 +623,18 @@ class Client:
     def uses_tls(self) -> bool:
         return self._credentials is not None
 
-    def _stub(self, address: str) -> kv_pb2_grpc.KvStub:
+    def _connection(self, address: str) -> _Connection:
+        """The connection to ``address``: made on first use, and made anew
+        when its channel will not reconnect unless asked (it lost its
+        connection, or idled)."""
+        spent = None
         with self._lock:
             if self._closed:
                 raise ConfigError("the client is closed")
             entry = self._channels.get(address)
+            if entry is not None and entry.spent:
+                spent, entry = entry, None
+                del self._channels[address]
             if entry is None:
                 options = [
                     ("grpc.max_send_message_length", MESSAGE_BYTES_MAX),
@@ -523,25 +656,35 @@ class Client:
                     channel = grpc.secure_channel(address, self._credentials, options=options)
                 else:
                     channel = grpc.insecure_channel(address, options=options)
-                entry = (channel, kv_pb2_grpc.KvStub(channel))
+                entry = _Connection(channel)
                 self._channels[address] = entry
-            return entry[1]
+        if spent is not None:
+            spent.release()
+        return entry
 
-    def _forget_channel(self, address: str) -> None:
-        """Drops the channel to ``address`` so the next attempt dials anew.
-        It is not closed here: closing would cancel calls other threads have
-        in flight on it (turning them into maybe-sent); it closes once no
-        call holds it."""
+    def _stub(self, address: str) -> kv_pb2_grpc.KvStub:
+        return self._connection(address).stub
+
+    def _forget_channel(self, address: str, connection: Optional[_Connection] = None) -> None:
+        """Drops the channel to ``address`` (only if it is still
+        ``connection``, when given) so the next attempt dials anew. It is
+        not closed here: closing would cancel calls other threads have in
+        flight on it (turning them into maybe-sent); it closes once no call
+        holds it."""
         with self._lock:
-            self._channels.pop(address, None)
+            entry = self._channels.get(address)
+            if entry is None or (connection is not None and entry is not connection):
+                return
+            del self._channels[address]
+        entry.release()
 
     def close(self) -> None:
         """Closes every connection."""
         with self._lock:
             self._closed = True
             channels, self._channels = list(self._channels.values()), {}
-        for channel, _ in channels:
-            channel.close()
+        for entry in channels:
+            entry.channel.close()
 
     def __enter__(self) -> "Client":
         return self
@@ -587,21 +730,25 @@ class Client:
         retries = [0]
         last_error = ""
         while time.monotonic() < deadline:
+            connection = self._connection(target)
+            not_ready = connection.wait_ready(min(self.attempt_timeout, deadline - time.monotonic()))
             remaining = deadline - time.monotonic()
-            stub = self._stub(target)
             request = pb.AuthenticateRequest(user=self._user, password=self._password)
-            try:
-                response = stub.Authenticate(request, timeout=min(self.attempt_timeout, remaining))
-                result = response.WhichOneof("result")
-                if result == "token":
-                    self._token = response.token.token
-                    return
-                answer = _call_failed(response.failure) if result == "failure" else (
-                    _MAYBE_SENT,
-                    "empty response",
-                )
-            except grpc.RpcError as error:
-                answer = _failed(error)
+            if not_ready is not None or remaining <= 0:
+                answer = (_NOT_SENT, not_ready or "the deadline passed")
+            else:
+                try:
+                    response = connection.stub.Authenticate(request, timeout=min(self.attempt_timeout, remaining))
+                    result = response.WhichOneof("result")
+                    if result == "token":
+                        self._token = response.token.token
+                        return
+                    answer = _call_failed(response.failure) if result == "failure" else (
+                        _MAYBE_SENT,
+                        "empty response",
+                    )
+                except grpc.RpcError as error:
+                    answer = _failed(error)
             kind, payload = answer
             if kind == _UNAUTHENTICATED:
                 raise Unauthenticated(payload)
@@ -615,7 +762,7 @@ class Client:
                 self._pause(retries, deadline)
             elif kind in (_NOT_SENT, _MAYBE_SENT):
                 last_error = f"{target}: {payload}"
-                self._forget_channel(target)
+                self._forget_channel(target, connection)
                 target = self._next_target(target)
                 self._pause(retries, deadline)
             else:  # _BUSY
@@ -630,36 +777,65 @@ class Client:
         retry_safe: bool,
         request_id: Optional[Tuple[int, int]],
         attempt: Callable[[kv_pb2_grpc.KvStub, float, int], Tuple[str, object]],
+        mutating: bool = False,
+        maybe_delivered: bool = False,
     ):
         """Runs ``attempt`` against the leader until it is done, the deadline
         passes, or it fails after maybe being sent when ``retry_safe`` is
-        off. Returns the value, the attempts made, and whether an attempt
-        before the last may have reached the cluster."""
+        off. Returns the value, the attempts made, and why a send (an attempt
+        of this call, or an earlier send: ``maybe_delivered``) may have
+        reached the cluster (empty when none may have).
+
+        Before each attempt the target's channel must be READY (waited for,
+        within the attempt timeout and the deadline); when it is not, no
+        call is made and the attempt was never sent.
+
+        ``mutating``: the request may change the cluster's state. Once one
+        of its sends may have been delivered, the call ends with the value or
+        :class:`OutcomeUnknown`: an error this loop would raise (unreachable,
+        unauthenticated, a refusal, a failed login, still overloaded at the
+        deadline) says nothing of that send, so it becomes
+        :class:`OutcomeUnknown`, naming what the last attempt answered."""
+        tally = _Tally(maybe_delivered and mutating)
+        try:
+            return self._attempts(retry_safe, request_id, attempt, tally)
+        except OutcomeUnknown:
+            raise
+        except OncekvError as error:
+            if mutating and tally.maybe_sent:
+                raise OutcomeUnknown(request_id, tally.attempts, tally.unknown(_answer(error))) from error
+            raise
+
+    def _attempts(self, retry_safe, request_id, attempt, tally: "_Tally"):
         deadline = time.monotonic() + self.timeout
         logged_in = False
         if self._needs_login():
             self._login(deadline)
             logged_in = True
         target = self._first_target()
-        attempts = 0
         retries = [0]
-        maybe_sent = False
-        last_error = ""
         busy: Optional[OncekvError] = None
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                if maybe_sent:
-                    raise OutcomeUnknown(request_id, attempts, last_error)
+                if tally.maybe_sent:
+                    raise OutcomeUnknown(request_id, tally.attempts, tally.unknown(tally.last_error))
                 if busy is not None:
                     raise busy
-                raise Unreachable(last_error or "deadline passed")
-            attempts += 1
-            timeout = min(self.attempt_timeout, remaining)
-            kind, payload = attempt(self._stub(target), timeout, attempts)
+                raise Unreachable(tally.last_error or "deadline passed")
+            tally.attempts += 1
+            connection = self._connection(target)
+            not_ready = connection.wait_ready(min(self.attempt_timeout, remaining))
+            timeout = min(self.attempt_timeout, deadline - time.monotonic())
+            if not_ready is not None:
+                kind, payload = _NOT_SENT, not_ready
+            elif timeout <= 0:
+                kind, payload = _NOT_SENT, "the deadline passed before sending"
+            else:
+                kind, payload = attempt(connection.stub, timeout, tally.attempts)
             if kind == _DONE:
                 self._set_leader(target)
-                return payload, attempts, maybe_sent
+                return payload, tally.attempts, tally.why if tally.maybe_sent else ""
             if kind == _REFUSED:
                 raise payload
             if kind == _UNAUTHENTICATED:
@@ -673,9 +849,10 @@ class Client:
             elif kind == _BUSY:
                 self._set_leader(target)
                 busy = payload
+                tally.last_error = f"{target}: {payload}"
                 self._pause(retries, deadline)
             elif kind == _REDIRECT:
-                last_error = f"{target} is not the leader"
+                tally.last_error = f"{target} is not the leader"
                 if payload and payload != target:
                     target = payload
                 else:
@@ -683,28 +860,44 @@ class Client:
                     target = self._next_target(target)
                 self._set_leader(None)
             elif kind == _NOT_SENT:
-                last_error = f"{target}: {payload}"
-                self._forget_channel(target)
+                tally.last_error = f"{target}: {payload}"
+                self._forget_channel(target, connection)
                 target = self._next_target(target)
                 self._pause(retries, deadline)
             else:  # _MAYBE_SENT
-                maybe_sent = True
-                last_error = f"{target}: {payload}"
+                tally.sent_maybe(tally.attempts)
+                tally.last_error = f"{target}: {payload}"
                 if not retry_safe:
-                    raise OutcomeUnknown(request_id, attempts, last_error)
-                self._forget_channel(target)
+                    raise OutcomeUnknown(request_id, tally.attempts, tally.last_error)
+                self._forget_channel(target, connection)
                 self._set_leader(None)
                 target = self._next_target(target)
                 self._pause(retries, deadline)
 
     # Execute and read.
 
-    def execute_request(self, request: pb.ExecuteRequest) -> Tuple[pb.Outcome, int, int]:
+    def execute_request(
+        self, request: pb.ExecuteRequest, maybe_delivered: bool = False
+    ) -> Tuple[pb.Outcome, int, int]:
         """Sends a request through the log and returns what the state machine
         decided: ``(outcome, log_index, attempts)``. Retries follow the rules
-        above."""
+        above.
+
+        ``maybe_delivered``: an earlier send of this same request (the same
+        session and sequence number, or idempotency key) may have been
+        delivered, for example one that ended in :class:`OutcomeUnknown`.
+        For a request that changes state, the call then ends with an outcome
+        ``applied`` or ``replayed`` (an application-level rejection among
+        them: it is the request's reply), ``request_mismatch``, or
+        :class:`OutcomeUnknown`: never :class:`Unreachable` or another error
+        or refusal outcome saying "not applied", which would say nothing of
+        the earlier send. The same holds from the first attempt of this call
+        that may have been delivered. Without it (the default) a first send
+        keeps its exact answers. Reads (commands that change nothing) are
+        unaffected."""
         origin = request.WhichOneof("origin")
-        retry_safe = origin is not None or not is_mutating(request.command)
+        mutating = is_mutating(request.command)
+        retry_safe = origin is not None or not mutating
         request_id = (request.session.session_id, request.session.seq) if origin == "session" else None
 
         def attempt(stub, timeout, number):
@@ -728,13 +921,17 @@ class Client:
                 return _call_failed(response.failure)
             return _MAYBE_SENT, "empty response"
 
-        (outcome, index), attempts, resent = self._with_retries(retry_safe, request_id, attempt)
-        # A refusal that forgets the past (the session is gone, or its record
-        # was freed) or that was decided before looking at it (a wrong
-        # secret) says nothing about an earlier attempt that may have
-        # applied: the outcome is unknown, not "not applied".
-        if resent and outcome.WhichOneof("kind") in ("session_expired", "stale", "unauthorized"):
-            raise OutcomeUnknown(request_id, attempts, f"answered {outcome.WhichOneof('kind')} on a retry")
+        (outcome, index), attempts, earlier = self._with_retries(
+            retry_safe, request_id, attempt, mutating=mutating, maybe_delivered=maybe_delivered
+        )
+        # After a send that may have been delivered, only the request's own
+        # reply and a mismatch are definite. Any other refusal (the session
+        # is gone, its record was freed, a table is full, the window moved,
+        # ...) may have been decided without looking at that send: the
+        # outcome is unknown, not "not applied".
+        kind = outcome.WhichOneof("kind")
+        if earlier and kind not in _DEFINITE_AFTER_MAYBE_DELIVERED and (mutating or kind in _FORGETS_THE_PAST):
+            raise OutcomeUnknown(request_id, attempts, f"{earlier}; the last attempt was answered {kind}")
         return outcome, index, attempts
 
     def execute(self, command: pb.Command, idempotency_key: Optional[Bytes] = None) -> Completed:

@@ -197,7 +197,13 @@ class PermissionDenied(OncekvError):
 
 
 class Unreachable(OncekvError):
-    """No node could be reached before anything was sent: not applied."""
+    """No node could be reached, and nothing was sent: no attempt was ever
+    handed to a connection (none became ready before the deadline), or
+    every node that answered promised it proposed nothing. Not applied.
+
+    Never raised for a request that changes state once a send of it may
+    have been delivered, in this call or, as ``maybe_delivered=True`` says,
+    an earlier one: that is :class:`OutcomeUnknown`."""
 
     def __init__(self, reason: str):
         self.reason = reason
@@ -214,13 +220,35 @@ class ConfigError(OncekvError, ValueError):
 
 class OutcomeUnknown(OncekvError):
     """No definite answer: the request may or may not have applied (and may
-    still apply). Raised when the deadline passes after an attempt that may
-    have reached the cluster, when a plain (not deduplicated) mutation may
-    have been sent and failed, and when, after such an attempt, a retry is
-    answered by a refusal that forgets the past (``SessionExpired``,
-    ``Stale``, ``Unauthorized``). Retry a session request with the same
-    sequence number (:meth:`Session.execute_seq`) or a one-shot request with
-    the same idempotency key to learn its outcome."""
+    still apply).
+
+    A send may have been delivered when a call was made on a ready
+    connection and failed without a typed promise that nothing was
+    proposed (a reset, a closed connection, a deadline, an unexpected
+    answer). Raised when:
+
+    * a plain (not deduplicated) mutation may have been sent: it is never
+      sent again;
+    * the deadline passes after a send that may have been delivered;
+    * a request that changes state had a send that may have been
+      delivered, in this call or in an earlier one (``maybe_delivered=True``
+      to :meth:`Session.execute_seq`, :meth:`Session.txn_seq` or
+      :meth:`Client.execute_request`), and the call then ends with anything
+      but the request's reply (applied or replayed, an application-level
+      rejection included) or :class:`RequestMismatch`: an error
+      (:class:`Unreachable`, :class:`Unauthenticated`,
+      :class:`PermissionDenied`, :class:`Invalid`, a failed login, still
+      :class:`Overloaded` at the deadline) or a refusal
+      (``SessionExpired``, ``Stale``, ``Unauthorized``, ``SequenceGap``,
+      ``Malformed``, ``Overloaded``, ``PermissionDenied``), none of which
+      says anything about that send.
+
+    ``last_error`` says why it may have applied and what the last attempt
+    answered. To learn the outcome, send the request again under the same
+    id, saying an earlier send may have been delivered: a session request
+    with the same sequence number (:meth:`Session.execute_seq` with
+    ``maybe_delivered=True``), a one-shot request with the same idempotency
+    key (:meth:`Client.execute_request` with ``maybe_delivered=True``)."""
 
     not_applied = False
 

@@ -198,10 +198,28 @@ class Session:
                 self._incomplete.discard(seq)
                 self._slid.notify_all()
 
-    def execute_seq(self, seq: int, command: pb.Command, first_incomplete: Optional[int] = None) -> Completed:
+    def execute_seq(
+        self,
+        seq: int,
+        command: pb.Command,
+        first_incomplete: Optional[int] = None,
+        maybe_delivered: bool = False,
+    ) -> Completed:
         """Sends sequence number ``seq`` exactly, with ``first_incomplete``
-        (default: ``seq``): to retry a specific request by hand."""
-        return self._send(int(seq), int(first_incomplete if first_incomplete is not None else seq), command)
+        (default: ``seq``): to retry a specific request by hand.
+
+        ``maybe_delivered``: an earlier send of ``seq`` with this command may
+        have been delivered (it ended in :class:`OutcomeUnknown`). Then the
+        call returns the request's reply (its original one, ``.replayed``,
+        if it had applied), raises its application-level rejection (a reply
+        too) or :class:`RequestMismatch`, or raises :class:`OutcomeUnknown`
+        again: an unreachable cluster, an expired session, a freed record,
+        a sequence gap or any other refusal says nothing of the earlier
+        send, so none of them is reported as "not applied". Leave it
+        ``False`` only when no earlier send of ``seq`` can have been
+        delivered."""
+        first = int(first_incomplete if first_incomplete is not None else seq)
+        return self._send(int(seq), first, command, maybe_delivered=maybe_delivered)
 
     def _take_seq(self) -> int:
         """Waits until the window has room and takes the next sequence
@@ -218,7 +236,9 @@ class Session:
                     return following
                 self._slid.wait()
 
-    def _send(self, seq: int, first_incomplete: Optional[int], command: pb.Command) -> Completed:
+    def _send(
+        self, seq: int, first_incomplete: Optional[int], command: pb.Command, maybe_delivered: bool = False
+    ) -> Completed:
         if first_incomplete is None:
             with self._slid:
                 lowest = min(self._incomplete) if self._incomplete else seq
@@ -231,7 +251,7 @@ class Session:
             attempt=1,
         )
         request = pb.ExecuteRequest(session=header, command=command)
-        outcome, index, attempts = self.client.execute_request(request)
+        outcome, index, attempts = self.client.execute_request(request, maybe_delivered=maybe_delivered)
         if outcome.WhichOneof("kind") == "session_expired":
             self._expired = True
         return completed(outcome, index, attempts)
@@ -268,10 +288,15 @@ class Session:
         its original result (``.replayed``). See :meth:`Client.txn`."""
         return txn_result(self.execute(txn_command(txn)))
 
-    def txn_seq(self, seq: int, txn, first_incomplete: Optional[int] = None) -> TxnResult:
+    def txn_seq(
+        self, seq: int, txn, first_incomplete: Optional[int] = None, maybe_delivered: bool = False
+    ) -> TxnResult:
         """Sends a transaction as sequence number ``seq`` exactly (to retry
-        one by hand, as :meth:`execute_seq`)."""
-        return txn_result(self.execute_seq(seq, txn_command(txn), first_incomplete))
+        one by hand, as :meth:`execute_seq`, ``maybe_delivered`` included:
+        after an earlier send that may have been delivered, only its result,
+        its rejection or a mismatch is definite; anything else is
+        :class:`OutcomeUnknown`)."""
+        return txn_result(self.execute_seq(seq, txn_command(txn), first_incomplete, maybe_delivered=maybe_delivered))
 
     def get(self, key: Bytes, serializable: bool = False, revision: Optional[int] = None) -> Optional[bytes]:
         """A read (``Read`` call, linearizable unless ``serializable``)."""

@@ -23,10 +23,15 @@ def test_a_leader_killed_during_a_session_of_increments_gives_exactly_one_to_n(m
     with Client(cluster.endpoints, timeout=30, attempt_timeout=2) as client:
         session = client.open_session()
         values, attempts, errors = [], [], []
+        killed = threading.Event()
 
         def run():
             try:
-                for _ in range(N):
+                for i in range(N):
+                    if i == N // 3:
+                        # The kill comes here, in the middle, however fast
+                        # the increments run.
+                        assert killed.wait(30), "the leader was not killed within 30 s"
                     result = session.incr("counter")
                     attempts.append(result.attempts)
                     values.append(result.value)
@@ -37,6 +42,7 @@ def test_a_leader_killed_during_a_session_of_increments_gives_exactly_one_to_n(m
         worker.start()
         eventually(lambda: len(values) >= N // 3 or errors, 30, "a third of the increments")
         leader.kill()
+        killed.set()
         worker.join(timeout=120)
         assert not worker.is_alive(), "the increments did not finish in 120 s"
         assert errors == [], cluster.logs()

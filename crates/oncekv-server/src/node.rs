@@ -311,33 +311,17 @@ impl Node {
         let waits = answers.into_iter().map(|answer| async move {
             match answer {
                 Answer::Now(result) => result,
-                Answer::Later(receiver) => match wait_for(receiver, deadline).await {
-                    Some(result) => result,
-                    None => Err(WriteError::Unavailable(format!(
-                        "not applied within {} ms; it may still apply",
-                        deadline.as_millis()
-                    ))),
-                },
+                Answer::Later(receiver) => wait_for(receiver, deadline).await,
             }
         });
         futures_util::future::join_all(waits).await
     }
 
-    /// Where to send what only the leader carries out, unless this node
-    /// leads.
+    /// Why this node does not carry out what only the leader carries out,
+    /// unless it leads: where to go instead, or, once its consensus has
+    /// stopped, that it is unavailable ([`Consensus::leading`]).
     pub fn not_leader(&self) -> Option<WriteError> {
-        let leadership = self.inner.consensus.leadership();
-        (!leadership.is_leader).then(|| self.redirect(leadership))
-    }
-
-    /// The leader `leadership` names, for a caller to go to.
-    fn redirect(&self, leadership: crate::raft::consensus::Leadership) -> WriteError {
-        WriteError::NotLeader {
-            leader_id: leadership.leader_id,
-            leader: leadership
-                .leader_id
-                .and_then(|id| self.inner.consensus.member(id)),
-        }
+        self.inner.consensus.leading().err()
     }
 
     /// Refuses before proposing what the state machine would refuse
@@ -363,14 +347,16 @@ impl Node {
     ) {
         let (requests, in_flight): (Vec<Request>, Vec<InFlightRequest>) =
             requests.into_iter().unzip();
-        let leadership = self.inner.consensus.leadership();
-        if !leadership.is_leader {
-            let not_leader = self.redirect(leadership);
-            for request in &in_flight {
-                self.answer(request, Err(not_leader.clone()), None);
+        // Refused here, nothing reaches openraft: "not the leader" is true.
+        let leadership = match self.inner.consensus.leading() {
+            Ok(leadership) => leadership,
+            Err(refused) => {
+                for request in &in_flight {
+                    self.answer(request, Err(refused.clone()), None);
+                }
+                return;
             }
-            return;
-        }
+        };
         // What the leader stamps on an entry, in one place: its cluster
         // time, who sent it, a new session's secret and a new token key.
         let applied_time = self.inner.consensus.cluster_time();
@@ -536,15 +522,7 @@ impl Node {
     /// lock is held only to copy, the snapshot bytes are made off the async
     /// threads, one backup or digest at a time.
     pub async fn backup(&self) -> Result<crate::backup::Backup, WriteError> {
-        let leadership = self.inner.consensus.leadership();
-        if !leadership.is_leader {
-            return Err(WriteError::NotLeader {
-                leader_id: leadership.leader_id,
-                leader: leadership
-                    .leader_id
-                    .and_then(|id| self.inner.consensus.member(id)),
-            });
-        }
+        self.inner.consensus.leading()?;
         self.inner.consensus.read_barrier().await?;
         let _one_at_a_time = self.inner.digesting.lock().await;
         let copy = self.inner.consensus.state_copy();
@@ -577,15 +555,25 @@ impl Node {
     }
 }
 
-/// Waits up to `deadline` for an in-flight result; `None` if it did not
-/// come (timed out, or its proposer went away).
+/// Waits up to `deadline` for an in-flight result. One that does not come
+/// (timed out, or its proposer went away, dropping the sender) is
+/// unavailable: the request may have been appended and may still apply.
 async fn wait_for(
     mut receiver: watch::Receiver<InFlightResult>,
     deadline: Duration,
-) -> Option<Result<Executed, WriteError>> {
+) -> Result<Executed, WriteError> {
     let waited = tokio::time::timeout(deadline, receiver.wait_for(Option::is_some)).await;
+    let unknown = |why: String| {
+        Err(WriteError::Unavailable(format!(
+            "{why}; it may still apply"
+        )))
+    };
     match waited {
-        Ok(Ok(value)) => value.clone(),
-        _ => None,
+        Ok(Ok(value)) => match value.clone() {
+            Some(result) => result,
+            None => unknown("no answer".to_string()),
+        },
+        Ok(Err(_)) => unknown("its proposer went away before answering".to_string()),
+        Err(_) => unknown(format!("not applied within {} ms", deadline.as_millis())),
     }
 }

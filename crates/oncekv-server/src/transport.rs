@@ -43,11 +43,11 @@ use tower::ServiceBuilder;
 use tower::layer::Layer;
 use tower::limit::GlobalConcurrencyLimitLayer;
 
-/// The metadata key marking a request refused because the server was full:
-/// its value names what was full ([`IN_FLIGHT`], [`CONNECTIONS`], or
-/// `snapshot` for a peer snapshot while another is received). Such a
-/// request was not handled at all.
-pub const OVERLOADED_METADATA: &str = "oncekv-overloaded";
+/// The metadata key marking a request refused because the server was full
+/// (the wire contract's): its value names what was full ([`IN_FLIGHT`],
+/// [`CONNECTIONS`], or `snapshot` for a peer snapshot while another is
+/// received). Such a request was not handled at all.
+pub use oncekv_proto::OVERLOADED_METADATA;
 
 /// What was full when a request is shed for the in-flight cap.
 pub const IN_FLIGHT: &str = "in-flight";

@@ -3,12 +3,38 @@
 //! turned into the one wire `Failure` here ([`KvService::failure`]); a
 //! request shed before it was proposed is a gRPC status instead, as load
 //! shed by the transport is.
+//!
+//! # What each answer promises
+//!
+//! A client takes "not leader", "no leader" and "shed" for *not proposed*
+//! (safe to report "not applied", and to send elsewhere), and
+//! "unavailable" for *may have been proposed*. So the first three are
+//! given only where the node knows nothing reached openraft; wherever it
+//! cannot know, the answer is "unavailable".
+//!
+//! | answer | given when | why it is true |
+//! |---|---|---|
+//! | `NotLeader` (redirect) / `NoLeader` (no leader known) | `WriteError::NotLeader`: [`Consensus::leading`](crate::raft::consensus::Consensus::leading) found this node not leading, before the request was handed to openraft (`Node::propose`, a whole batch at once; a follower that cannot yet authenticate the caller; a backup; the start of a membership change) | nothing was handed to openraft |
+//! | the same | openraft answered `ForwardToLeader` to a write (`client_write_many`, one message for a whole batch) or to `add_learner` | openraft 0.10.0-alpha.37's `RaftCore::write_entries` (and `change_membership`) refuse every entry of the message before `leader_append_entries` gives any a log id; after appending, a lost entry is `LogEntryDiscarded` instead (below) |
+//! | `Shed` (`Execute`: RESOURCE_EXHAUSTED with `oncekv-overloaded`; `ExecuteBatch`: `Failure.shed` in that request's place) | `WriteError::Overloaded`: a session open over the node's rate, in `Node::refuse_early` | refused before the request is registered in flight or proposed |
+//! | RESOURCE_EXHAUSTED with `oncekv-overloaded: in-flight` or `connections` | the transport's caps ([`crate::transport`]) | the load-shed layer refuses before the service is called; a refused connection is served by a server with no routes |
+//! | `Unavailable` | an appended entry discarded by a leader change (`LogEntryDiscarded`); consensus stopping while a request was in flight (shut down, or a failed log write or fsync: the responders are dropped, `Fatal::Stopped`), every request of a batch left unanswered then included; no answer within the propose timeout; the proposer dropping a request's sender; an entry applied without an outcome; consensus already stopped when the request came (`Consensus::leading`: its frozen view of leadership may name this very node); a membership change failing after part of it may be in the log (after the learner's entry, or inside a voter change, whose `ForwardToLeader` may come from its second entry); hashing a user's password failing (before proposing: merely cautious) | it says "may have been proposed", which is never false |
+//! | `Invalid`, `Unauthenticated`, `PermissionDenied` | checks before proposing: decoding, `Limits::check_request`, an empty password, credentials, the admin role, a new member failing its TLS probe (`Refused`) | refused before proposing; not retried |
+//!
+//! Every request of a batch gets its own answer: refused early at its
+//! place, a retry joined to its in-flight twin with what that twin's
+//! entry decided (a twin refused as "not leader" was never handed to
+//! openraft either), and the rest exactly once each from
+//! `Consensus::write_many`, "unavailable" for any left when consensus
+//! stops. Reads and logins propose nothing, so their "not leader" is
+//! always true.
 
 use crate::auth::Credentials;
 use crate::node::Node;
 use crate::raft::consensus::WriteError;
 use crate::watch::{PROGRESS_INTERVAL_DEFAULT, WatchMessage, WatchSpec};
 use futures_util::StreamExt;
+use oncekv_proto::BATCH_REQUESTS_MAX;
 use oncekv_proto::convert::{self, CallFailure, failure_to_wire, outcome_to_wire, reply_to_wire};
 use oncekv_proto::v1::kv_server::Kv;
 use oncekv_proto::v1::{
@@ -201,9 +227,6 @@ fn sha256(bytes: &[u8]) -> Vec<u8> {
 fn invalid(reason: impl Into<String>) -> Failure {
     failure_to_wire(CallFailure::Invalid(reason.into()))
 }
-
-/// Most requests in one `ExecuteBatch` call.
-pub const BATCH_REQUESTS_MAX: usize = 256;
 
 /// Bytes per `data` chunk of a streamed snapshot.
 const SNAPSHOT_CHUNK_BYTES: usize = 1024 * 1024;

@@ -94,7 +94,11 @@ impl Default for ConsensusOptions {
 /// Why a write or a read barrier did not complete.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum WriteError {
-    /// This node is not the leader; the leader, if known, is given.
+    /// This node is not the leader; the leader, if known, is given. Given
+    /// only when nothing was handed to openraft, or openraft refused it
+    /// before appending (`ForwardToLeader`): clients take it for "not
+    /// proposed". What each answer promises on the wire is tabled in
+    /// `grpc::kv_service`.
     #[error("not the leader")]
     NotLeader {
         /// The leader's id, if known.
@@ -103,7 +107,9 @@ pub enum WriteError {
         leader: Option<NodeInfo>,
     },
     /// Consensus cannot serve now (shutting down, no quorum, storage
-    /// failure); the caller may retry.
+    /// failure), or the outcome is unknown: the request may have been
+    /// proposed and may still apply. The answer whenever the node cannot
+    /// know.
     #[error("unavailable: {0}")]
     Unavailable(String),
     /// Refused before proposing: whatever the state, the state machine
@@ -221,11 +227,34 @@ fn client_write_error(error: ClientWriteError<TypeConfig>) -> WriteError {
     }
 }
 
-/// What a failed membership change tells its caller.
+/// What a failed membership write tells its caller, when it is the first
+/// write of the change and a single entry: openraft answers
+/// `ForwardToLeader` only before appending it.
 fn write_error(error: RaftError<TypeConfig, ClientWriteError<TypeConfig>>) -> WriteError {
     match error {
         RaftError::APIError(error) => client_write_error(error),
         RaftError::Fatal(fatal) => WriteError::Unavailable(fatal.to_string()),
+    }
+}
+
+/// What a failed membership write tells its caller once part of the
+/// change may already be in the log: an earlier write of the change, or
+/// the joint entry openraft appends before the uniform one of a voter
+/// change (its `ForwardToLeader` may come from the second entry, after the
+/// first committed). "Not the leader" would say nothing was proposed, so it
+/// becomes "unavailable": the change may be partly made.
+fn write_error_after_proposing(
+    error: RaftError<TypeConfig, ClientWriteError<TypeConfig>>,
+) -> WriteError {
+    match write_error(error) {
+        WriteError::NotLeader { leader_id, .. } => {
+            let leader = leader_id.map_or_else(|| "none known".to_string(), |id| id.to_string());
+            WriteError::Unavailable(format!(
+                "this node stopped leading (leader: {leader}) during the membership change, \
+                 after part of it may have been proposed: it may be partly made; read the members"
+            ))
+        }
+        other => other,
     }
 }
 
@@ -466,6 +495,43 @@ impl Consensus {
         }
     }
 
+    /// Why consensus has stopped on this node (shut down, or stopped by a
+    /// fatal error such as a failed log write), if it has.
+    pub fn stopped(&self) -> Option<String> {
+        let metrics = self.raft.metrics();
+        let metrics = openraft::async_runtime::WatchReceiver::borrow_watched(&metrics);
+        match &metrics.running_state {
+            Err(fatal) => Some(fatal.to_string()),
+            Ok(()) if metrics.state == ServerState::Shutdown => {
+                Some("consensus shut down".to_string())
+            }
+            Ok(()) => None,
+        }
+    }
+
+    /// This node's leadership if it leads; otherwise what to tell the
+    /// caller of something only the leader carries out, decided before
+    /// anything is handed to openraft: [`WriteError::NotLeader`] (the
+    /// leader this node knows of, if any), or [`WriteError::Unavailable`]
+    /// once consensus has stopped here. A stopped node's view of leadership
+    /// froze when it stopped (it may name itself), so it sends no one
+    /// anywhere.
+    pub fn leading(&self) -> Result<Leadership, WriteError> {
+        if let Some(why) = self.stopped() {
+            return Err(WriteError::Unavailable(format!(
+                "consensus has stopped on this node ({why}); it carries out no more writes"
+            )));
+        }
+        let leadership = self.leadership();
+        if leadership.is_leader {
+            return Ok(leadership);
+        }
+        Err(WriteError::NotLeader {
+            leader_id: leadership.leader_id,
+            leader: leadership.leader_id.and_then(|id| self.member(id)),
+        })
+    }
+
     /// Leadership as this node sees it now.
     pub fn leadership(&self) -> Leadership {
         let metrics = self.raft.metrics();
@@ -525,8 +591,13 @@ impl Consensus {
     }
 
     /// Adds a node: first as a learner (waiting until it caught up), then
-    /// as a voter.
+    /// as a voter. Only a refusal before the learner's entry was appended
+    /// is [`WriteError::NotLeader`]; a failure after it is
+    /// [`WriteError::Unavailable`] (the node may be a learner already).
     pub async fn add_member(&self, id: NodeId, info: NodeInfo) -> Result<(), WriteError> {
+        self.leading()?;
+        // One entry (a learner changes no quorum, so no joint step):
+        // `ForwardToLeader` here means it was not appended.
         self.raft
             .add_learner(id, info, true)
             .await
@@ -535,21 +606,25 @@ impl Consensus {
         self.raft
             .change_membership(ChangeMembers::AddVoterIds(voters), false)
             .await
-            .map_err(write_error)?;
+            .map_err(write_error_after_proposing)?;
         Ok(())
     }
 
-    /// Removes a node from the cluster.
+    /// Removes a node from the cluster. Only a refusal before anything was
+    /// handed to openraft is [`WriteError::NotLeader`]: removing a voter
+    /// is two entries (joint, then uniform), and openraft's
+    /// `ForwardToLeader` does not say which of them it refused.
     pub async fn remove_member(&self, id: NodeId) -> Result<(), WriteError> {
+        self.leading()?;
         let ids: BTreeSet<NodeId> = [id].into();
         self.raft
             .change_membership(ChangeMembers::RemoveVoters(ids.clone()), false)
             .await
-            .map_err(write_error)?;
+            .map_err(write_error_after_proposing)?;
         self.raft
             .change_membership(ChangeMembers::RemoveNodes(ids), false)
             .await
-            .map_err(write_error)?;
+            .map_err(write_error_after_proposing)?;
         Ok(())
     }
 
@@ -571,5 +646,64 @@ impl Consensus {
     /// Stops consensus.
     pub async fn shutdown(&self) {
         let _ = self.raft.shutdown().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use openraft::error::ForwardToLeader;
+
+    fn leader_two() -> NodeInfo {
+        NodeInfo {
+            peer_address: "127.0.0.1:2".to_string(),
+            client_address: "127.0.0.1:3".to_string(),
+        }
+    }
+
+    fn refused(forward: ForwardToLeader<TypeConfig>) -> ClientWriteError<TypeConfig> {
+        ClientWriteError::ForwardToLeader(forward)
+    }
+
+    #[test]
+    fn only_a_refusal_before_appending_is_not_the_leader() {
+        assert_eq!(
+            client_write_error(refused(ForwardToLeader::new(2, leader_two()))),
+            WriteError::NotLeader {
+                leader_id: Some(2),
+                leader: Some(leader_two()),
+            }
+        );
+        assert_eq!(
+            client_write_error(refused(ForwardToLeader::empty())),
+            WriteError::NotLeader {
+                leader_id: None,
+                leader: None,
+            }
+        );
+        // Appended, then discarded by a leader change: it may still commit.
+        let discarded = client_write_error(ClientWriteError::LogEntryDiscarded(
+            ForwardToLeader::new(2, leader_two()),
+        ));
+        assert!(
+            matches!(discarded, WriteError::Unavailable(_)),
+            "{discarded:?}"
+        );
+    }
+
+    #[test]
+    fn a_membership_change_refused_after_part_of_it_was_proposed_is_unavailable() {
+        for forward in [
+            ForwardToLeader::new(2, leader_two()),
+            ForwardToLeader::empty(),
+        ] {
+            let first = write_error(RaftError::APIError(refused(forward.clone())));
+            assert!(matches!(first, WriteError::NotLeader { .. }), "{first:?}");
+            let later = write_error_after_proposing(RaftError::APIError(refused(forward)));
+            assert!(matches!(later, WriteError::Unavailable(_)), "{later:?}");
+        }
+        let stopped =
+            write_error_after_proposing(RaftError::Fatal(openraft::error::Fatal::Stopped));
+        assert!(matches!(stopped, WriteError::Unavailable(_)), "{stopped:?}");
     }
 }

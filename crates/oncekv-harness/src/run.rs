@@ -342,7 +342,7 @@ pub async fn run(config: &RunConfig, progress: &dyn Fn(Progress)) -> Result<RunS
         first_revision,
         workload_options.watchers as u64 + 1,
         &recorder,
-        Duration::from_secs(30),
+        Duration::from_secs(60),
     )
     .await
     .map_err(|e| RunError::Setup(e.to_string()))?;

@@ -2,26 +2,43 @@
 //! sequence of its prefix, in revision order, without gaps or repeats,
 //! across its resumes.
 //!
-//! The ground truth is the run's *reference* watcher of the same prefix:
-//! one read after the faults healed, from a start revision at or before
-//! the watcher's, until a progress notice past the last applied index. A
-//! watcher that started at revision `s` and was given everything through
-//! revision `d` (its last change or progress notice) must have been given
-//! exactly the reference's changes with revisions in `s..=d`, in the same
-//! order: a change missing is a gap, one given twice a repeat, one not in
-//! the reference an invention, and a change with another value or kind a
-//! corruption. A watcher told `Compacted` is wrong when the reference,
-//! which started no later, read those revisions afterwards. The reference
-//! itself must agree with the final values read after the run (the last
-//! change of each key is its final state).
+//! A watcher that started at revision `s` and was given everything
+//! through revision `d` (its last change or progress notice) must have
+//! been given exactly the committed changes with revisions in `s..=d`, in
+//! revision order: a change missing is a gap, one given twice a repeat,
+//! one not committed an invention, and a change with another value or kind
+//! a corruption.
 //!
-//! No reference for a prefix that was watched leaves the checker
-//! `Undecided`, never a pass.
+//! The committed changes come from two references:
+//!
+//! * the *reference read*: a watch of the prefix from the healed cluster
+//!   after the run, covering the revisions from its start through the last
+//!   it was given everything through (whether it got to the end or not);
+//!   one that did get to the end must agree with the final values read
+//!   after the run (the last change of each key is its final state);
+//! * the *acknowledged writes* (`acknowledged`): the changes the recorded
+//!   operations place by the log index each answer names, covering every
+//!   revision but those where an operation may have changed the prefix
+//!   unplaced (an unknown outcome, say); they serve only if they follow
+//!   each key from absent to its final value, each change agreeing with
+//!   its reply.
+//!
+//! A revision the read covers is judged by the read, any other by the
+//! acknowledged writes; where both cover a revision they must agree. So a
+//! read cut short (by a failure, or a history compacted under it) is
+//! completed by the record, and a run whose read failed is still judged. A
+//! revision a watcher was given that neither covers leaves it
+//! `Undecided`, never a pass. A watcher told `Compacted` is wrong when a
+//! reference read, after the run, read that revision; when the read too
+//! found the history compacted past it, it is right; with no read to tell,
+//! it is `Undecided`.
 
 use super::{CheckerVerdict, Status};
 use crate::record::{Bytes, Record, WatchEnd, WatchKind, WatchRecord, WatchSeen, WatcherId};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+
+mod acknowledged;
 
 /// One change, as compared: revision, key, kind, value.
 type Change = (u64, Bytes, WatchKind, Option<Bytes>);
@@ -88,6 +105,14 @@ pub enum WatchViolation {
         /// The error.
         detail: String,
     },
+    /// The reference read and the acknowledged writes disagree on a
+    /// change at a revision both cover.
+    ReadDisagrees {
+        /// The revision.
+        revision: u64,
+        /// The key changed (by one of them).
+        key: Bytes,
+    },
     /// The reference's last change of a key contradicts its final value.
     ReferenceDisagrees {
         /// The key.
@@ -139,6 +164,10 @@ impl fmt::Display for WatchViolation {
                 "watcher {watcher} was told the history is compacted to {compacted}, but it was not"
             ),
             Self::Failed { watcher, detail } => write!(f, "watcher {watcher} failed: {detail}"),
+            Self::ReadDisagrees { revision, key } => write!(
+                f,
+                "the reference read and the acknowledged writes disagree on the change of {key} at revision {revision}"
+            ),
             Self::ReferenceDisagrees {
                 key,
                 final_value,
@@ -162,38 +191,62 @@ fn show(value: &Option<Bytes>) -> String {
 /// What the checker could not decide.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WatchUndecided {
-    /// No complete reference of the watcher's prefix from its start.
-    NoReference {
+    /// Revisions the watcher was given that neither the reference read
+    /// nor the acknowledged writes cover.
+    Uncovered {
         /// The watcher.
         watcher: WatcherId,
         /// Its prefix.
         prefix: Bytes,
+        /// The first revision not covered.
+        from: u64,
+        /// The last.
+        through: u64,
     },
-    /// The watcher was given revisions past the reference's end.
-    PastReference {
+    /// Why the acknowledged writes could not stand in where the read did
+    /// not reach.
+    AcknowledgedRefuted {
+        /// The prefix.
+        prefix: Bytes,
+        /// Why.
+        reason: String,
+    },
+    /// Told its revision was compacted, and no reference read shows
+    /// whether it was.
+    CompactionUnconfirmed {
         /// The watcher.
         watcher: WatcherId,
-        /// Its last revision.
-        delivered_through: u64,
-        /// The reference's.
-        reference_through: u64,
+        /// The compacted revision it was told.
+        compacted: u64,
     },
 }
 
 impl fmt::Display for WatchUndecided {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::NoReference { watcher, prefix } => write!(
-                f,
-                "watcher {watcher}: no complete reference read of {prefix} to judge it by"
-            ),
-            Self::PastReference {
+            Self::Uncovered {
                 watcher,
-                delivered_through,
-                reference_through,
-            } => write!(
+                prefix,
+                from,
+                through,
+            } => {
+                let range = if *through == u64::MAX {
+                    format!("{from} on")
+                } else {
+                    format!("{from}..={through}")
+                };
+                write!(
+                    f,
+                    "watcher {watcher}: revisions {range} of {prefix} are covered neither by the reference read nor by the acknowledged writes"
+                )
+            }
+            Self::AcknowledgedRefuted { prefix, reason } => write!(
                 f,
-                "watcher {watcher} reached revision {delivered_through}, the reference only {reference_through}"
+                "the acknowledged writes of {prefix} cannot serve as a reference: {reason}"
+            ),
+            Self::CompactionUnconfirmed { watcher, compacted } => write!(
+                f,
+                "watcher {watcher} was told the history is compacted to {compacted}, and no reference read shows whether it was"
             ),
         }
     }
@@ -206,8 +259,11 @@ pub struct WatchesVerdict {
     pub watchers: usize,
     /// Changes they were given.
     pub changes: usize,
-    /// Changes in the references.
+    /// Committed changes the references hold.
     pub reference_changes: usize,
+    /// Of them, those only the acknowledged writes gave (where no
+    /// reference read reached).
+    pub acknowledged_changes: usize,
     /// Violations found.
     pub violations: Vec<WatchViolation>,
     /// What could not be decided.
@@ -224,10 +280,16 @@ impl CheckerVerdict for WatchesVerdict {
     }
 
     fn headline(&self) -> String {
-        let scope = format!(
+        let mut scope = format!(
             "{} watcher(s) given {} change(s), against {} committed change(s)",
             self.watchers, self.changes, self.reference_changes
         );
+        if self.acknowledged_changes > 0 {
+            scope.push_str(&format!(
+                ", {} of them from the acknowledged writes",
+                self.acknowledged_changes
+            ));
+        }
         match self.status() {
             Status::Pass if self.watchers == 0 => "no watchers recorded".to_owned(),
             Status::Pass => format!("every watcher saw the committed sequence: {scope}"),
@@ -251,35 +313,216 @@ impl fmt::Display for WatchesVerdict {
     }
 }
 
-/// Checks every watcher of `record` against its prefix's reference.
+/// Checks every watcher of `record` against its prefix's references.
 pub fn check(record: &Record) -> WatchesVerdict {
     let mut verdict = WatchesVerdict::default();
-    let references: Vec<&WatchRecord> = record
-        .watches
-        .values()
-        .filter(|w| w.reference && w.end == Some(WatchEnd::Stopped))
-        .collect();
-    for reference in &references {
-        verdict.reference_changes += reference.events.len();
-        check_reference(reference, record, &mut verdict);
-    }
-    for watch in record.watches.values().filter(|w| !w.reference) {
-        verdict.watchers += 1;
-        verdict.changes += watch.events.len();
-        let reference = references
-            .iter()
-            .filter(|r| r.prefix == watch.prefix && r.start_revision <= watch.start_revision)
-            .max_by_key(|r| r.delivered_through);
-        let Some(reference) = reference else {
-            verdict.undecided.push(WatchUndecided::NoReference {
-                watcher: watch.watcher,
-                prefix: watch.prefix.clone(),
-            });
-            continue;
-        };
-        check_watcher(watch, reference, &mut verdict);
+    let prefixes: BTreeSet<&Bytes> = record.watches.values().map(|w| &w.prefix).collect();
+    for prefix in prefixes {
+        let reference = Reference::new(record, prefix, &mut verdict);
+        let mut uncovered = false;
+        for watch in record
+            .watches
+            .values()
+            .filter(|w| !w.reference && w.prefix == *prefix)
+        {
+            verdict.watchers += 1;
+            verdict.changes += watch.events.len();
+            uncovered |= check_watcher(watch, &reference, &mut verdict);
+        }
+        if uncovered {
+            for reason in &reference.refuted {
+                verdict.undecided.push(WatchUndecided::AcknowledgedRefuted {
+                    prefix: prefix.clone(),
+                    reason: reason.clone(),
+                });
+            }
+        }
     }
     verdict
+}
+
+/// Revision ranges (inclusive), sorted and disjoint once normalized.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Revisions(Vec<(u64, u64)>);
+
+impl Revisions {
+    /// Adds `from..=through` (call [`Revisions::normalize`] before asking).
+    fn insert(&mut self, from: u64, through: u64) {
+        if from <= through {
+            self.0.push((from, through));
+        }
+    }
+
+    /// Sorts and merges the ranges.
+    fn normalize(&mut self) {
+        self.0.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(self.0.len());
+        for &(from, through) in &self.0 {
+            match merged.last_mut() {
+                Some(last) if from <= last.1.saturating_add(1) => last.1 = last.1.max(through),
+                _ => merged.push((from, through)),
+            }
+        }
+        self.0 = merged;
+    }
+
+    fn contains(&self, revision: u64) -> bool {
+        let after = self.0.partition_point(|(from, _)| *from <= revision);
+        after
+            .checked_sub(1)
+            .and_then(|i| self.0.get(i))
+            .is_some_and(|(_, through)| revision <= *through)
+    }
+
+    /// The parts of `from..=through` these ranges hold.
+    fn within(&self, from: u64, through: u64) -> Vec<(u64, u64)> {
+        self.0
+            .iter()
+            .filter(|(a, b)| *a <= through && *b >= from)
+            .map(|(a, b)| ((*a).max(from), (*b).min(through)))
+            .collect()
+    }
+
+    /// The parts of `from..=through` these ranges do not hold.
+    fn gaps(&self, from: u64, through: u64) -> Vec<(u64, u64)> {
+        let mut gaps = Vec::new();
+        let mut next = from;
+        for (a, b) in self.within(from, through) {
+            if a > next {
+                gaps.push((next, a - 1));
+            }
+            next = b.saturating_add(1);
+            if b == u64::MAX {
+                return gaps;
+            }
+        }
+        if next <= through {
+            gaps.push((next, through));
+        }
+        gaps
+    }
+}
+
+/// The committed changes of one prefix, as far as the references cover.
+struct Reference {
+    /// What the reference reads cover.
+    read: Revisions,
+    /// The reference reads, as (start, through).
+    reads: Vec<(u64, u64)>,
+    /// What the acknowledged writes do not cover (`None`: they do not
+    /// serve at all).
+    unknown: Option<Revisions>,
+    /// The committed changes at covered revisions.
+    changes: BTreeMap<u64, Vec<Change>>,
+    /// Why the acknowledged writes do not serve.
+    refuted: Vec<String>,
+}
+
+impl Reference {
+    fn new(record: &Record, prefix: &Bytes, verdict: &mut WatchesVerdict) -> Reference {
+        let mut reference = Reference {
+            read: Revisions::default(),
+            reads: Vec::new(),
+            unknown: None,
+            changes: BTreeMap::new(),
+            refuted: Vec::new(),
+        };
+        for read in record
+            .watches
+            .values()
+            .filter(|w| w.reference && w.prefix == *prefix)
+        {
+            if read.end == Some(WatchEnd::Stopped) {
+                check_reference(read, record, verdict);
+            }
+            let (start, through) = (read.start_revision, read.delivered_through);
+            if through < start {
+                continue;
+            }
+            // A revision an earlier read covers is judged by that one.
+            for seen in &read.events {
+                if (start..=through).contains(&seen.revision)
+                    && !reference.read.contains(seen.revision)
+                {
+                    reference
+                        .changes
+                        .entry(seen.revision)
+                        .or_default()
+                        .push(change(seen));
+                }
+            }
+            reference.reads.push((start, through));
+            reference.read.insert(start, through);
+            reference.read.normalize();
+        }
+        let acknowledged = acknowledged::derive(record, prefix);
+        if acknowledged.refuted.is_empty() {
+            reference.cross_check(&acknowledged, verdict);
+            for (revision, changes) in &acknowledged.changes {
+                if !reference.read.contains(*revision) && !acknowledged.unknown.contains(*revision)
+                {
+                    verdict.acknowledged_changes += changes.len();
+                    reference
+                        .changes
+                        .entry(*revision)
+                        .or_default()
+                        .extend(changes.iter().cloned());
+                }
+            }
+            reference.unknown = Some(acknowledged.unknown);
+        } else {
+            reference.refuted = acknowledged.refuted;
+        }
+        verdict.reference_changes += reference.changes.values().map(Vec::len).sum::<usize>();
+        reference
+    }
+
+    /// The reads' changes against the acknowledged writes wherever both
+    /// cover a revision.
+    fn cross_check(&self, acknowledged: &acknowledged::Acknowledged, verdict: &mut WatchesVerdict) {
+        for &(start, through) in &self.read.0 {
+            let both = |revision: &u64| !acknowledged.unknown.contains(*revision);
+            let read: BTreeSet<&Change> = self
+                .changes
+                .range(start..=through)
+                .filter(|(revision, _)| both(revision))
+                .flat_map(|(_, changes)| changes)
+                .collect();
+            let placed: BTreeSet<&Change> = acknowledged
+                .changes
+                .range(start..=through)
+                .filter(|(revision, _)| both(revision))
+                .flat_map(|(_, changes)| changes)
+                .collect();
+            for (revision, key, _, _) in read.symmetric_difference(&placed) {
+                verdict.violations.push(WatchViolation::ReadDisagrees {
+                    revision: *revision,
+                    key: key.clone(),
+                });
+            }
+        }
+    }
+
+    /// Whether a reference covers `revision`.
+    fn covers(&self, revision: u64) -> bool {
+        self.read.contains(revision)
+            || self
+                .unknown
+                .as_ref()
+                .is_some_and(|unknown| !unknown.contains(revision))
+    }
+
+    /// The parts of `from..=through` no reference covers.
+    fn uncovered(&self, from: u64, through: u64) -> Vec<(u64, u64)> {
+        let unread = self.read.gaps(from, through);
+        match &self.unknown {
+            None => unread,
+            Some(unknown) => unread
+                .into_iter()
+                .flat_map(|(a, b)| unknown.within(a, b))
+                .collect(),
+        }
+    }
 }
 
 /// The reference's final state of each key against the final values.
@@ -313,14 +556,30 @@ fn check_reference(reference: &WatchRecord, record: &Record, verdict: &mut Watch
     }
 }
 
-fn check_watcher(watch: &WatchRecord, reference: &WatchRecord, verdict: &mut WatchesVerdict) {
+/// Judges one watcher; returns whether it was given revisions no
+/// reference covers.
+fn check_watcher(watch: &WatchRecord, reference: &Reference, verdict: &mut WatchesVerdict) -> bool {
     let id = watch.watcher;
     match &watch.end {
         Some(WatchEnd::Compacted { compacted }) => {
-            verdict.violations.push(WatchViolation::FalselyCompacted {
-                watcher: id,
-                compacted: *compacted,
-            })
+            let compacted = *compacted;
+            if reference
+                .reads
+                .iter()
+                .any(|(start, through)| (*start..=*through).contains(&compacted))
+            {
+                verdict.violations.push(WatchViolation::FalselyCompacted {
+                    watcher: id,
+                    compacted,
+                });
+            } else if !reference.reads.iter().any(|(start, _)| *start > compacted) {
+                verdict
+                    .undecided
+                    .push(WatchUndecided::CompactionUnconfirmed {
+                        watcher: id,
+                        compacted,
+                    });
+            }
         }
         Some(WatchEnd::Failed { detail }) => verdict.violations.push(WatchViolation::Failed {
             watcher: id,
@@ -348,29 +607,39 @@ fn check_watcher(watch: &WatchRecord, reference: &WatchRecord, verdict: &mut Wat
             });
         }
     }
-    // Everything given through `through` against the reference's changes
-    // in `start..=through`.
-    let delivered = watch.delivered_through.max(latest);
-    let through = delivered.min(reference.delivered_through);
-    if delivered > reference.delivered_through {
-        verdict.undecided.push(WatchUndecided::PastReference {
+    // Everything given through `through` against the committed changes in
+    // `start..=through`, wherever a reference covers them.
+    let start = watch.start_revision;
+    let through = watch.delivered_through.max(latest);
+    let uncovered = if through >= start {
+        reference.uncovered(start, through)
+    } else {
+        Vec::new()
+    };
+    for &(from, to) in &uncovered {
+        verdict.undecided.push(WatchUndecided::Uncovered {
             watcher: id,
-            delivered_through: delivered,
-            reference_through: reference.delivered_through,
+            prefix: watch.prefix.clone(),
+            from,
+            through: to,
         });
     }
-    let expected: BTreeSet<Change> = reference
+    let expected: BTreeSet<&Change> = if through >= start {
+        reference
+            .changes
+            .range(start..=through)
+            .flat_map(|(_, changes)| changes)
+            .collect()
+    } else {
+        BTreeSet::new()
+    };
+    let got: Vec<Change> = watch
         .events
         .iter()
-        .filter(|s| s.revision >= watch.start_revision && s.revision <= through)
+        .filter(|s| s.revision <= through && reference.covers(s.revision))
         .map(change)
         .collect();
-    let got: BTreeSet<Change> = watch
-        .events
-        .iter()
-        .filter(|s| s.revision <= through)
-        .map(change)
-        .collect();
+    let got: BTreeSet<&Change> = got.iter().collect();
     for (revision, key, _, _) in expected.difference(&got) {
         verdict.violations.push(WatchViolation::Missing {
             watcher: id,
@@ -385,6 +654,7 @@ fn check_watcher(watch: &WatchRecord, reference: &WatchRecord, verdict: &mut Wat
             key: key.clone(),
         });
     }
+    !uncovered.is_empty()
 }
 
 #[cfg(test)]
@@ -477,6 +747,242 @@ mod tests {
     #[test]
     fn no_reference_is_undecided() {
         let r = record(vec![watch(1, 1, false, &[2])], Some("2"));
+        assert_eq!(check(&r).status(), Status::Undecided);
+    }
+
+    use crate::record::{Answer, AttemptResponse, Op, OpRecord, Outcome, Reply, RequestIdentity};
+
+    /// `INCR p/a by 1` as op `id` on session 1, answered `value` at
+    /// `index` when given (`None`: no answer recorded); told the reply
+    /// when `ok`, else of an unknown outcome.
+    fn incr(
+        id: u64,
+        value: i64,
+        index: Option<u64>,
+        ok: bool,
+    ) -> (OpRecord, Option<AttemptResponse>) {
+        let reply = Reply::Incr { value };
+        let request = RequestIdentity::session(1, id);
+        let op = OpRecord {
+            id,
+            client: 1,
+            op: Op::Incr {
+                key: Bytes::from("p/a"),
+                by: 1,
+            },
+            request: request.clone(),
+            invoke_ns: id * 100,
+            complete_ns: Some(id * 100 + 50),
+            attempts: 1,
+            outcome: if ok {
+                Outcome::Ok {
+                    reply: reply.clone(),
+                    canonical: None,
+                }
+            } else {
+                Outcome::Unknown { detail: None }
+            },
+        };
+        let response = index.map(|index| AttemptResponse {
+            at_ns: id * 100 + 40,
+            client: 1,
+            op_id: Some(id),
+            request,
+            attempt: 1,
+            node: None,
+            answer: Answer::Applied {
+                reply,
+                canonical: None,
+                log_index: Some(index),
+            },
+            dropped_after_commit: !ok,
+            batch: 1,
+        });
+        (op, response)
+    }
+
+    /// Four increments of `p/a` (values 1..=4) acknowledged at revisions 3,
+    /// 5, 8 and 9, with its final value, and `watches`.
+    fn acknowledged_run(watches: Vec<WatchRecord>) -> Record {
+        let mut r = record(watches, Some("4"));
+        for (id, (value, index)) in [(1, 3), (2, 5), (3, 8), (4, 9)].into_iter().enumerate() {
+            let (op, response) = incr(id as u64 + 1, value, Some(index), true);
+            r.ops.push(op);
+            r.responses.extend(response);
+        }
+        r
+    }
+
+    /// A watcher given the changes at `revisions` of the run above.
+    fn given(watcher: WatcherId, start: u64, revisions: &[u64]) -> WatchRecord {
+        let value = |revision| match revision {
+            3 => "1",
+            5 => "2",
+            8 => "3",
+            9 => "4",
+            _ => "?",
+        };
+        let mut w = watch(watcher, start, false, &[]);
+        w.events = revisions
+            .iter()
+            .map(|r| seen(watcher, *r, "p/a", value(*r)))
+            .collect();
+        w.delivered_through = 12;
+        w
+    }
+
+    #[test]
+    fn without_a_reference_read_the_acknowledged_writes_judge() {
+        let r = acknowledged_run(vec![given(1, 1, &[3, 5, 8, 9]), given(2, 6, &[8, 9])]);
+        let verdict = check(&r);
+        assert_eq!(verdict.status(), Status::Pass, "{verdict}");
+        assert_eq!(verdict.acknowledged_changes, 4);
+
+        let gap = acknowledged_run(vec![given(1, 1, &[3, 8, 9])]);
+        let text = check(&gap).to_string();
+        assert!(
+            text.contains("watcher 1 missed the change of p/a at revision 5"),
+            "{text}"
+        );
+
+        let repeat = acknowledged_run(vec![given(1, 1, &[3, 5, 5, 8, 9])]);
+        let text = check(&repeat).to_string();
+        assert!(text.contains("at revision 5 twice"), "{text}");
+    }
+
+    #[test]
+    fn a_reference_read_cut_short_is_completed_by_the_acknowledged_writes() {
+        // The read got through revision 6 only, and failed.
+        let mut read = given(9, 1, &[3, 5]);
+        read.reference = true;
+        read.delivered_through = 6;
+        read.end = Some(WatchEnd::Failed {
+            detail: "cut short".into(),
+        });
+        let r = acknowledged_run(vec![read.clone(), given(1, 1, &[3, 5, 8, 9])]);
+        let verdict = check(&r);
+        assert_eq!(verdict.status(), Status::Pass, "{verdict}");
+        assert_eq!(verdict.acknowledged_changes, 2);
+
+        let gap = acknowledged_run(vec![read.clone(), given(1, 1, &[3, 5, 9])]);
+        let text = check(&gap).to_string();
+        assert!(
+            text.contains("watcher 1 missed the change of p/a at revision 8"),
+            "{text}"
+        );
+
+        // Where both cover a revision, they must agree.
+        let mut wrong = read;
+        wrong.events[1].value = Some(Bytes::from("7"));
+        let text = check(&acknowledged_run(vec![wrong])).to_string();
+        assert!(
+            text.contains("disagree on the change of p/a at revision 5"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn what_the_record_does_not_place_is_undecided() {
+        // A fifth increment of unknown outcome, never answered: it may have
+        // run anywhere after revision 9 (the highest index answered before
+        // it), so the final value says nothing either.
+        let mut r = acknowledged_run(vec![given(1, 1, &[3, 5, 8, 9, 11])]);
+        r.ops.push(incr(5, 5, None, false).0);
+        r.final_values
+            .insert(Bytes::from("p/a"), Some(Bytes::from("5")));
+        let verdict = check(&r);
+        assert_eq!(verdict.status(), Status::Undecided, "{verdict}");
+        assert!(
+            verdict.to_string().contains("revisions 10..=12"),
+            "{verdict}"
+        );
+        // A gap before it is still a gap.
+        let mut gap = acknowledged_run(vec![given(1, 1, &[3, 8, 9, 11])]);
+        gap.ops.push(incr(5, 5, None, false).0);
+        gap.final_values
+            .insert(Bytes::from("p/a"), Some(Bytes::from("5")));
+        assert_eq!(check(&gap).status(), Status::Fail);
+        // Answered (the reply was dropped after commit), it is placed.
+        let mut placed = acknowledged_run(vec![given(1, 1, &[3, 5, 8, 9, 11])]);
+        let (op, response) = incr(5, 5, Some(11), false);
+        placed.ops.push(op);
+        placed.responses.extend(response);
+        placed
+            .final_values
+            .insert(Bytes::from("p/a"), Some(Bytes::from("5")));
+        let mut watcher = given(1, 1, &[3, 5, 8, 9]);
+        watcher.events.push(seen(1, 11, "p/a", "5"));
+        placed.watches.insert(1, watcher);
+        let verdict = check(&placed);
+        assert_eq!(verdict.status(), Status::Pass, "{verdict}");
+    }
+
+    #[test]
+    fn an_unknown_transfer_whose_token_is_not_in_its_ledger_never_ran() {
+        use crate::record::{Txn, TxnOp};
+        let transfer = |token: &str| {
+            let mut op = incr(5, 5, None, false).0;
+            op.op = Op::Txn(Txn {
+                compares: Vec::new(),
+                success: vec![
+                    TxnOp::Incr {
+                        key: Bytes::from("p/a"),
+                        by: 1,
+                    },
+                    TxnOp::Append {
+                        key: Bytes::from("ledger"),
+                        value: Bytes::from(token),
+                    },
+                ],
+                failure: Vec::new(),
+            });
+            op
+        };
+        let mut r = acknowledged_run(vec![given(1, 1, &[3, 5, 8, 9])]);
+        r.ops.push(transfer("t5;"));
+        r.final_values
+            .insert(Bytes::from("ledger"), Some(Bytes::from("t1;t2;")));
+        let verdict = check(&r);
+        assert_eq!(verdict.status(), Status::Pass, "{verdict}");
+        // In the ledger, it ran somewhere after revision 9.
+        r.final_values
+            .insert(Bytes::from("ledger"), Some(Bytes::from("t1;t5;")));
+        assert_eq!(check(&r).status(), Status::Undecided);
+    }
+
+    #[test]
+    fn acknowledged_writes_that_miss_a_change_do_not_serve() {
+        // The final value counts an increment the record does not hold.
+        let mut r = acknowledged_run(vec![given(1, 1, &[3, 5, 8, 9])]);
+        r.final_values
+            .insert(Bytes::from("p/a"), Some(Bytes::from("5")));
+        let verdict = check(&r);
+        assert_eq!(verdict.status(), Status::Undecided, "{verdict}");
+        assert!(
+            verdict.to_string().contains("its final value is 5"),
+            "{verdict}"
+        );
+        // An increment missing between two others breaks the count.
+        let mut r = acknowledged_run(vec![given(1, 1, &[3, 8, 9])]);
+        r.ops.remove(1);
+        r.responses.remove(1);
+        let verdict = check(&r);
+        assert_eq!(verdict.status(), Status::Undecided, "{verdict}");
+        assert!(verdict.to_string().contains("counted from 2"), "{verdict}");
+    }
+
+    #[test]
+    fn a_compaction_the_reference_read_also_met_is_right() {
+        let mut compacted = given(1, 1, &[]);
+        compacted.delivered_through = 0;
+        compacted.end = Some(WatchEnd::Compacted { compacted: 4 });
+        let mut read = given(9, 6, &[8, 9]);
+        read.reference = true;
+        let r = acknowledged_run(vec![compacted.clone(), read]);
+        let verdict = check(&r);
+        assert_eq!(verdict.status(), Status::Pass, "{verdict}");
+        // With no read to tell, it is undecided.
+        let r = acknowledged_run(vec![compacted]);
         assert_eq!(check(&r).status(), Status::Undecided);
     }
 }

@@ -2,17 +2,34 @@
 //! client port. Clients talk to the proxy; it forwards every call to the
 //! node and, while a [`ReplyFault`] is set, **drops the reply after the
 //! node answered** (the server committed, the client never hears: it times
-//! out and retries), or delays it. [`ClientProxy::reset_connections`]
-//! resets every open client connection (TCP RST).
+//! out and retries), **loses the connection instead of the reply** (the
+//! server committed, then the client's connection breaks as when a node
+//! dies: its attempt ends at once with a transport error), or delays it.
+//! [`ClientProxy::reset_connections`] resets every open client connection.
+//!
+//! Every client connection is served through a `Breakable` stream: once
+//! broken, the gRPC server's reads and writes on it fail, so nothing more
+//! reaches the client and the server drops the connection; over loopback
+//! TCP ([`ClientProxy::start`]) the client's socket is also closed with
+//! linger 0, which sends RST. A connection served from another transport
+//! ([`ClientProxy::serve`], such as a simulated network) is closed by
+//! dropping it. Either way the client sees the connection fail in the
+//! middle of its call, never a refused connect.
 //!
 //! The proxy sees every attempt of every request, so it records each
-//! answer ([`Recorder::response`]), marking those it dropped after commit.
-//! Leader hints name the nodes' real client addresses; the proxy rewrites
-//! them to the matching proxies, so clients never go around the faults.
+//! answer ([`Recorder::response`]), marking those it dropped after commit
+//! (a reply not forwarded, or one whose connection broke before it could
+//! be). Leader hints name the nodes' real client addresses; the proxy
+//! rewrites them to the matching proxies, so clients never go around the
+//! faults. A write the proxy could not deliver because its node refused
+//! the connection is answered as the node answers when it knows no
+//! leader (typed "nothing proposed"), so a client can still tell it from
+//! a request that may have been delivered.
 
 use crate::convert;
 use crate::recorder::Recorder;
 use oncekv_check::record::{Answer, NodeId, RequestIdentity};
+use oncekv_proto::convert::CallFailure;
 use oncekv_proto::v1::kv_client::KvClient;
 use oncekv_proto::v1::kv_server::{Kv, KvServer};
 use oncekv_proto::v1::{
@@ -24,8 +41,10 @@ use oncekv_proto::v1::{
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::HashMap;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -44,6 +63,15 @@ pub enum ReplyFault {
     /// Drop each committed reply with this probability: the client gets
     /// nothing until its attempt times out.
     Drop {
+        /// Between 0 and 1.
+        probability: f64,
+    },
+    /// With this probability, do not forward a committed reply but break
+    /// the client connection it was to go back on: the node applied the
+    /// request, and the client's attempt (and every other call on that
+    /// connection) ends at once with a transport error, as when a node
+    /// dies after answering. The client dials again for its next attempt.
+    LoseConnection {
         /// Between 0 and 1.
         probability: f64,
     },
@@ -73,6 +101,8 @@ struct Shared {
     hints: Arc<HashMap<String, String>>,
     /// Attempts per idempotency key (session requests carry their own).
     key_attempts: Mutex<HashMap<Vec<u8>, u32>>,
+    /// Connections broken by [`ReplyFault::LoseConnection`].
+    connections_lost: AtomicU64,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -135,25 +165,20 @@ impl ClientProxy {
             .connect_timeout(Duration::from_millis(500))
             .tcp_nodelay(true)
             .connect_lazy();
-        let (accepted, incoming) = mpsc::channel::<std::io::Result<Conn>>(64);
-        let incoming = tokio_stream::wrappers::ReceiverStream::new(incoming);
-        let proxy = ClientProxy::serve(
-            listener.address,
-            incoming,
-            node,
-            channel,
-            hints,
-            recorder,
-            seed,
-        );
+        let proxy = ClientProxy::new(listener.address, node, channel, hints, recorder, seed);
+        let (accepted, incoming) = mpsc::channel::<std::io::Result<Breakable<DuplexStream>>>(64);
+        proxy.spawn_server(tokio_stream::wrappers::ReceiverStream::new(incoming));
         tokio::spawn(accept_loop(listener.listener, accepted, proxy.cut.clone()));
         Ok(proxy)
     }
 
     /// Proxies the connections of `incoming` (a transport other than
     /// loopback TCP, such as a simulated network) to the node `node`
-    /// behind `upstream`; clients reach it at `address`.
-    /// [`ClientProxy::reset_connections`] does nothing for these.
+    /// behind `upstream`; clients reach it at `address`. A broken
+    /// connection ([`ReplyFault::LoseConnection`],
+    /// [`ClientProxy::reset_connections`]) is dropped by the proxy's
+    /// server, which closes it the way that transport closes a dropped
+    /// stream.
     pub fn serve<S, IO, E>(
         address: SocketAddr,
         incoming: S,
@@ -165,9 +190,27 @@ impl ClientProxy {
     ) -> ClientProxy
     where
         S: tokio_stream::Stream<Item = Result<IO, E>> + Send + 'static,
-        IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
+        IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
         E: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
     {
+        use tokio_stream::StreamExt;
+        let proxy = ClientProxy::new(address, node, upstream, hints, recorder, seed);
+        let resets = proxy.cut.clone();
+        proxy.spawn_server(
+            incoming
+                .map(move |accepted| accepted.map(|io| Breakable::new(io, Breaker::new(&resets)))),
+        );
+        proxy
+    }
+
+    fn new(
+        address: SocketAddr,
+        node: Option<NodeId>,
+        upstream: Channel,
+        hints: Arc<HashMap<String, String>>,
+        recorder: Arc<Recorder>,
+        seed: u64,
+    ) -> ClientProxy {
         let shared = Arc::new(Shared {
             node,
             upstream: KvClient::new(upstream),
@@ -176,14 +219,24 @@ impl ClientProxy {
             recorder,
             hints,
             key_attempts: Mutex::new(HashMap::new()),
+            connections_lost: AtomicU64::new(0),
         });
         let (cut, _) = watch::channel(0u64);
-        let proxy = ClientProxy {
+        ClientProxy {
             address,
             shared,
             cut: Arc::new(cut),
-        };
-        let service = KvServer::new(Forwarder(proxy.shared.clone()));
+        }
+    }
+
+    /// Serves the proxy's gRPC service on the connections of `incoming`.
+    fn spawn_server<S, IO, E>(&self, incoming: S)
+    where
+        S: tokio_stream::Stream<Item = Result<Breakable<IO>, E>> + Send + 'static,
+        IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        E: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
+    {
+        let service = KvServer::new(Forwarder(self.shared.clone()));
         tokio::spawn(async move {
             if let Err(error) = tonic::transport::Server::builder()
                 .add_service(service)
@@ -193,7 +246,6 @@ impl ClientProxy {
                 eprintln!("client proxy stopped: {error}");
             }
         });
-        proxy
     }
 
     /// Where clients connect.
@@ -210,15 +262,23 @@ impl ClientProxy {
     pub fn reset_connections(&self) {
         self.cut.send_modify(|epoch| *epoch += 1);
     }
+
+    /// How many client connections [`ReplyFault::LoseConnection`] has
+    /// broken so far (each once, however many of its calls' replies were
+    /// lost with it).
+    pub fn connections_lost(&self) -> u64 {
+        self.shared.connections_lost.load(Ordering::Relaxed)
+    }
 }
 
 /// Accepts client connections and splices each to an in-memory stream
-/// that the gRPC server reads; a reset drops the client's socket with
-/// linger 0, which sends RST.
+/// that the gRPC server reads; when the connection is broken (alone, or
+/// all of them by a reset) the client's socket is dropped with linger 0,
+/// which sends RST.
 async fn accept_loop(
     listener: TcpListener,
-    accepted: mpsc::Sender<std::io::Result<Conn>>,
-    cut: Arc<watch::Sender<u64>>,
+    accepted: mpsc::Sender<std::io::Result<Breakable<DuplexStream>>>,
+    resets: Arc<watch::Sender<u64>>,
 ) {
     loop {
         let Ok((mut socket, _)) = listener.accept().await else {
@@ -226,14 +286,18 @@ async fn accept_loop(
         };
         let _ = socket.set_nodelay(true);
         let (mut outer, inner) = tokio::io::duplex(256 * 1024);
-        if accepted.send(Ok(Conn(inner))).await.is_err() {
+        let breaker = Breaker::new(&resets);
+        if accepted
+            .send(Ok(Breakable::new(inner, breaker.clone())))
+            .await
+            .is_err()
+        {
             return;
         }
-        let mut cut = cut.subscribe();
         tokio::spawn(async move {
             tokio::select! {
                 _ = tokio::io::copy_bidirectional(&mut socket, &mut outer) => {}
-                _ = cut.changed() => {
+                () = breaker.broken() => {
                     let _ = socket.set_zero_linger();
                 }
             }
@@ -241,52 +305,172 @@ async fn accept_loop(
     }
 }
 
-/// One spliced client connection, as the gRPC server sees it.
-struct Conn(DuplexStream);
-
-impl Connected for Conn {
-    type ConnectInfo = ();
-
-    fn connect_info(&self) -> Self::ConnectInfo {}
+/// The switch of one client connection, which the gRPC server hands to
+/// every call on it (its connect info, in the request's extensions): a
+/// call can break the connection it came in on. A reset of the whole
+/// proxy breaks every connection open at the time.
+#[derive(Clone, Debug)]
+struct Breaker {
+    /// Set once, when this connection is broken.
+    broken: Arc<watch::Sender<bool>>,
+    /// The proxy's reset epoch, as of the connection's start.
+    resets: watch::Receiver<u64>,
 }
 
-impl AsyncRead for Conn {
+impl Breaker {
+    fn new(resets: &watch::Sender<u64>) -> Breaker {
+        Breaker {
+            broken: Arc::new(watch::channel(false).0),
+            resets: resets.subscribe(),
+        }
+    }
+
+    /// Breaks the connection; whether it was whole until now.
+    fn break_now(&self) -> bool {
+        !self.broken.send_replace(true)
+    }
+
+    /// Whether the connection is broken.
+    fn is_broken(&self) -> bool {
+        *self.broken.borrow() || self.resets.has_changed().unwrap_or(false)
+    }
+
+    /// Completes when the connection is broken.
+    async fn broken(self) {
+        let mut broken = self.broken.subscribe();
+        let mut resets = self.resets;
+        tokio::select! {
+            _ = broken.wait_for(|broken| *broken) => {}
+            Ok(()) = resets.changed() => {}
+        }
+    }
+}
+
+/// A client connection as the gRPC server sees it: the transport's stream
+/// until its [`Breaker`] breaks it, then an error on every read and write
+/// (the server gives the connection up, and nothing more is sent on it).
+struct Breakable<IO> {
+    io: IO,
+    breaker: Breaker,
+    broken: Pin<Box<dyn Future<Output = ()> + Send>>,
+    is_broken: bool,
+}
+
+impl<IO> Breakable<IO> {
+    fn new(io: IO, breaker: Breaker) -> Breakable<IO> {
+        Breakable {
+            io,
+            broken: Box::pin(breaker.clone().broken()),
+            breaker,
+            is_broken: false,
+        }
+    }
+
+    /// An error once the connection is broken; else registers for the
+    /// wake-up when it is.
+    fn check(&mut self, cx: &mut Context<'_>) -> std::io::Result<()> {
+        if !self.is_broken && self.broken.as_mut().poll(cx).is_ready() {
+            self.is_broken = true;
+        }
+        if self.is_broken {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::ConnectionReset,
+                "connection broken by the proxy",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl<IO> Connected for Breakable<IO> {
+    type ConnectInfo = Breaker;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.breaker.clone()
+    }
+}
+
+impl<IO: AsyncRead + Unpin> AsyncRead for Breakable<IO> {
     fn poll_read(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.0).poll_read(cx, buf)
+        let this = self.get_mut();
+        if let Err(error) = this.check(cx) {
+            return Poll::Ready(Err(error));
+        }
+        Pin::new(&mut this.io).poll_read(cx, buf)
     }
 }
 
-impl AsyncWrite for Conn {
+impl<IO: AsyncWrite + Unpin> AsyncWrite for Breakable<IO> {
     fn poll_write(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write(cx, buf)
+        let this = self.get_mut();
+        if let Err(error) = this.check(cx) {
+            return Poll::Ready(Err(error));
+        }
+        Pin::new(&mut this.io).poll_write(cx, buf)
     }
 
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.0).poll_flush(cx)
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        if let Err(error) = this.check(cx) {
+            return Poll::Ready(Err(error));
+        }
+        Pin::new(&mut this.io).poll_flush(cx)
     }
 
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.0).poll_shutdown(cx)
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        if let Err(error) = this.check(cx) {
+            return Poll::Ready(Err(error));
+        }
+        Pin::new(&mut this.io).poll_shutdown(cx)
     }
 }
 
 struct Forwarder(Arc<Shared>);
 
-/// The node's transport failure as the client should see it: a refused
-/// connection stays "could not connect" (the request never reached the
-/// node); anything else keeps its code.
+/// The node's transport failure as the client should see it: a failed
+/// connect stays "could not connect" (the request never reached the
+/// node), in the same words on every transport (a simulated one names
+/// neither the failed connect nor the refusal in its messages); anything
+/// else keeps its code.
+/// Whether the proxy's call to its node failed to connect (a
+/// [`tonic::ConnectError`] in the chain): the request never left the proxy.
+fn node_not_reached(status: &Status) -> bool {
+    std::iter::successors(
+        Some(status as &(dyn std::error::Error + 'static)),
+        |error| error.source(),
+    )
+    .any(|error| error.is::<tonic::ConnectError>())
+}
+
 fn upstream_status(status: Status) -> Status {
+    let (mut connect_failed, mut refused) = (false, false);
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(&status);
+    while let Some(error) = source {
+        connect_failed |= error.is::<tonic::ConnectError>();
+        refused |= error
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused);
+        source = error.source();
+    }
     let text = format!("{status:?}").to_lowercase();
-    if status.code() == tonic::Code::Unavailable && text.contains("connection refused") {
+    refused |= status.code() == tonic::Code::Unavailable && text.contains("connection refused");
+    if refused {
         return Status::unavailable("node unreachable: tcp connect error: connection refused");
+    }
+    if connect_failed {
+        return Status::unavailable(format!(
+            "node unreachable: tcp connect error: {}",
+            status.message()
+        ));
     }
     Status::new(status.code(), format!("via proxy: {}", status.message()))
 }
@@ -347,6 +531,25 @@ impl Shared {
                 ));
                 return Err(self.record_failure(identities, status));
             }
+            Err(status) if node_not_reached(&status) => {
+                // The node was never reached, so nothing was proposed:
+                // the typed answer that says so, as the node itself gives
+                // when it knows no leader (the client then moves on to
+                // the next node).
+                let reason = format!(
+                    "via proxy: node unreachable, nothing sent: {}",
+                    status.message()
+                );
+                let _ = self.record_failure(identities, status);
+                let failure = oncekv_proto::convert::failure_to_wire(CallFailure::NoLeader(reason));
+                return Ok(identities
+                    .iter()
+                    .map(|_| ExecuteResponse {
+                        result: Some(v1::execute_response::Result::Failure(failure.clone())),
+                        log_index: 0,
+                    })
+                    .collect());
+            }
             Err(status) => return Err(self.record_failure(identities, status)),
         };
         for response in &mut responses {
@@ -370,11 +573,14 @@ impl Shared {
     }
 
     /// Applies the reply fault to one call's answers (a whole batch is
-    /// dropped or delayed as one) and records each answer.
+    /// dropped, lost with its connection or delayed as one) and records
+    /// each answer. `connection` is the client connection the call came
+    /// in on.
     async fn reply_fault(
         &self,
         identities: &[(RequestIdentity, u32)],
         responses: &mut [ExecuteResponse],
+        connection: Option<&Breaker>,
     ) -> Result<(), Status> {
         let answers: Vec<_> = responses.iter().map(convert::answer).collect();
         let committed = answers.iter().any(|(_, committed)| *committed);
@@ -392,13 +598,24 @@ impl Shared {
                 );
             }
         };
+        let draw = |probability: f64| lock(&self.rng).random_bool(probability.clamp(0.0, 1.0));
         match fault {
-            ReplyFault::Drop { probability }
-                if committed && lock(&self.rng).random_bool(probability.clamp(0.0, 1.0)) =>
-            {
+            ReplyFault::Drop { probability } if committed && draw(probability) => {
                 record(true);
                 tokio::time::sleep(DROPPED_REPLY_HOLD).await;
                 return Err(Status::deadline_exceeded("reply dropped"));
+            }
+            ReplyFault::LoseConnection { probability }
+                if committed && connection.is_some() && draw(probability) =>
+            {
+                record(true);
+                if connection.is_some_and(Breaker::break_now) {
+                    self.connections_lost.fetch_add(1, Ordering::Relaxed);
+                }
+                // Nothing can be sent on the broken connection; the server
+                // drops this call with it.
+                tokio::time::sleep(DROPPED_REPLY_HOLD).await;
+                return Err(Status::unavailable("connection lost"));
             }
             ReplyFault::Delay { min, max } => {
                 let delay = if max > min {
@@ -409,6 +626,12 @@ impl Shared {
                 tokio::time::sleep(delay).await;
             }
             _ => {}
+        }
+        // A reply whose connection broke meanwhile (another call lost it,
+        // or a reset) cannot reach the client.
+        if connection.is_some_and(Breaker::is_broken) {
+            record(committed);
+            return Err(Status::unavailable("connection lost"));
         }
         record(false);
         Ok(())
@@ -422,13 +645,16 @@ impl Kv for Forwarder {
         request: Request<ExecuteRequest>,
     ) -> Result<Response<ExecuteResponse>, Status> {
         let shared = &self.0;
+        let connection = request.extensions().get::<Breaker>().cloned();
         let message = request.into_inner();
         let identities = [shared.identity(&message)];
         let mut upstream = shared.upstream.clone();
         let upstream = upstream.execute(with_timeout(message)).await;
         let mut responses =
             shared.forwarded(&identities, upstream.map(|r| vec![r.into_inner()]))?;
-        shared.reply_fault(&identities, &mut responses).await?;
+        shared
+            .reply_fault(&identities, &mut responses, connection.as_ref())
+            .await?;
         let response = responses
             .pop()
             .ok_or_else(|| Status::internal("no response"))?;
@@ -440,6 +666,7 @@ impl Kv for Forwarder {
         request: Request<ExecuteBatchRequest>,
     ) -> Result<Response<ExecuteBatchResponse>, Status> {
         let shared = &self.0;
+        let connection = request.extensions().get::<Breaker>().cloned();
         let message = request.into_inner();
         let identities: Vec<_> = message
             .requests
@@ -450,7 +677,9 @@ impl Kv for Forwarder {
         let upstream = upstream.execute_batch(with_timeout(message)).await;
         let mut responses =
             shared.forwarded(&identities, upstream.map(|r| r.into_inner().responses))?;
-        shared.reply_fault(&identities, &mut responses).await?;
+        shared
+            .reply_fault(&identities, &mut responses, connection.as_ref())
+            .await?;
         Ok(Response::new(ExecuteBatchResponse { responses }))
     }
 

@@ -6,8 +6,10 @@
 //! [turmoil](https://docs.rs/turmoil) network in simulated time, injected
 //! through the node's listeners and the client's and peers' connectors.
 //! A seeded plan crashes and restarts nodes, partitions them, cuts the
-//! clients off the leader, drops committed replies and breaks links at
-//! random; then the `oncekv-check` checkers judge the history.
+//! clients off the leader, drops committed replies, loses a committed
+//! reply's connection and then keeps the leader out of the clients'
+//! reach, and breaks links at random; then the `oncekv-check` checkers
+//! judge the history.
 //!
 //! * [`net`]: turmoil streams as gRPC connections;
 //! * [`plan`]: the seeded fault schedule;

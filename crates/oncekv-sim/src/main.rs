@@ -14,7 +14,8 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// Seeded simulations of an oncekv cluster under crashes, partitions,
-/// lost replies and lost messages, checked for exactly-once.
+/// lost replies, lost connections and lost messages, checked for
+/// exactly-once.
 ///
 /// A seed fixes the whole run: `--seed N` replays exactly the history
 /// that seed N had in a sweep.
@@ -34,7 +35,7 @@ struct Args {
     #[arg(long, conflicts_with_all = ["seeds", "first"])]
     seed: Option<u64>,
     /// Simulated time of the workload in each run.
-    #[arg(long, default_value = "20s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "24s", value_parser = humantime::parse_duration)]
     length: Duration,
     /// Concurrent clients.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=64))]

@@ -4,6 +4,13 @@
 //! steps; and the checkers' verdict. Disk I/O is real (files in a temp dir,
 //! on tmpfs where there is one) but done inline on the node's task, so each
 //! step runs to completion inside simulated time.
+//!
+//! Faults act on turmoil's network and hosts (crash, partition, message
+//! loss) or on the recording proxies (dropped replies, lost connections).
+//! A lose-connections window does both: the proxies break the client
+//! connection of the first committed reply, and at the next step, before
+//! the client can try again, the clients are cut off the node that
+//! answered it, until the window ends.
 
 use crate::net::{SimConnector, incoming};
 use crate::plan::{SimFault, Window, plan};
@@ -62,7 +69,7 @@ impl Default for SimOptions {
     fn default() -> Self {
         SimOptions {
             seed: 0,
-            length: Duration::from_secs(20),
+            length: Duration::from_secs(24),
             clients: 4,
             dedup: true,
             faults: true,
@@ -356,6 +363,18 @@ struct Active {
     window: Window,
     node: u64,
     id: FaultId,
+    /// A lose-connections window: what follows the lost connection.
+    lost: Option<LostConnection>,
+}
+
+/// A lose-connections window in force.
+enum LostConnection {
+    /// No connection lost yet: each proxy's count of lost connections when
+    /// the window started.
+    Armed(Vec<u64>),
+    /// The clients cut off `node` (which answered the lost reply) as the
+    /// fault `id` of the history.
+    Cut { node: u64, id: FaultId },
 }
 
 fn kind_of(fault: SimFault) -> FaultKind {
@@ -363,6 +382,7 @@ fn kind_of(fault: SimFault) -> FaultKind {
         SimFault::Crash => FaultKind::Kill,
         SimFault::Isolate | SimFault::CutClients => FaultKind::Partition,
         SimFault::DropReplies => FaultKind::DropReplies,
+        SimFault::LoseConnections => FaultKind::Reset,
         SimFault::MessageLoss => FaultKind::MessageLoss,
     }
 }
@@ -389,6 +409,24 @@ fn set_reply_fault(shared: &Shared, fault: ReplyFault) {
     for proxy in lock(&shared.proxies).iter() {
         proxy.set_fault(fault);
     }
+}
+
+/// How many connections each proxy has lost, in node order.
+fn connections_lost(shared: &Shared) -> Vec<u64> {
+    lock(&shared.proxies)
+        .iter()
+        .map(ClientProxy::connections_lost)
+        .collect()
+}
+
+/// The node whose proxy lost a connection since `before`, if one did.
+fn lost_at(shared: &Shared, before: &[u64]) -> Option<u64> {
+    let now = connections_lost(shared);
+    let index = now
+        .iter()
+        .zip(before)
+        .position(|(now, before)| now > before)?;
+    u64::try_from(index + 1).ok()
 }
 
 fn inject(sim: &mut turmoil::Sim<'_>, shared: &Shared, window: Window) -> (u64, String) {
@@ -420,6 +458,15 @@ fn inject(sim: &mut turmoil::Sim<'_>, shared: &Shared, window: Window) -> (u64, 
             set_reply_fault(shared, ReplyFault::Drop { probability: 0.5 });
             format!("drop half the committed replies (leader {host} at the start)")
         }
+        SimFault::LoseConnections => {
+            // On every proxy, for the same reason; the first loss ends it
+            // (see `cut_after_loss`).
+            set_reply_fault(shared, ReplyFault::LoseConnection { probability: 1.0 });
+            format!(
+                "lose the connection of the next committed reply, then cut {CLIENT_HOST} \
+                 from its node (leader {host} at the start)"
+            )
+        }
         SimFault::MessageLoss => {
             sim.set_fail_rate(MESSAGE_LOSS_RATE);
             format!("break links on {MESSAGE_LOSS_RATE} of messages")
@@ -428,7 +475,28 @@ fn inject(sim: &mut turmoil::Sim<'_>, shared: &Shared, window: Window) -> (u64, 
     (node, detail)
 }
 
-fn heal(sim: &mut turmoil::Sim<'_>, shared: &Shared, active: &Active) {
+/// In a lose-connections window, once a proxy lost a connection: the
+/// clients cut off its node, and no more connections lost.
+fn cut_after_loss(
+    sim: &mut turmoil::Sim<'_>,
+    shared: &Shared,
+    recorder: &Recorder,
+    lost: &mut Option<LostConnection>,
+) -> Option<String> {
+    let Some(LostConnection::Armed(before)) = lost.as_ref() else {
+        return None;
+    };
+    let node = lost_at(shared, before)?;
+    set_reply_fault(shared, ReplyFault::None);
+    let host = node_host(node);
+    sim.partition(host.as_str(), CLIENT_HOST);
+    let detail = format!("cut {CLIENT_HOST} from {host}, which lost a connection after commit");
+    let id = recorder.fault_started(FaultKind::Partition, Some(node), Some(detail.clone()));
+    *lost = Some(LostConnection::Cut { node, id });
+    Some(detail)
+}
+
+fn heal(sim: &mut turmoil::Sim<'_>, shared: &Shared, recorder: &Recorder, active: &Active) {
     let host = node_host(active.node);
     match active.window.fault {
         SimFault::Crash => sim.bounce(host.as_str()),
@@ -439,6 +507,13 @@ fn heal(sim: &mut turmoil::Sim<'_>, shared: &Shared, active: &Active) {
         }
         SimFault::CutClients => sim.repair(host.as_str(), CLIENT_HOST),
         SimFault::DropReplies => set_reply_fault(shared, ReplyFault::None),
+        SimFault::LoseConnections => {
+            set_reply_fault(shared, ReplyFault::None);
+            if let Some(LostConnection::Cut { node, id }) = &active.lost {
+                sim.repair(node_host(*node).as_str(), CLIENT_HOST);
+                recorder.fault_ended(*id);
+            }
+        }
         SimFault::MessageLoss => {
             sim.set_fail_rate(0.0);
             let hosts = all_hosts();
@@ -461,6 +536,9 @@ fn requirements(windows: &[Window]) -> CoverageRequirements {
     if has(SimFault::DropReplies) {
         required.min_replies_dropped_after_commit = 1;
         required.min_replayed = 1;
+    }
+    if has(SimFault::LoseConnections) {
+        required.min_replies_dropped_after_commit = 1;
     }
     if has(SimFault::Crash) {
         required.min_leader_changes = 1;
@@ -557,8 +635,14 @@ fn run(options: &SimOptions, root: &Path) -> Result<SimOutcome, SimError> {
         if let Some(started) = started {
             let t = now.saturating_sub(started);
             if let Some(current) = active.take_if(|a| t >= a.window.end) {
-                heal(&mut sim, &shared, &current);
+                heal(&mut sim, &shared, &recorder, &current);
                 recorder.fault_ended(current.id);
+            }
+            if let Some(current) = active.as_mut()
+                && let Some(detail) =
+                    cut_after_loss(&mut sim, &shared, &recorder, &mut current.lost)
+            {
+                faults.push(format!("{:>6.1}s       {detail}", t.as_secs_f64()));
             }
             if active.is_none() && windows.get(next).is_some_and(|w| t >= w.start) {
                 let window = windows[next];
@@ -570,7 +654,14 @@ fn run(options: &SimOptions, root: &Path) -> Result<SimOutcome, SimError> {
                     (window.end - window.start).as_secs_f64()
                 ));
                 let id = recorder.fault_started(kind_of(window.fault), Some(node), Some(detail));
-                active = Some(Active { window, node, id });
+                let lost = (window.fault == SimFault::LoseConnections)
+                    .then(|| LostConnection::Armed(connections_lost(&shared)));
+                active = Some(Active {
+                    window,
+                    node,
+                    id,
+                    lost,
+                });
             }
         }
         match sim.step() {
@@ -585,6 +676,9 @@ fn run(options: &SimOptions, root: &Path) -> Result<SimOutcome, SimError> {
         }
     }
     if let Some(current) = active.take() {
+        if let Some(LostConnection::Cut { id, .. }) = current.lost {
+            recorder.fault_ended(id);
+        }
         recorder.fault_ended(current.id);
     }
     let events = recorder.events();
@@ -610,4 +704,23 @@ fn run(options: &SimOptions, root: &Path) -> Result<SimOutcome, SimError> {
         steps,
         digest,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::LOSE_CONNECTIONS_SPAN_MS;
+
+    #[test]
+    fn a_lose_connections_window_outlasts_two_client_deadlines() {
+        // The call whose connection was lost, and then the call sending its
+        // request again, must both run out of time while the leader is out
+        // of reach.
+        let deadline = client_options(0).deadline;
+        let shortest = Duration::from_millis(LOSE_CONNECTIONS_SPAN_MS.start);
+        assert!(
+            shortest > deadline * 2,
+            "{shortest:?} is not more than two deadlines of {deadline:?}"
+        );
+    }
 }

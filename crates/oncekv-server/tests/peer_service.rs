@@ -211,7 +211,12 @@ async fn a_snapshot_over_the_cap_is_refused_at_once() {
         "{status}"
     );
     // Too large is not "busy": the sender must not just try again.
-    assert!(status.metadata().get("oncekv-overloaded").is_none());
+    assert!(
+        status
+            .metadata()
+            .get(oncekv_proto::OVERLOADED_METADATA)
+            .is_none()
+    );
     // At the cap is accepted (and then refused only for ending short).
     let status = node
         .install(vec![first_chunk(b"0123", 64)])

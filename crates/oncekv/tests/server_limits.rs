@@ -21,7 +21,7 @@ use tonic::codegen::http;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
-const OVERLOADED: &str = "oncekv-overloaded";
+use oncekv_proto::OVERLOADED_METADATA as OVERLOADED;
 
 /// A vote (term 1, node 2) and an empty snapshot description as postcard
 /// bytes; `crates/oncekv-server/tests/peer_snapshot.rs` checks that they

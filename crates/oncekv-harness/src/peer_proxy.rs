@@ -4,12 +4,15 @@
 //! source address of its own (`oncekv serve --peer-source-ip`), so the
 //! proxy knows which node is calling. [`Partitions`] holds the pairs of
 //! nodes that cannot talk: a proxy refuses new connections between such a
-//! pair and cuts the ones open when the partition starts.
+//! pair and cuts the ones open when the partition starts; no byte crosses
+//! a cut link once [`Partitions::split`] has returned (each chunk is
+//! checked against the partitions as it is written).
 
 use oncekv_check::record::NodeId;
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
@@ -118,11 +121,31 @@ impl PeerProxy {
                         let _ = stream.set_zero_linger();
                     }
                     let mut socket = socket;
-                    let copy = tokio::io::copy_bidirectional(&mut socket, &mut server);
-                    tokio::pin!(copy);
+                    let (mut client_read, mut client_write) = socket.split();
+                    let (mut server_read, mut server_write) = server.split();
+                    let mut to_server = vec![0u8; 16 * 1024];
+                    let mut to_client = vec![0u8; 16 * 1024];
+                    // Each chunk crosses only if the link is not cut at the
+                    // moment it is written: once `split` returns, no byte
+                    // crosses, however late this task notices the change.
                     loop {
                         tokio::select! {
-                            _ = &mut copy => return,
+                            read = client_read.read(&mut to_server) => {
+                                let Ok(n @ 1..) = read else { return };
+                                if cut(&blocked.borrow())
+                                    || server_write.write_all(&to_server[..n]).await.is_err()
+                                {
+                                    return;
+                                }
+                            }
+                            read = server_read.read(&mut to_client) => {
+                                let Ok(n @ 1..) = read else { return };
+                                if cut(&blocked.borrow())
+                                    || client_write.write_all(&to_client[..n]).await.is_err()
+                                {
+                                    return;
+                                }
+                            }
                             changed = blocked.changed() => {
                                 if changed.is_err() || cut(&blocked.borrow_and_update()) {
                                     return;

@@ -310,6 +310,9 @@ async fn a_request_answered_then_cut_off_is_unknown_until_a_resend_gets_through(
     // Connections work again: every request applied exactly once, and
     // the unknown ones are replayed from their completion records.
     connector.script.refusing.store(false, Ordering::SeqCst);
+    // Nothing below the lowest is acknowledged, so every record is kept
+    // whatever order the resends go in.
+    let lowest = results.iter().map(|(seq, _)| *seq).min();
     for (seq, first) in &results {
         let earlier = if unknown.contains(seq) {
             EarlierSends::MaybeDelivered
@@ -317,7 +320,7 @@ async fn a_request_answered_then_cut_off_is_unknown_until_a_resend_gets_through(
             EarlierSends::None
         };
         let resent = session
-            .execute_seq(*seq, Some(*seq), incr(), earlier)
+            .execute_seq(*seq, lowest, incr(), earlier)
             .await
             .expect("a resend that gets through is answered");
         let was_sent = !matches!(first, Err(ClientError::Unreachable(_)));
@@ -348,9 +351,10 @@ async fn a_request_answered_by_a_node_killed_right_after_is_unknown_then_replaye
     // The node restarts from its disk: what it answered was durable.
     cluster.node(1).spawn();
     cluster.leader(Duration::from_secs(15)).await;
+    let lowest = results.iter().map(|(seq, _)| *seq).min();
     for seq in &unknown {
         let resent = session
-            .execute_seq(*seq, Some(*seq), incr(), EarlierSends::MaybeDelivered)
+            .execute_seq(*seq, lowest, incr(), EarlierSends::MaybeDelivered)
             .await
             .expect("a resend after the restart is answered");
         assert!(resent.replayed, "seq {seq}: {resent:?}");

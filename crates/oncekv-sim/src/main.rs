@@ -8,6 +8,7 @@ use clap::Parser;
 use oncekv_check::coverage::RunVerdict;
 use oncekv_sim::{SimOptions, simulate};
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
@@ -19,6 +20,9 @@ use std::time::{Duration, Instant};
 ///
 /// A seed fixes the whole run: `--seed N` replays exactly the history
 /// that seed N had in a sweep.
+///
+/// With `RUST_LOG` set (e.g. `RUST_LOG=oncekv_server=debug`), the nodes'
+/// and clients' logs go to stderr, stamped with simulated time.
 ///
 /// Exit code: 0 every seed passed, 1 a seed violated a property (or a node
 /// failed), 3 no violation but a seed was inconclusive.
@@ -50,6 +54,11 @@ struct Args {
     /// [default: the number of CPUs].
     #[arg(long, short, value_parser = clap::value_parser!(u64).range(1..=256))]
     jobs: Option<u64>,
+    /// Write each seed's history (`seed-N.jsonl`, readable by `oncekv
+    /// check`) and report (`seed-N.html`) into this directory; in a sweep,
+    /// only for seeds that do not pass.
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
     /// Print only the seed's own lines (how a sweep runs each seed).
     #[arg(long, hide = true)]
     one: bool,
@@ -146,6 +155,14 @@ fn run_here(args: &Args, seed: u64) -> (String, SeedVerdict) {
                 began.elapsed().as_secs_f64(),
                 outcome.digest,
             );
+            if let Some(dir) = &args.out
+                && (verdict != RunVerdict::Pass || !args.one)
+            {
+                lines += &match write_outputs(dir, seed, &outcome) {
+                    Ok(written) => format!("    history and report: {written}\n"),
+                    Err(error) => format!("    could not write the history: {error}\n"),
+                };
+            }
             if verdict != RunVerdict::Pass || args.verbose {
                 for fault in &outcome.faults {
                     lines += &format!("    fault {fault}\n");
@@ -167,6 +184,27 @@ fn run_here(args: &Args, seed: u64) -> (String, SeedVerdict) {
         lines += &format!("    replay: cargo xtask sim --seed {seed}\n");
     }
     (lines, verdict)
+}
+
+/// Writes `outcome`'s history and report into `dir`; says where.
+fn write_outputs(
+    dir: &Path,
+    seed: u64,
+    outcome: &oncekv_sim::SimOutcome,
+) -> Result<String, String> {
+    std::fs::create_dir_all(dir).map_err(|error| format!("{}: {error}", dir.display()))?;
+    let history = dir.join(format!("seed-{seed}.jsonl"));
+    outcome
+        .record
+        .save(&history)
+        .map_err(|error| error.to_string())?;
+    let html = dir.join(format!("seed-{seed}.html"));
+    let page = outcome
+        .verification
+        .report
+        .to_html(&outcome.record, &Default::default());
+    std::fs::write(&html, page).map_err(|error| format!("{}: {error}", html.display()))?;
+    Ok(format!("{} {}", history.display(), html.display()))
 }
 
 /// Runs `seed` in a fresh process of this program and returns its lines
@@ -196,6 +234,9 @@ fn run_apart(args: &Args, seed: u64) -> (String, SeedVerdict) {
     }
     if args.verbose {
         command.arg("--verbose");
+    }
+    if let Some(dir) = &args.out {
+        command.arg("--out").arg(dir);
     }
     let output = match command.output() {
         Ok(output) => output,
@@ -261,8 +302,32 @@ fn sweep(args: &Args, first: u64, count: u64, jobs: u64) -> BTreeMap<u64, SeedVe
     verdicts
 }
 
+/// Stamps log lines with simulated time (0 outside a simulation).
+struct SimTime;
+
+impl tracing_subscriber::fmt::time::FormatTime for SimTime {
+    fn format_time(&self, w: &mut tracing_subscriber::fmt::format::Writer<'_>) -> std::fmt::Result {
+        let at = turmoil::sim_elapsed().unwrap_or_default();
+        write!(w, "{:>9.3}s", at.as_secs_f64())
+    }
+}
+
+/// With `RUST_LOG` set (e.g. `oncekv_server=debug`), the nodes' and
+/// clients' logs go to stderr, stamped with simulated time.
+fn init_logging() {
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_timer(SimTime)
+            .with_writer(std::io::stderr)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .try_init();
+    }
+}
+
 fn main() -> ExitCode {
     oncekv_server::sync::abort_on_panic();
+    init_logging();
     let args = Args::parse();
     let (first, count) = match args.seed {
         Some(seed) => (seed, 1),

@@ -57,8 +57,9 @@ pub enum SimFault {
     /// fails to connect: one attempt that may have been delivered, then a
     /// long run of attempts that could not be.
     LoseConnections,
-    /// Every link breaks at random on some messages (TCP connections
-    /// break and are redialled).
+    /// Messages lost between hosts: a connection that loses one breaks
+    /// (as TCP does when it cannot deliver), at random on some writes, and
+    /// is dialled again.
     MessageLoss,
 }
 

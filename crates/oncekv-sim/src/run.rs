@@ -12,7 +12,7 @@
 //! the client can try again, the clients are cut off the node that
 //! answered it, until the window ends.
 
-use crate::net::{SimConnector, incoming};
+use crate::net::{LinkLoss, SimConnector, incoming};
 use crate::plan::{SimFault, Window, plan};
 use oncekv_check::coverage::{CoverageRequirements, RunVerdict};
 use oncekv_check::record::{FaultId, FaultKind, Record, RecordError};
@@ -124,9 +124,11 @@ pub enum SimError {
     Setup(#[from] std::io::Error),
 }
 
-/// What the driver and the client host share.
-#[derive(Debug, Default)]
+/// What the driver and the hosts share.
+#[derive(Debug)]
 struct Shared {
+    /// Breaks connections between hosts while messages are lost.
+    loss: Arc<LinkLoss>,
     /// The latest leader seen (0: none yet).
     leader: Arc<AtomicU64>,
     /// When the workload started, in simulated time.
@@ -152,7 +154,7 @@ fn node_info(id: u64) -> NodeInfo {
     }
 }
 
-fn node_config(id: u64, root: &Path, dedup: bool) -> ServerConfig {
+fn node_config(id: u64, root: &Path, dedup: bool, connector: SimConnector) -> ServerConfig {
     ServerConfig {
         id,
         data_dir: root.join(node_host(id)),
@@ -177,7 +179,7 @@ fn node_config(id: u64, root: &Path, dedup: bool) -> ServerConfig {
         server_limits: oncekv_server::server::ServerLimits::DEFAULT,
         metrics: None,
         peer_source_ip: None,
-        peer_connector: Some(Arc::new(SimConnector)),
+        peer_connector: Some(Arc::new(connector)),
         client_tls: None,
         peer_tls: None,
         inline_disk_io: true,
@@ -198,10 +200,10 @@ impl RandomSource for SeededRandom {
 
 /// The workload's client options ([`workload::client_options`]) over the
 /// simulated network, with random draws from `seed`.
-fn client_options(seed: u64) -> ClientOptions {
+fn client_options(seed: u64, connector: &SimConnector) -> ClientOptions {
     ClientOptions {
         random: Arc::new(SeededRandom(Mutex::new(StdRng::seed_from_u64(seed)))),
-        connector: Arc::new(SimConnector),
+        connector: Arc::new(connector.clone()),
         ..workload::client_options()
     }
 }
@@ -228,6 +230,7 @@ async fn run_clients(
     shared: Arc<Shared>,
 ) -> turmoil::Result {
     let own_ip = turmoil::lookup(CLIENT_HOST);
+    let connector = SimConnector::new(shared.loss.clone());
     let nodes: Vec<String> = (1..=NODES).map(|id| node_info(id).client_address).collect();
     let proxy_addresses: Vec<SocketAddr> = (1..=NODES)
         .map(|id| SocketAddr::new(own_ip, PROXY_PORT_BASE + id as u16))
@@ -245,9 +248,9 @@ async fn run_clients(
         let listener = TcpListener::bind(("0.0.0.0", address.port())).await?;
         proxies.push(ClientProxy::serve(
             *address,
-            incoming(listener),
+            incoming(listener, own_ip, shared.loss.clone()),
             Some(id),
-            SimConnector::channel_to(&nodes[index])?,
+            connector.channel_to(&nodes[index])?,
             hints.clone(),
             recorder.clone(),
             options.seed ^ id.wrapping_mul(0xa076_1d64_78bd_642f),
@@ -255,7 +258,7 @@ async fn run_clients(
     }
     *lock(&shared.proxies) = proxies;
 
-    let observer = Client::connect(nodes.clone(), client_options(options.seed ^ 1))?;
+    let observer = Client::connect(nodes.clone(), client_options(options.seed ^ 1, &connector))?;
     let first = loop {
         if let Some(found) = observe_leader(&observer, &nodes).await {
             break found;
@@ -300,7 +303,7 @@ async fn run_clients(
     let endpoints: Vec<String> = proxy_addresses.iter().map(ToString::to_string).collect();
     let clients = workload::start(
         &endpoints,
-        client_options(options.seed),
+        client_options(options.seed, &connector),
         &workload_options,
         recorder.clone(),
         stop,
@@ -309,7 +312,7 @@ async fn run_clients(
     let (watchers_stop_tx, watchers_stop) = watch::channel(false);
     let watcher_tasks = watchers::start(
         &endpoints,
-        client_options(options.seed ^ 2),
+        client_options(options.seed ^ 2, &connector),
         workload_options.accounts_prefix(),
         1,
         workload_options.watchers,
@@ -346,7 +349,7 @@ async fn run_clients(
     }
     watchers::reference(
         &nodes,
-        client_options(options.seed ^ 3),
+        client_options(options.seed ^ 3, &connector),
         workload_options.accounts_prefix(),
         1,
         workload_options.watchers as u64 + 1,
@@ -387,7 +390,8 @@ fn kind_of(fault: SimFault) -> FaultKind {
     }
 }
 
-/// Rate at which a message breaks its link while messages are lost.
+/// Share of writes between hosts that break their connection while
+/// messages are lost (see [`LinkLoss`]).
 const MESSAGE_LOSS_RATE: f64 = 0.01;
 
 fn others(node: u64) -> impl Iterator<Item = String> {
@@ -395,13 +399,6 @@ fn others(node: u64) -> impl Iterator<Item = String> {
         .filter(move |id| *id != node)
         .map(node_host)
         .chain(std::iter::once(CLIENT_HOST.to_string()))
-}
-
-fn all_hosts() -> Vec<String> {
-    (1..=NODES)
-        .map(node_host)
-        .chain(std::iter::once(CLIENT_HOST.to_string()))
-        .collect()
 }
 
 /// Sets `fault` on the proxy in front of every node.
@@ -468,8 +465,8 @@ fn inject(sim: &mut turmoil::Sim<'_>, shared: &Shared, window: Window) -> (u64, 
             )
         }
         SimFault::MessageLoss => {
-            sim.set_fail_rate(MESSAGE_LOSS_RATE);
-            format!("break links on {MESSAGE_LOSS_RATE} of messages")
+            shared.loss.set_rate(MESSAGE_LOSS_RATE);
+            format!("break connections between hosts on {MESSAGE_LOSS_RATE} of writes")
         }
     };
     (node, detail)
@@ -514,15 +511,7 @@ fn heal(sim: &mut turmoil::Sim<'_>, shared: &Shared, recorder: &Recorder, active
                 recorder.fault_ended(*id);
             }
         }
-        SimFault::MessageLoss => {
-            sim.set_fail_rate(0.0);
-            let hosts = all_hosts();
-            for (index, a) in hosts.iter().enumerate() {
-                for b in &hosts[index + 1..] {
-                    sim.repair(a.as_str(), b.as_str());
-                }
-            }
-        }
+        SimFault::MessageLoss => shared.loss.set_rate(0.0),
     }
 }
 
@@ -586,7 +575,12 @@ fn run(options: &SimOptions, root: &Path) -> Result<SimOutcome, SimError> {
     let recorder = Arc::new(Recorder::with_clock(Arc::new(move || {
         turmoil::sim_elapsed().map_or_else(|| clock_ns.load(Ordering::Relaxed), nanos)
     })));
-    let shared = Arc::new(Shared::default());
+    let shared = Arc::new(Shared {
+        loss: LinkLoss::new(options.seed),
+        leader: Arc::default(),
+        started: Mutex::default(),
+        proxies: Mutex::default(),
+    });
     let mut sim = turmoil::Builder::new()
         .rng_seed(options.seed)
         .simulation_duration(options.length * 3 + Duration::from_secs(120))
@@ -597,16 +591,23 @@ fn run(options: &SimOptions, root: &Path) -> Result<SimOutcome, SimError> {
         .enable_random_order()
         .build();
     for id in 1..=NODES {
-        let config = node_config(id, root, options.dedup);
+        let config = node_config(
+            id,
+            root,
+            options.dedup,
+            SimConnector::new(shared.loss.clone()),
+        );
+        let loss = shared.loss.clone();
         sim.host(node_host(id).as_str(), move || {
-            let config = config.clone();
+            let (config, loss) = (config.clone(), loss.clone());
             async move {
+                let own = turmoil::lookup(node_host(id));
                 let client = TcpListener::bind(("0.0.0.0", CLIENT_PORT)).await?;
                 let peer = TcpListener::bind(("0.0.0.0", PEER_PORT)).await?;
                 serve(
                     config,
-                    incoming(client),
-                    incoming(peer),
+                    incoming(client, own, loss.clone()),
+                    incoming(peer, own, loss),
                     std::future::pending(),
                 )
                 .await?;
@@ -637,6 +638,13 @@ fn run(options: &SimOptions, root: &Path) -> Result<SimOutcome, SimError> {
             if let Some(current) = active.take_if(|a| t >= a.window.end) {
                 heal(&mut sim, &shared, &recorder, &current);
                 recorder.fault_ended(current.id);
+                if current.window.fault == SimFault::MessageLoss {
+                    faults.push(format!(
+                        "{:>6.1}s       {} connections broken so far",
+                        t.as_secs_f64(),
+                        shared.loss.broken()
+                    ));
+                }
             }
             if let Some(current) = active.as_mut()
                 && let Some(detail) =
@@ -716,7 +724,7 @@ mod tests {
         // The call whose connection was lost, and then the call sending its
         // request again, must both run out of time while the leader is out
         // of reach.
-        let deadline = client_options(0).deadline;
+        let deadline = workload::client_options().deadline;
         let shortest = Duration::from_millis(LOSE_CONNECTIONS_SPAN_MS.start);
         assert!(
             shortest > deadline * 2,

@@ -2,8 +2,9 @@
 # Makes sure the pinned Rust toolchain (rust-toolchain.toml) with rustfmt and
 # clippy is present; installs it with rustup only if it is missing. Also
 # installs Debian's fiu-utils, when it can, so that `oncekv verify` can make
-# disk syncs fail, and etcd-server, so that `oncekv bench --target etcd` is
-# tested against a real etcd. Without one of them, the test that needs it is
+# disk syncs fail, etcd-server, so that `oncekv bench --target etcd` and the
+# etcd API are tested against a real etcd, and etcd-client, whose etcdctl
+# runs the same commands against both. Without one of them, the test that needs it is
 # skipped with a `skipped: ...` line, and `cargo xtask verify` lists it at
 # the end; with CI=true (as in CI, .ci/run) it fails instead, saying what is
 # missing (oncekv_harness::testing::missing_dependency). The full-disk test
@@ -15,6 +16,7 @@ cd "$(dirname "$0")/.."
 missing=()
 command -v fiu-run >/dev/null 2>&1 || missing+=(fiu-utils)
 command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
+command -v etcdctl >/dev/null 2>&1 || missing+=(etcd-client)
 if [ ${#missing[@]} -gt 0 ] && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
     apt-get update -q >/dev/null 2>&1 || echo "setup: apt-get update failed" >&2
     for package in "${missing[@]}"; do

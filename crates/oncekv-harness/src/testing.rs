@@ -20,7 +20,7 @@ use oncekv_state::{
     SessionId,
 };
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tonic::transport::Channel;
 
@@ -426,6 +426,8 @@ pub enum Dependency {
     Root,
     /// An `etcd` binary on `PATH` (Debian's etcd-server).
     Etcd,
+    /// An `etcdctl` binary on `PATH` (Debian's etcd-client).
+    Etcdctl,
     /// `fiu-run` and `fiu-ctrl` on `PATH` (Debian's fiu-utils), to make
     /// disk syncs fail.
     Fiu,
@@ -437,6 +439,7 @@ impl Dependency {
         match self {
             Dependency::Root => "root, to mount a private tmpfs (unshare, mount, nsenter)",
             Dependency::Etcd => "an etcd binary on PATH",
+            Dependency::Etcdctl => "an etcdctl binary on PATH",
             Dependency::Fiu => "fiu-run and fiu-ctrl on PATH",
         }
     }
@@ -451,10 +454,73 @@ impl Dependency {
             Dependency::Etcd => {
                 "scripts/setup.sh installs it as root with apt (apt-get install etcd-server)"
             }
+            Dependency::Etcdctl => {
+                "scripts/setup.sh installs it as root with apt (apt-get install etcd-client)"
+            }
             Dependency::Fiu => {
                 "scripts/setup.sh installs them as root with apt (apt-get install fiu-utils)"
             }
         }
+    }
+}
+
+/// The path of `program` on `PATH`, if it is there.
+pub fn on_path(program: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|candidate| candidate.is_file())
+}
+
+/// A one-member etcd (Debian's `etcd`) on free loopback ports in a
+/// temporary folder, killed by PID on drop: the reference the etcd API is
+/// compared with.
+#[derive(Debug)]
+pub struct EtcdProcess {
+    child: std::process::Child,
+    /// Its client address, `127.0.0.1:PORT`.
+    pub endpoint: String,
+    dir: tempfile::TempDir,
+}
+
+impl EtcdProcess {
+    /// Starts one if an `etcd` binary is on `PATH`.
+    pub fn start() -> Option<EtcdProcess> {
+        let binary = on_path("etcd")?;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let client = format!("http://127.0.0.1:{}", free_port());
+        let peer = format!("http://127.0.0.1:{}", free_port());
+        let log = std::fs::File::create(dir.path().join("etcd.log")).expect("log");
+        let child = std::process::Command::new(binary)
+            .args(["--name", "reference", "--data-dir"])
+            .arg(dir.path().join("data"))
+            .args(["--listen-client-urls", &client])
+            .args(["--advertise-client-urls", &client])
+            .args(["--listen-peer-urls", &peer])
+            .args(["--initial-advertise-peer-urls", &peer])
+            .args(["--initial-cluster", &format!("reference={peer}")])
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("spawn etcd");
+        Some(EtcdProcess {
+            child,
+            endpoint: client.trim_start_matches("http://").to_string(),
+            dir,
+        })
+    }
+
+    /// Its log, for a failing test's message.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("etcd.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for EtcdProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 

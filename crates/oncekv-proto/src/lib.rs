@@ -1,6 +1,8 @@
 //! The oncekv wire contract: the protobuf package `oncekv.v1` (client API
 //! `Kv`, peer API `RaftPeer`) generated with tonic, and [`convert`], the one
-//! place that maps between wire messages and the state machine's types.
+//! place that maps between wire messages and the state machine's types;
+//! and etcd's v3 API ([`etcd`]), generated from etcd's own definitions
+//! (`proto/etcd-api`), which the node serves as an adapter.
 
 pub mod convert;
 
@@ -19,11 +21,51 @@ pub mod v1 {
 /// reflection (so `grpcurl` can list and call the services).
 pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("oncekv");
 
+/// Generated code of etcd's v3 API, in etcd's package names (so the
+/// method paths are etcd's, such as `/etcdserverpb.KV/Range`).
+#[allow(
+    missing_docs,
+    clippy::all,
+    clippy::pedantic,
+    missing_debug_implementations
+)]
+pub mod etcd {
+    /// `etcdserverpb`: KV, Watch, Lease, Cluster, Maintenance, Auth.
+    pub mod etcdserverpb {
+        tonic::include_proto!("etcdserverpb");
+    }
+    /// `mvccpb`: a key-value pair and a watch event.
+    pub mod mvccpb {
+        tonic::include_proto!("mvccpb");
+    }
+    /// `authpb`: users, roles and permissions.
+    pub mod authpb {
+        tonic::include_proto!("authpb");
+    }
+    /// `v3lockpb`: the Lock service.
+    pub mod v3lockpb {
+        tonic::include_proto!("v3lockpb");
+    }
+    /// `v3electionpb`: the Election service.
+    pub mod v3electionpb {
+        tonic::include_proto!("v3electionpb");
+    }
+}
+
+/// The encoded file descriptor set of etcd's v3 API, for gRPC server
+/// reflection.
+pub const ETCD_FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("etcd");
+
 /// The metadata entry a node sets on a call it refused unhandled because
 /// a limit was full (status RESOURCE_EXHAUSTED); its value names the
 /// limit. Such a request definitely did not apply, and clients read the
 /// entry, never the message text.
 pub const OVERLOADED_METADATA: &str = "oncekv-overloaded";
+
+/// The gRPC metadata entry that makes a call of etcd's API idempotent: its
+/// value (1..=128 bytes) names the write, and a resend with the same value
+/// is answered with the first one's response and applies nothing.
+pub const IDEMPOTENCY_KEY_METADATA: &str = "oncekv-idempotency-key";
 
 /// Most requests one `ExecuteBatch` message may carry.
 pub const BATCH_REQUESTS_MAX: usize = 256;

@@ -1,12 +1,17 @@
 //! The wire contract's constants are defined once, here: no other crate's
-//! code spells the overloaded metadata name or the batch limit itself, so
-//! a change to the contract cannot leave a stale copy behind.
+//! code spells the overloaded or idempotency-key metadata names or the
+//! batch limit itself, so a change to the contract cannot leave a stale
+//! copy behind.
 
 use std::path::{Path, PathBuf};
 
 /// The spellings only `oncekv-proto` may hold, and the constant to use.
 const DEFINED_HERE: &[(&str, &str)] = &[
     ("\"oncekv-overloaded\"", "oncekv_proto::OVERLOADED_METADATA"),
+    (
+        "\"oncekv-idempotency-key\"",
+        "oncekv_proto::IDEMPOTENCY_KEY_METADATA",
+    ),
     (
         "BATCH_REQUESTS_MAX: usize =",
         "oncekv_proto::BATCH_REQUESTS_MAX",

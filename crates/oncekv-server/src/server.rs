@@ -503,6 +503,7 @@ where
         .serve_with_incoming_shutdown(peer_incoming, signal(stopped.clone()));
     let reflection = crate::grpc::reflection_service()
         .map_err(|error| ServeError::Reflection(error.to_string()))?;
+    let etcd = crate::grpc::etcd::EtcdApi::new(node.clone(), &cluster);
     let client = grpc_server(&limits.client, client_tls, "client")?
         .layer(limit_requests(limits.client.in_flight_max, "client"))
         .add_service(crate::grpc::health_service(
@@ -517,6 +518,8 @@ where
                     config.client_message_bytes_max.max(PEER_MESSAGE_BYTES_MAX),
                 ),
         )
+        .add_service(etcd.kv_server(config.client_message_bytes_max))
+        .add_service(etcd.maintenance_server(config.client_message_bytes_max))
         .serve_with_incoming_shutdown(client_incoming, signal(stopped));
     tracing::info!(
         id = config.id,

@@ -351,19 +351,16 @@ fn target_etcd_says_how_to_build_it() {
     );
 }
 
-/// A 1-node etcd on free loopback ports in a temp dir, killed on drop.
+/// The reference etcd, with a client of its own.
 #[cfg(feature = "etcd")]
-struct Etcd {
-    child: std::process::Child,
-    endpoint: String,
-    _dir: tempfile::TempDir,
-}
+struct Etcd(oncekv_harness::testing::EtcdProcess);
 
 #[cfg(feature = "etcd")]
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+impl std::ops::Deref for Etcd {
+    type Target = oncekv_harness::testing::EtcdProcess;
+
+    fn deref(&self) -> &Self::Target {
+        &self.0
     }
 }
 
@@ -371,31 +368,7 @@ impl Drop for Etcd {
 impl Etcd {
     /// Starts one if an `etcd` binary is on PATH.
     fn start() -> Option<Etcd> {
-        let path = std::env::var_os("PATH")?;
-        let binary = std::env::split_paths(&path)
-            .map(|dir| dir.join("etcd"))
-            .find(|candidate| candidate.is_file())?;
-        let dir = tempfile::tempdir().expect("temp dir");
-        let client = format!("http://127.0.0.1:{}", support::free_port());
-        let peer = format!("http://127.0.0.1:{}", support::free_port());
-        let log = std::fs::File::create(dir.path().join("etcd.log")).expect("log");
-        let child = Process::new(binary)
-            .args(["--name", "bench", "--data-dir"])
-            .arg(dir.path().join("data"))
-            .args(["--listen-client-urls", &client])
-            .args(["--advertise-client-urls", &client])
-            .args(["--listen-peer-urls", &peer])
-            .args(["--initial-advertise-peer-urls", &peer])
-            .args(["--initial-cluster", &format!("bench={peer}")])
-            .stdout(log.try_clone().expect("log"))
-            .stderr(log)
-            .spawn()
-            .expect("spawn etcd");
-        Some(Etcd {
-            child,
-            endpoint: client.trim_start_matches("http://").to_string(),
-            _dir: dir,
-        })
+        oncekv_harness::testing::EtcdProcess::start().map(Etcd)
     }
 
     /// Waits until it answers a read.

@@ -64,7 +64,7 @@ pub fn health_service(
     service
 }
 
-/// gRPC server reflection (v1) of the `oncekv.v1` services.
+/// gRPC server reflection (v1) of the `oncekv.v1` services and etcd's.
 pub fn reflection_service() -> Result<
     tonic_reflection::server::v1::ServerReflectionServer<
         impl tonic_reflection::server::v1::ServerReflection,
@@ -73,6 +73,7 @@ pub fn reflection_service() -> Result<
 > {
     tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(oncekv_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(oncekv_proto::ETCD_FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()
 }

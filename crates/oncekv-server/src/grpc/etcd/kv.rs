@@ -1,0 +1,748 @@
+//! `etcdserverpb.KV` onto the node: Range as a get or a prefix scan (past
+//! revisions through the history), Put, DeleteRange, Txn and Compact as
+//! the node's commands, proposed and deduplicated as native ones are. A
+//! write whose etcd response needs what the key held before (`prev_kv`)
+//! reads it in the same transaction, so the answer is exact and a retry
+//! replays it whole.
+//!
+//! Keys are addressed as etcd addresses them, by `key` and `range_end`;
+//! oncekv serves one key (`range_end` empty) and a prefix (`range_end` the
+//! prefix's successor, or `key` and `range_end` both `\0` for every key).
+//! Other ranges, sorting by anything but the key, revision filters and
+//! leases on keys answer UNIMPLEMENTED for now.
+
+use super::errors::{EtcdError, error_of};
+use super::{EtcdApi, origin_of, revision_from_wire, revision_to_wire};
+use oncekv_proto::etcd::etcdserverpb::compare::{CompareResult, CompareTarget, TargetUnion};
+use oncekv_proto::etcd::etcdserverpb::kv_server::Kv;
+use oncekv_proto::etcd::etcdserverpb::range_request::{SortOrder, SortTarget};
+use oncekv_proto::etcd::etcdserverpb::{
+    CompactionRequest, CompactionResponse, Compare as EtcdCompare, DeleteRangeRequest,
+    DeleteRangeResponse, PutRequest, PutResponse, RangeRequest, RangeResponse, RequestOp,
+    ResponseOp, TxnRequest, TxnResponse, request_op, response_op,
+};
+use oncekv_proto::etcd::mvccpb::KeyValue as EtcdKeyValue;
+use oncekv_state::{Command, KeyMeta, Outcome, Query, Reply, Request};
+use oncekv_state::{Compare, CompareOp, CompareTarget as Target, Txn, TxnOp};
+use tonic::{Response, Status};
+
+/// Which keys a request addresses.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Keys {
+    /// One key.
+    One(Vec<u8>),
+    /// Every key under a prefix (empty: every key).
+    Prefix(Vec<u8>),
+}
+
+impl Keys {
+    /// The keys `key` and `range_end` address, as etcd reads them.
+    fn of(key: &[u8], range_end: &[u8]) -> Result<Keys, EtcdError> {
+        if range_end.is_empty() {
+            if key.is_empty() {
+                return Err(EtcdError::EmptyKey);
+            }
+            return Ok(Keys::One(key.to_vec()));
+        }
+        if key == [0] && range_end == [0] {
+            return Ok(Keys::Prefix(Vec::new()));
+        }
+        if prefix_end(key) == range_end {
+            return Ok(Keys::Prefix(key.to_vec()));
+        }
+        if range_end == [0] {
+            return Err(EtcdError::Unsupported(
+                "a range from a key to the end (--from-key)".to_string(),
+            ));
+        }
+        Err(EtcdError::Unsupported(
+            "a range other than one key or a prefix".to_string(),
+        ))
+    }
+
+    fn query(&self, limit: u32) -> Query {
+        match self {
+            Keys::One(key) => Query::Get { key: key.clone() },
+            Keys::Prefix(prefix) => Query::Scan {
+                prefix: prefix.clone(),
+                limit,
+            },
+        }
+    }
+
+    fn read_op(&self, limit: u32) -> TxnOp {
+        match self {
+            Keys::One(key) => TxnOp::Get { key: key.clone() },
+            Keys::Prefix(prefix) => TxnOp::Scan {
+                prefix: prefix.clone(),
+                limit,
+            },
+        }
+    }
+
+    fn delete_op(&self) -> TxnOp {
+        match self {
+            Keys::One(key) => TxnOp::Delete { key: key.clone() },
+            Keys::Prefix(prefix) => TxnOp::DeletePrefix {
+                prefix: prefix.clone(),
+            },
+        }
+    }
+}
+
+/// The end of the range of keys under `prefix` (etcd's `GetPrefixRangeEnd`):
+/// the prefix with its last byte below `0xff` incremented and what follows
+/// dropped; `\0` (every key from it on) when there is no such byte.
+fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+/// What a Range asks of each returned pair.
+#[derive(Clone, Copy, Debug, Default)]
+struct Shape {
+    keys_only: bool,
+    count_only: bool,
+}
+
+/// The parts of a Range oncekv serves: which keys, how many, in what
+/// shape, and at what revision (0: now).
+struct RangeParts {
+    keys: Keys,
+    limit: u32,
+    shape: Shape,
+    revision: u64,
+}
+
+impl RangeParts {
+    fn of(request: &RangeRequest) -> Result<RangeParts, EtcdError> {
+        let keys = Keys::of(&request.key, &request.range_end)?;
+        let by_key = request.sort_target() == SortTarget::Key;
+        let order = request.sort_order();
+        if !(order == SortOrder::None || (order == SortOrder::Ascend && by_key)) {
+            return Err(EtcdError::Unsupported(
+                "sorting other than by key, ascending".to_string(),
+            ));
+        }
+        if request.min_mod_revision != 0
+            || request.max_mod_revision != 0
+            || request.min_create_revision != 0
+            || request.max_create_revision != 0
+        {
+            return Err(EtcdError::Unsupported(
+                "filtering by mod or create revision".to_string(),
+            ));
+        }
+        Ok(RangeParts {
+            keys,
+            // 0 and below: no limit (the node's scan maximum).
+            limit: u32::try_from(request.limit).unwrap_or(0),
+            shape: Shape {
+                keys_only: request.keys_only,
+                count_only: request.count_only,
+            },
+            revision: revision_from_wire(request.revision),
+        })
+    }
+}
+
+fn key_value(key: Vec<u8>, value: Vec<u8>, meta: KeyMeta, shape: Shape) -> EtcdKeyValue {
+    EtcdKeyValue {
+        key,
+        create_revision: revision_to_wire(meta.create_revision),
+        mod_revision: revision_to_wire(meta.mod_revision),
+        version: i64::try_from(meta.version).unwrap_or(i64::MAX),
+        value: if shape.keys_only { Vec::new() } else { value },
+        lease: 0,
+    }
+}
+
+/// The pairs a get or scan reply holds, in etcd's terms, and whether more
+/// match beyond the limit.
+fn pairs_of(reply: Reply, shape: Shape) -> Result<(Vec<EtcdKeyValue>, bool), EtcdError> {
+    match reply {
+        Reply::Get { value, meta } => Ok((
+            value
+                .zip(meta)
+                .map(|(value, meta)| Vec::from([(value, meta)]))
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(value, meta)| (Vec::new(), value, meta))
+                .map(|(key, value, meta)| key_value(key, value, meta, shape))
+                .collect(),
+            false,
+        )),
+        Reply::Scan { entries, more } => Ok((
+            entries
+                .into_iter()
+                .map(|kv| key_value(kv.key, kv.value, kv.meta, shape))
+                .collect(),
+            more,
+        )),
+        Reply::Rejected(rejection) => Err(EtcdError::of_rejection(&rejection)),
+        other => Err(EtcdError::Invalid(format!("unexpected reply {other:?}"))),
+    }
+}
+
+/// A Range response from a reply to `parts`' query.
+fn range_response(
+    reply: Reply,
+    parts: &RangeParts,
+    count_all: Option<usize>,
+) -> Result<RangeResponse, EtcdError> {
+    let (mut kvs, more) = pairs_of(reply, parts.shape)?;
+    if let Keys::One(key) = &parts.keys {
+        for kv in &mut kvs {
+            kv.key.clone_from(key);
+        }
+    }
+    let count = count_all.unwrap_or(kvs.len());
+    if parts.shape.count_only {
+        kvs.clear();
+    }
+    Ok(RangeResponse {
+        header: None,
+        kvs,
+        more,
+        count: i64::try_from(count).unwrap_or(i64::MAX),
+    })
+}
+
+/// A compare in the node's terms.
+fn compare_of(compare: &EtcdCompare) -> Result<Compare, EtcdError> {
+    let keys = Keys::of(&compare.key, &compare.range_end)?;
+    let (key, prefix) = match keys {
+        Keys::One(key) => (key, false),
+        Keys::Prefix(prefix) => (prefix, true),
+    };
+    let op = match compare.result() {
+        CompareResult::Equal => CompareOp::Equal,
+        CompareResult::NotEqual => CompareOp::NotEqual,
+        CompareResult::Less => CompareOp::Less,
+        CompareResult::Greater => CompareOp::Greater,
+    };
+    let number =
+        |n: i64| u64::try_from(n).map_err(|_| EtcdError::Invalid(format!("a compare against {n}")));
+    let target = match (compare.target(), compare.target_union.clone()) {
+        (CompareTarget::Version, Some(TargetUnion::Version(n))) => Target::Version(number(n)?),
+        (CompareTarget::Create, Some(TargetUnion::CreateRevision(n))) => {
+            Target::CreateRevision(number(n)?)
+        }
+        (CompareTarget::Mod, Some(TargetUnion::ModRevision(n))) => Target::ModRevision(number(n)?),
+        (CompareTarget::Value, Some(TargetUnion::Value(value))) => Target::Value(value),
+        // An unset target compares against its zero value, as etcd does.
+        (CompareTarget::Version, None) => Target::Version(0),
+        (CompareTarget::Create, None) => Target::CreateRevision(0),
+        (CompareTarget::Mod, None) => Target::ModRevision(0),
+        (CompareTarget::Value, None) => Target::Value(Vec::new()),
+        (CompareTarget::Lease, _) => {
+            return Err(EtcdError::Unsupported(
+                "a compare on a key's lease".to_string(),
+            ));
+        }
+        (target, Some(_)) => {
+            return Err(EtcdError::Invalid(format!(
+                "a {} compare with a value of another kind",
+                target.as_str_name()
+            )));
+        }
+    };
+    Ok(Compare {
+        key,
+        prefix,
+        target,
+        op,
+    })
+}
+
+/// How one etcd operation of a transaction is carried out: which node
+/// operations it became, and how their replies make its response.
+enum OpPlan {
+    /// A read (one op).
+    Range(RangeParts),
+    /// A put, after a read of the key when `prev_kv` is asked (1 or 2 ops).
+    Put { prev_kv: bool, key: Vec<u8> },
+    /// A delete, after a read of the keys when `prev_kv` is asked (1 or 2).
+    Delete { prev_kv: bool, keys: Keys },
+}
+
+impl OpPlan {
+    /// Plans `op`, appending its node operations to `ops`.
+    fn of(op: &RequestOp, ops: &mut Vec<TxnOp>) -> Result<OpPlan, EtcdError> {
+        match &op.request {
+            Some(request_op::Request::RequestRange(range)) => {
+                let parts = RangeParts::of(range)?;
+                if parts.revision != 0 {
+                    return Err(EtcdError::Unsupported(
+                        "a past revision inside a transaction".to_string(),
+                    ));
+                }
+                ops.push(parts.keys.read_op(parts.limit));
+                Ok(OpPlan::Range(parts))
+            }
+            Some(request_op::Request::RequestPut(put)) => {
+                check_put(put)?;
+                if put.prev_kv {
+                    ops.push(TxnOp::Get {
+                        key: put.key.clone(),
+                    });
+                }
+                ops.push(TxnOp::Put {
+                    key: put.key.clone(),
+                    value: put.value.clone(),
+                    lease: None,
+                });
+                Ok(OpPlan::Put {
+                    prev_kv: put.prev_kv,
+                    key: put.key.clone(),
+                })
+            }
+            Some(request_op::Request::RequestDeleteRange(delete)) => {
+                let keys = Keys::of(&delete.key, &delete.range_end)?;
+                if delete.prev_kv {
+                    ops.push(keys.read_op(0));
+                }
+                ops.push(keys.delete_op());
+                Ok(OpPlan::Delete {
+                    prev_kv: delete.prev_kv,
+                    keys,
+                })
+            }
+            Some(request_op::Request::RequestTxn(_)) => Err(EtcdError::Unsupported(
+                "a transaction inside a transaction".to_string(),
+            )),
+            None => Err(EtcdError::Invalid(
+                "a transaction operation with no request".to_string(),
+            )),
+        }
+    }
+
+    /// Its response, from the replies of its node operations.
+    fn response(
+        &self,
+        replies: &mut impl Iterator<Item = Reply>,
+    ) -> Result<response_op::Response, EtcdError> {
+        let mut next = || {
+            replies.next().ok_or_else(|| {
+                EtcdError::Invalid("a transaction reply with too few results".to_string())
+            })
+        };
+        Ok(match self {
+            OpPlan::Range(parts) => {
+                response_op::Response::ResponseRange(range_response(next()?, parts, None)?)
+            }
+            OpPlan::Put { prev_kv, key } => {
+                let prev_kv = if *prev_kv {
+                    let (mut kvs, _) = pairs_of(next()?, Shape::default())?;
+                    kvs.pop().map(|mut kv| {
+                        kv.key.clone_from(key);
+                        kv
+                    })
+                } else {
+                    None
+                };
+                rejected(next()?)?;
+                response_op::Response::ResponsePut(PutResponse {
+                    header: None,
+                    prev_kv,
+                })
+            }
+            OpPlan::Delete { prev_kv, keys } => {
+                let mut prev_kvs = Vec::new();
+                if *prev_kv {
+                    (prev_kvs, _) = pairs_of(next()?, Shape::default())?;
+                    if let Keys::One(key) = keys {
+                        for kv in &mut prev_kvs {
+                            kv.key.clone_from(key);
+                        }
+                    }
+                }
+                let deleted = match next()? {
+                    Reply::Delete { previous } => u64::from(previous.is_some()),
+                    Reply::DeletePrefix { deleted } => deleted,
+                    other => return Err(unexpected(other)),
+                };
+                response_op::Response::ResponseDeleteRange(DeleteRangeResponse {
+                    header: None,
+                    deleted: i64::try_from(deleted).unwrap_or(i64::MAX),
+                    prev_kvs,
+                })
+            }
+        })
+    }
+}
+
+fn check_put(put: &PutRequest) -> Result<(), EtcdError> {
+    if put.key.is_empty() {
+        return Err(EtcdError::EmptyKey);
+    }
+    if put.lease != 0 {
+        return Err(EtcdError::Unsupported(
+            "attaching a key to a lease".to_string(),
+        ));
+    }
+    if put.ignore_value || put.ignore_lease {
+        return Err(EtcdError::Unsupported(
+            "ignore_value and ignore_lease".to_string(),
+        ));
+    }
+    Ok(())
+}
+
+/// An error if `reply` is a rejection.
+fn rejected(reply: Reply) -> Result<Reply, EtcdError> {
+    match reply {
+        Reply::Rejected(rejection) => Err(EtcdError::of_rejection(&rejection)),
+        reply => Ok(reply),
+    }
+}
+
+fn unexpected(reply: Reply) -> EtcdError {
+    EtcdError::Invalid(format!("unexpected reply {reply:?}"))
+}
+
+/// A transaction of etcd operations, planned: the node's transaction and
+/// how to answer each operation of the branch that runs.
+struct Planned {
+    txn: Txn,
+    success: Vec<OpPlan>,
+    failure: Vec<OpPlan>,
+}
+
+impl Planned {
+    fn of(request: &TxnRequest) -> Result<Planned, EtcdError> {
+        let mut txn = Txn {
+            compare: request
+                .compare
+                .iter()
+                .map(compare_of)
+                .collect::<Result<_, _>>()?,
+            ..Txn::default()
+        };
+        let success = request
+            .success
+            .iter()
+            .map(|op| OpPlan::of(op, &mut txn.success))
+            .collect::<Result<_, _>>()?;
+        let failure = request
+            .failure
+            .iter()
+            .map(|op| OpPlan::of(op, &mut txn.failure))
+            .collect::<Result<_, _>>()?;
+        Ok(Planned {
+            txn,
+            success,
+            failure,
+        })
+    }
+
+    /// The etcd responses of the branch that ran, from the node's reply.
+    fn responses(&self, reply: Reply) -> Result<(bool, Vec<ResponseOp>), EtcdError> {
+        let (succeeded, results) = match rejected(reply)? {
+            Reply::Txn { succeeded, results } => (succeeded, results),
+            other => return Err(unexpected(other)),
+        };
+        let plans = if succeeded {
+            &self.success
+        } else {
+            &self.failure
+        };
+        let mut results = results.into_iter();
+        let responses = plans
+            .iter()
+            .map(|plan| {
+                plan.response(&mut results).map(|response| ResponseOp {
+                    response: Some(response),
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        Ok((succeeded, responses))
+    }
+}
+
+impl EtcdApi {
+    /// Proposes `command` from `request`'s caller and returns its reply
+    /// and the revision it was (first) applied at.
+    async fn write<T>(
+        &self,
+        request: &tonic::Request<T>,
+        command: Command,
+    ) -> Result<(Reply, u64), Status> {
+        let origin = origin_of(request)?;
+        let principal = self.principal(request, true)?;
+        let executed = self
+            .node
+            .execute(Request { origin, command }, principal)
+            .await
+            .map_err(|error| Status::from(error_of(error)))?;
+        match executed.outcome {
+            Outcome::Applied(reply) => Ok((reply, executed.index.0)),
+            Outcome::Replayed {
+                reply,
+                applied_index,
+            } => Ok((reply, applied_index.0)),
+            other => Err(EtcdError::of_outcome(&other).into()),
+        }
+    }
+
+    /// Carries out `op` alone, as a transaction of the node's operations
+    /// (it may need more than one: a read of what it replaces); returns
+    /// its response and the revision it was (first) applied at.
+    async fn one_op<T>(
+        &self,
+        request: &tonic::Request<T>,
+        op: request_op::Request,
+    ) -> Result<(response_op::Response, u64), Status> {
+        let planned = Planned::of(&TxnRequest {
+            compare: Vec::new(),
+            success: vec![RequestOp { request: Some(op) }],
+            failure: Vec::new(),
+        })?;
+        let (reply, revision) = self
+            .write(request, Command::Txn(planned.txn.clone()))
+            .await?;
+        let (_, mut responses) = planned.responses(reply)?;
+        match responses.pop() {
+            Some(ResponseOp {
+                response: Some(response),
+            }) => Ok((response, revision)),
+            _ => Err(EtcdError::Invalid("a transaction without its response".to_string()).into()),
+        }
+    }
+
+    /// Reads `query` for `request`'s caller; returns the reply and the
+    /// revision read at.
+    async fn read<T>(
+        &self,
+        request: &tonic::Request<T>,
+        query: &Query,
+        serializable: bool,
+    ) -> Result<(Reply, u64), Status> {
+        let principal = self.principal(request, !serializable)?;
+        self.node
+            .read_at(query, serializable, principal.as_ref())
+            .await
+            .map_err(|error| error_of(error).into())
+    }
+}
+
+#[tonic::async_trait]
+impl Kv for EtcdApi {
+    async fn range(
+        &self,
+        request: tonic::Request<RangeRequest>,
+    ) -> Result<Response<RangeResponse>, Status> {
+        let parts = RangeParts::of(request.get_ref())?;
+        let serializable = request.get_ref().serializable;
+        let mut query = parts.keys.query(parts.limit);
+        if parts.revision != 0 {
+            query = Query::At {
+                revision: parts.revision,
+                query: Box::new(query),
+            };
+        }
+        let (reply, revision) = self.read(&request, &query, serializable).await?;
+        // A limited scan that stopped short counts every match with a
+        // second read (within the node's scan maximum).
+        let count_all = match (&reply, &parts.keys) {
+            (Reply::Scan { more: true, .. }, Keys::Prefix(_)) => {
+                let all = match query {
+                    Query::At { revision, .. } => Query::At {
+                        revision,
+                        query: Box::new(parts.keys.query(0)),
+                    },
+                    _ => parts.keys.query(0),
+                };
+                let (reply, _) = self.read(&request, &all, true).await?;
+                let (pairs, _) = pairs_of(reply, Shape::default())?;
+                Some(pairs.len())
+            }
+            _ => None,
+        };
+        let mut response = range_response(reply, &parts, count_all)?;
+        response.header = Some(self.header(revision));
+        Ok(Response::new(response))
+    }
+
+    async fn put(
+        &self,
+        request: tonic::Request<PutRequest>,
+    ) -> Result<Response<PutResponse>, Status> {
+        let put = request.get_ref();
+        check_put(put)?;
+        let (key, value) = (put.key.clone(), put.value.clone());
+        if put.prev_kv {
+            let op = request_op::Request::RequestPut(put.clone());
+            let (response, revision) = self.one_op(&request, op).await?;
+            let response_op::Response::ResponsePut(mut response) = response else {
+                return Err(EtcdError::Invalid("no put response".to_string()).into());
+            };
+            response.header = Some(self.header(revision));
+            return Ok(Response::new(response));
+        }
+        let (reply, revision) = self
+            .write(
+                &request,
+                Command::Put {
+                    key,
+                    value,
+                    lease: None,
+                },
+            )
+            .await?;
+        rejected(reply)?;
+        Ok(Response::new(PutResponse {
+            header: Some(self.header(revision)),
+            prev_kv: None,
+        }))
+    }
+
+    async fn delete_range(
+        &self,
+        request: tonic::Request<DeleteRangeRequest>,
+    ) -> Result<Response<DeleteRangeResponse>, Status> {
+        let op = request_op::Request::RequestDeleteRange(request.get_ref().clone());
+        let (response, revision) = self.one_op(&request, op).await?;
+        let response_op::Response::ResponseDeleteRange(mut response) = response else {
+            return Err(EtcdError::Invalid("no delete response".to_string()).into());
+        };
+        response.header = Some(self.header(revision));
+        Ok(Response::new(response))
+    }
+
+    async fn txn(
+        &self,
+        request: tonic::Request<TxnRequest>,
+    ) -> Result<Response<TxnResponse>, Status> {
+        let planned = Planned::of(request.get_ref())?;
+        let (reply, revision) = self
+            .write(&request, Command::Txn(planned.txn.clone()))
+            .await?;
+        let (succeeded, mut responses) = planned.responses(reply)?;
+        let header = self.header(revision);
+        for response in &mut responses {
+            match &mut response.response {
+                Some(response_op::Response::ResponseRange(r)) => r.header = Some(header),
+                Some(response_op::Response::ResponsePut(r)) => r.header = Some(header),
+                Some(response_op::Response::ResponseDeleteRange(r)) => {
+                    r.header = Some(header);
+                }
+                Some(response_op::Response::ResponseTxn(r)) => r.header = Some(header),
+                None => {}
+            }
+        }
+        Ok(Response::new(TxnResponse {
+            header: Some(header),
+            succeeded,
+            responses,
+        }))
+    }
+
+    async fn compact(
+        &self,
+        request: tonic::Request<CompactionRequest>,
+    ) -> Result<Response<CompactionResponse>, Status> {
+        let revision = revision_from_wire(request.get_ref().revision);
+        let (reply, applied) = self.write(&request, Command::Compact { revision }).await?;
+        rejected(reply)?;
+        Ok(Response::new(CompactionResponse {
+            header: Some(self.header(applied)),
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_ends_are_etcds() {
+        assert_eq!(prefix_end(b"abc"), b"abd");
+        assert_eq!(prefix_end(b"a\xff"), b"b");
+        assert_eq!(prefix_end(b"\xff\xff"), b"\0");
+        assert_eq!(prefix_end(b""), b"\0");
+    }
+
+    #[test]
+    fn keys_are_one_a_prefix_or_refused() {
+        assert_eq!(Keys::of(b"a", b""), Ok(Keys::One(b"a".to_vec())));
+        assert_eq!(Keys::of(b"a", b"b"), Ok(Keys::Prefix(b"a".to_vec())));
+        assert_eq!(Keys::of(b"\0", b"\0"), Ok(Keys::Prefix(Vec::new())));
+        assert_eq!(Keys::of(b"", b""), Err(EtcdError::EmptyKey));
+        assert!(matches!(
+            Keys::of(b"a", b"\0"),
+            Err(EtcdError::Unsupported(_))
+        ));
+        assert!(matches!(
+            Keys::of(b"a", b"c"),
+            Err(EtcdError::Unsupported(_))
+        ));
+    }
+
+    #[test]
+    fn a_put_with_prev_kv_reads_the_key_in_the_same_transaction() {
+        let planned = Planned::of(&TxnRequest {
+            compare: Vec::new(),
+            success: vec![RequestOp {
+                request: Some(request_op::Request::RequestPut(PutRequest {
+                    key: b"k".to_vec(),
+                    value: b"v".to_vec(),
+                    prev_kv: true,
+                    ..PutRequest::default()
+                })),
+            }],
+            failure: Vec::new(),
+        })
+        .unwrap();
+        assert_eq!(
+            planned.txn.success,
+            vec![
+                TxnOp::Get { key: b"k".to_vec() },
+                TxnOp::Put {
+                    key: b"k".to_vec(),
+                    value: b"v".to_vec(),
+                    lease: None
+                }
+            ]
+        );
+        let meta = KeyMeta {
+            create_revision: 3,
+            mod_revision: 5,
+            version: 2,
+        };
+        let (succeeded, responses) = planned
+            .responses(Reply::Txn {
+                succeeded: true,
+                results: vec![
+                    Reply::Get {
+                        value: Some(b"old".to_vec()),
+                        meta: Some(meta),
+                    },
+                    Reply::Put {
+                        previous: Some(b"old".to_vec()),
+                    },
+                ],
+            })
+            .unwrap();
+        assert!(succeeded);
+        let Some(response_op::Response::ResponsePut(put)) = &responses[0].response else {
+            panic!("{responses:?}");
+        };
+        let prev = put.prev_kv.as_ref().unwrap();
+        assert_eq!(
+            (
+                prev.key.as_slice(),
+                prev.value.as_slice(),
+                prev.mod_revision,
+                prev.version
+            ),
+            (&b"k"[..], &b"old"[..], 5, 2)
+        );
+    }
+}

@@ -1,0 +1,166 @@
+//! etcd's v3 API on the client port: [`EtcdApi`] answers etcd's services
+//! (`etcdserverpb.KV`, `etcdserverpb.Maintenance`) as an adapter onto the
+//! node's own commands, queries and state, so an etcd `Put` and a native
+//! PUT of one key see each other at one revision. Revisions are the
+//! node's (log indexes: they only grow, but not one by one).
+//!
+//! What is served, field by field, and what differs from etcd is in
+//! `docs/etcd-compatibility.md`; a method not served answers
+//! UNIMPLEMENTED. A call carrying the metadata
+//! [`oncekv_proto::IDEMPOTENCY_KEY_METADATA`] is applied once per key (scoped to the
+//! caller's user, as native keys are): a retry gets the original
+//! response, its header revision included. Errors carry the codes and
+//! texts etcd's clients match on, from one table ([`errors`]).
+//!
+//! Writes and linearizable reads are carried out by the leader only: on a
+//! follower they answer etcd's "not leader" (UNAVAILABLE), which etcd's
+//! clients retry on another endpoint.
+
+mod errors;
+mod kv;
+mod maintenance;
+
+use crate::auth::Credentials;
+use crate::node::Node;
+use oncekv_proto::IDEMPOTENCY_KEY_METADATA;
+use oncekv_proto::etcd::etcdserverpb::ResponseHeader;
+use oncekv_proto::etcd::etcdserverpb::kv_server::KvServer;
+use oncekv_proto::etcd::etcdserverpb::maintenance_server::MaintenanceServer;
+use oncekv_state::{IdempotencyKey, Origin, Principal};
+use tonic::Status;
+
+pub use errors::status_of;
+
+/// The metadata entry etcd's clients carry their login token in.
+const TOKEN_METADATA: &str = "token";
+
+/// The etcd services of one node.
+#[derive(Clone, Debug)]
+pub struct EtcdApi {
+    node: Node,
+    cluster_id: u64,
+}
+
+impl EtcdApi {
+    /// The services over `node`, in the cluster whose description (the
+    /// initial membership, as the data directory records it) is
+    /// `cluster`: its hash is the cluster id every header carries.
+    pub fn new(node: Node, cluster: &str) -> EtcdApi {
+        EtcdApi {
+            node,
+            cluster_id: fnv1a(cluster.as_bytes()),
+        }
+    }
+
+    /// The KV service.
+    pub fn kv_server(&self, message_bytes_max: usize) -> KvServer<EtcdApi> {
+        KvServer::new(self.clone())
+            .max_decoding_message_size(message_bytes_max)
+            .max_encoding_message_size(message_bytes_max)
+    }
+
+    /// The Maintenance service.
+    pub fn maintenance_server(&self, message_bytes_max: usize) -> MaintenanceServer<EtcdApi> {
+        MaintenanceServer::new(self.clone())
+            .max_decoding_message_size(message_bytes_max)
+            .max_encoding_message_size(message_bytes_max)
+    }
+
+    /// A response header at `revision`.
+    fn header(&self, revision: u64) -> ResponseHeader {
+        let leadership = self.node.consensus().leadership();
+        ResponseHeader {
+            cluster_id: self.cluster_id,
+            member_id: self.node.id(),
+            revision: revision_to_wire(revision),
+            raft_term: leadership.term,
+        }
+    }
+
+    /// Who sent `request` ([`credentials_of`]). For a call only the
+    /// leader carries out, a follower that cannot authenticate the caller
+    /// yet answers "not leader" instead.
+    fn principal<T>(
+        &self,
+        request: &tonic::Request<T>,
+        at_leader: bool,
+    ) -> Result<Option<Principal>, Status> {
+        let credentials = credentials_of(request);
+        let principal = if at_leader {
+            self.node.authenticate_at_leader(&credentials)
+        } else {
+            self.node.authenticate(&credentials)
+        };
+        principal.map_err(status_of)
+    }
+}
+
+/// What `request` presented: etcd's `token` metadata, or oncekv's own
+/// `authorization`, and a client certificate.
+fn credentials_of<T>(request: &tonic::Request<T>) -> Credentials {
+    let mut credentials = Credentials::of(request);
+    if credentials.token.is_none() {
+        credentials.token = request
+            .metadata()
+            .get(TOKEN_METADATA)
+            .and_then(|value| value.to_str().ok())
+            .map(|value| value.trim().to_string());
+    }
+    credentials
+}
+
+/// How a write is deduplicated: by the caller's idempotency key, or not at
+/// all (as etcd).
+fn origin_of<T>(request: &tonic::Request<T>) -> Result<Origin, Status> {
+    let Some(value) = request.metadata().get(IDEMPOTENCY_KEY_METADATA) else {
+        return Ok(Origin::Plain);
+    };
+    let key = IdempotencyKey(value.as_bytes().to_vec());
+    if !key.is_well_formed() {
+        return Err(Status::invalid_argument(format!(
+            "oncekv: the {IDEMPOTENCY_KEY_METADATA} metadata must be {}..={} bytes, got {}",
+            IdempotencyKey::BYTES_MIN,
+            IdempotencyKey::BYTES_MAX,
+            key.0.len()
+        )));
+    }
+    Ok(Origin::Key(key))
+}
+
+/// A revision as etcd's wire has it (an `i64`; the node's never reach
+/// `i64::MAX`, and would be clamped there).
+fn revision_to_wire(revision: u64) -> i64 {
+    i64::try_from(revision).unwrap_or(i64::MAX)
+}
+
+/// A revision from etcd's wire: 0 and below mean "none".
+fn revision_from_wire(revision: i64) -> u64 {
+    u64::try_from(revision).unwrap_or(0)
+}
+
+/// FNV-1a, 64 bits: a stable hash (the same on every node and release).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+        (hash ^ u64::from(*byte)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn revisions_cross_the_wire_without_wrapping() {
+        assert_eq!(revision_to_wire(u64::MAX), i64::MAX);
+        assert_eq!(revision_to_wire(7), 7);
+        assert_eq!(revision_from_wire(-1), 0);
+        assert_eq!(revision_from_wire(9), 9);
+    }
+
+    #[test]
+    fn the_cluster_id_is_a_stable_hash() {
+        // FNV-1a's published test vector.
+        assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_ne!(fnv1a(b"1=a:1,2=b:1"), fnv1a(b"1=a:1,2=b:2"));
+    }
+}

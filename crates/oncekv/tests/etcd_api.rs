@@ -1,0 +1,414 @@
+//! etcd's v3 API, compared with etcd itself: Debian's `etcdctl` runs the
+//! same commands against a real one-member etcd and against an oncekv
+//! node, and their outputs, with ids, terms and revisions normalised, must
+//! be equal (and so must exit codes and error texts). Then the one thing
+//! etcd cannot do: a transaction resent with the `oncekv-idempotency-key`
+//! metadata is applied once and answered with its first response.
+//!
+//! Needs `etcd` and `etcdctl` on PATH (scripts/setup.sh installs Debian's
+//! etcd-server and etcd-client); without them the test says so (and fails
+//! in CI).
+
+mod support;
+
+use oncekv_harness::testing::{EtcdProcess, on_path};
+use oncekv_proto::etcd::etcdserverpb::compare::{CompareResult, CompareTarget, TargetUnion};
+use oncekv_proto::etcd::etcdserverpb::kv_client::KvClient;
+use oncekv_proto::etcd::etcdserverpb::{
+    Compare, PutRequest, RangeRequest, RequestOp, TxnRequest, request_op,
+};
+use std::collections::HashMap;
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+use support::{Cluster, Dependency, FAST, eventually, exclusive, missing_dependency};
+
+/// What one `etcdctl` run printed, and its exit code.
+#[derive(Debug, PartialEq, Eq)]
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs `etcdctl ARGS` against `endpoint`, `stdin` given.
+fn etcdctl(endpoint: &str, args: &[&str], stdin: &str) -> Run {
+    let mut child = Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .args(["--endpoints", endpoint, "--command-timeout", "10s"])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run etcdctl");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(stdin.as_bytes())
+        .expect("write stdin");
+    let output = child.wait_with_output().expect("etcdctl output");
+    // The client's own retry warnings are JSON log lines with times in
+    // them; the error it ends with is what is compared.
+    let stderr = String::from_utf8_lossy(&output.stderr)
+        .lines()
+        .filter(|line| !line.starts_with("{\"level\""))
+        .collect::<Vec<_>>()
+        .join("\n");
+    Run {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr,
+    }
+}
+
+/// Rewrites what legitimately differs between two servers: the header's
+/// ids, term and revision are dropped, and each key revision (create or
+/// mod) is replaced by its rank among the key revisions seen so far in
+/// the transcript (both servers give later writes higher revisions, so
+/// the ranks agree where the histories do).
+#[derive(Default)]
+struct Normaliser {
+    ranks: HashMap<String, usize>,
+}
+
+impl Normaliser {
+    fn rank(&mut self, revision: &str) -> String {
+        let next = self.ranks.len() + 1;
+        format!(
+            "r{}",
+            self.ranks.entry(revision.to_string()).or_insert(next)
+        )
+    }
+
+    fn json(&mut self, value: &mut serde_json::Value) {
+        match value {
+            serde_json::Value::Object(map) => {
+                map.remove("header");
+                for (name, field) in map.iter_mut() {
+                    if name == "create_revision" || name == "mod_revision" {
+                        *field = serde_json::Value::String(self.rank(&field.to_string()));
+                    } else {
+                        self.json(field);
+                    }
+                }
+            }
+            serde_json::Value::Array(items) => items.iter_mut().for_each(|item| self.json(item)),
+            _ => {}
+        }
+    }
+
+    fn text(&mut self, text: &str) -> String {
+        text.lines()
+            .map(|line| {
+                if let Ok(mut value) = serde_json::from_str::<serde_json::Value>(line) {
+                    self.json(&mut value);
+                    return value.to_string();
+                }
+                // `-w fields`: one `"Name" : value` per line.
+                let field = line.split(" : ").collect::<Vec<_>>();
+                match field.as_slice() {
+                    [
+                        "\"ClusterID\"" | "\"MemberID\"" | "\"Revision\"" | "\"RaftTerm\"",
+                        _,
+                    ] => String::new(),
+                    [name @ ("\"CreateRevision\"" | "\"ModRevision\""), revision] => {
+                        format!("{name} : {}", self.rank(revision))
+                    }
+                    _ => line.to_string(),
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+/// One step of the script: `etcdctl` arguments and what it reads.
+struct Step {
+    args: Vec<String>,
+    stdin: &'static str,
+}
+
+fn step(args: &[&str]) -> Step {
+    Step {
+        args: args.iter().map(ToString::to_string).collect(),
+        stdin: "",
+    }
+}
+
+/// The script both servers run, in order.
+fn script() -> Vec<Step> {
+    let txn = |stdin: &'static str, json: bool| Step {
+        args: if json {
+            vec!["txn".into(), "-w".into(), "json".into()]
+        } else {
+            vec!["txn".into()]
+        },
+        stdin,
+    };
+    vec![
+        step(&["put", "a", "1"]),
+        step(&["put", "a", "2", "--prev-kv"]),
+        step(&["put", "a", "3", "--prev-kv", "-w", "json"]),
+        step(&["get", "a"]),
+        step(&["get", "a", "-w", "json"]),
+        step(&["get", "a", "-w", "fields"]),
+        step(&["get", "a", "--print-value-only"]),
+        step(&["get", "a", "--hex"]),
+        step(&["get", "a", "--consistency", "s"]),
+        step(&["put", "ab", "x"]),
+        step(&["put", "abc", "y"]),
+        step(&["put", "b", "z"]),
+        step(&["get", "a", "--prefix"]),
+        step(&["get", "a", "--prefix", "-w", "json"]),
+        step(&["get", "a", "--prefix", "--keys-only"]),
+        step(&["get", "a", "--prefix", "--limit", "2", "-w", "json"]),
+        step(&[
+            "get",
+            "a",
+            "--prefix",
+            "--order",
+            "ASCEND",
+            "--sort-by",
+            "KEY",
+        ]),
+        step(&["get", "", "--prefix", "--print-value-only"]),
+        step(&["get", "", "--prefix", "--limit", "1", "-w", "json"]),
+        step(&["get", "missing"]),
+        step(&["get", "missing", "-w", "json"]),
+        step(&["del", "missing"]),
+        step(&["del", "ab", "--prev-kv"]),
+        step(&["del", "ab", "--prev-kv", "-w", "json"]),
+        step(&["put", "ab", "again"]),
+        step(&["del", "a", "--prefix", "--prev-kv", "-w", "json"]),
+        step(&["get", "", "--prefix", "-w", "json"]),
+        txn(
+            "value(\"b\") = \"z\"\n\nput t1 yes\nget b\n\nput t1 no\n\n",
+            false,
+        ),
+        txn(
+            "value(\"b\") = \"other\"\n\nput t2 yes\n\nput t2 no\nget t1\n\n",
+            true,
+        ),
+        txn(
+            "version(\"b\") = \"1\"\nmod(\"t1\") > \"0\"\n\ndel t2\n\n\n",
+            false,
+        ),
+        txn("create(\"missing\") = \"0\"\n\nput c 1\n\n\n", true),
+        txn("value(\"b\") != \"z\"\n\n\nget b --prefix\n\n", true),
+        step(&["put", "", "empty"]),
+        step(&["get", "", "-w", "json"]),
+        step(&["get", "", "--prefix", "--keys-only"]),
+    ]
+}
+
+/// Runs the script against `endpoint`; returns each step's normalised
+/// output.
+fn transcript(endpoint: &str) -> Vec<(String, Run)> {
+    let mut normaliser = Normaliser::default();
+    script()
+        .into_iter()
+        .map(|step| {
+            let args: Vec<&str> = step.args.iter().map(String::as_str).collect();
+            let mut run = etcdctl(endpoint, &args, step.stdin);
+            run.stdout = normaliser.text(&run.stdout);
+            (format!("etcdctl {}", step.args.join(" ")), run)
+        })
+        .collect()
+}
+
+/// The mod revision of `key`, as `etcdctl get -w json` shows it.
+fn mod_revision(endpoint: &str, key: &str) -> i64 {
+    let run = etcdctl(endpoint, &["get", key, "-w", "json"], "");
+    let json: serde_json::Value = serde_json::from_str(run.stdout.trim()).expect("json");
+    json["kvs"][0]["mod_revision"]
+        .as_i64()
+        .expect("a mod revision")
+}
+
+/// Waits until `endpoint` answers `etcdctl get`.
+async fn answering(endpoint: &str) {
+    let endpoint = endpoint.to_string();
+    eventually(Duration::from_secs(30), "etcdctl to be answered", || {
+        let endpoint = endpoint.clone();
+        async move { (etcdctl(&endpoint, &["get", "ready"], "").code == 0).then_some(()) }
+    })
+    .await;
+}
+
+/// The prerequisites, or `None` once their absence is reported.
+fn reference(test: &str) -> Option<EtcdProcess> {
+    if on_path("etcdctl").is_none() {
+        missing_dependency(test, Dependency::Etcdctl, "no etcdctl binary on PATH");
+        return None;
+    }
+    let etcd = EtcdProcess::start();
+    if etcd.is_none() {
+        missing_dependency(test, Dependency::Etcd, "no etcd binary on PATH");
+    }
+    etcd
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcdctl_sees_the_same_answers_from_oncekv_as_from_etcd() {
+    let _one = exclusive().await;
+    let Some(etcd) = reference("etcd_api::etcdctl_sees_the_same_answers_from_oncekv_as_from_etcd")
+    else {
+        return;
+    };
+    let mut cluster = Cluster::start(1, FAST);
+    cluster.leader(Duration::from_secs(15)).await;
+    let oncekv = cluster.node(1).client.clone();
+    answering(&etcd.endpoint).await;
+    answering(&oncekv).await;
+
+    let expected = transcript(&etcd.endpoint);
+    let actual = transcript(&oncekv);
+    for ((command, want), (_, got)) in expected.iter().zip(&actual) {
+        assert_eq!(
+            got,
+            want,
+            "{command}: oncekv (left) differs from etcd (right)\netcd log:\n{}",
+            etcd.log()
+        );
+    }
+
+    // Compaction: revisions differ between the two, so each compacts at
+    // its own current revision of `b`, and a read below it is refused
+    // with etcd's error.
+    for endpoint in [&etcd.endpoint, &oncekv] {
+        let before = mod_revision(endpoint, "b");
+        etcdctl(endpoint, &["put", "b", "later"], "");
+        let now = mod_revision(endpoint, "b");
+        let compacted = etcdctl(endpoint, &["compaction", &now.to_string()], "");
+        assert_eq!(compacted.code, 0, "{endpoint}: {compacted:?}");
+        assert_eq!(compacted.stdout.trim(), format!("compacted revision {now}"));
+        let old = etcdctl(endpoint, &["get", "b", "--rev", &before.to_string()], "");
+        assert_eq!(
+            (old.code, old.stderr.trim()),
+            (
+                1,
+                "Error: etcdserver: mvcc: required revision has been compacted"
+            ),
+            "{endpoint}"
+        );
+        let current = etcdctl(endpoint, &["get", "b", "--rev", &now.to_string()], "");
+        assert_eq!(current.stdout, "b\nlater\n", "{endpoint}");
+    }
+
+    // Status: the fields etcdctl shows are there, and say who leads.
+    let status = etcdctl(&oncekv, &["endpoint", "status", "-w", "json"], "");
+    let status: serde_json::Value = serde_json::from_str(status.stdout.trim()).expect("json");
+    let status = &status[0]["Status"];
+    assert_eq!(status["leader"], status["header"]["member_id"], "{status}");
+    assert!(status["raftAppliedIndex"].as_u64() > Some(0), "{status}");
+    assert!(status["version"].as_str().is_some(), "{status}");
+}
+
+/// A guarded transaction: if `key` holds `expected`, put `new`.
+fn swap(key: &str, expected: &str, new: &str) -> TxnRequest {
+    TxnRequest {
+        compare: vec![Compare {
+            result: CompareResult::Equal as i32,
+            target: CompareTarget::Value as i32,
+            key: key.as_bytes().to_vec(),
+            range_end: Vec::new(),
+            target_union: Some(TargetUnion::Value(expected.as_bytes().to_vec())),
+        }],
+        success: vec![RequestOp {
+            request: Some(request_op::Request::RequestPut(PutRequest {
+                key: key.as_bytes().to_vec(),
+                value: new.as_bytes().to_vec(),
+                ..PutRequest::default()
+            })),
+        }],
+        failure: Vec::new(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_etcd_txn_resent_with_an_idempotency_key_applies_once() {
+    let _one = exclusive().await;
+    let mut cluster = Cluster::start(1, FAST);
+    cluster.leader(Duration::from_secs(15)).await;
+    let address = format!("http://{}", cluster.node(1).client);
+    let mut kv = KvClient::connect(address).await.expect("connect");
+    kv.put(PutRequest {
+        key: b"counter".to_vec(),
+        value: b"1".to_vec(),
+        ..PutRequest::default()
+    })
+    .await
+    .expect("put");
+
+    let keyed = |txn: TxnRequest, key: &str| {
+        let mut request = tonic::Request::new(txn);
+        request.metadata_mut().insert(
+            oncekv_proto::IDEMPOTENCY_KEY_METADATA,
+            key.parse().expect("metadata value"),
+        );
+        request
+    };
+    // The first send applies; the resend (its reply lost, say) is answered
+    // with the first response, header revision included, and applies
+    // nothing.
+    let first = kv
+        .txn(keyed(swap("counter", "1", "2"), "swap-1-to-2"))
+        .await
+        .expect("txn")
+        .into_inner();
+    assert!(first.succeeded);
+    let resent = kv
+        .txn(keyed(swap("counter", "1", "2"), "swap-1-to-2"))
+        .await
+        .expect("txn")
+        .into_inner();
+    assert_eq!(resent, first);
+    // Meanwhile another writer moves it on; the resend still answers the
+    // original success and does not put 2 back.
+    kv.put(PutRequest {
+        key: b"counter".to_vec(),
+        value: b"3".to_vec(),
+        ..PutRequest::default()
+    })
+    .await
+    .expect("put");
+    let late = kv
+        .txn(keyed(swap("counter", "1", "2"), "swap-1-to-2"))
+        .await
+        .expect("txn")
+        .into_inner();
+    assert_eq!(late, first);
+    let value = kv
+        .range(RangeRequest {
+            key: b"counter".to_vec(),
+            ..RangeRequest::default()
+        })
+        .await
+        .expect("range")
+        .into_inner();
+    assert_eq!(value.kvs[0].value, b"3");
+
+    // Without the key a resend is a new transaction, as on etcd: it runs
+    // again (and here fails its compare).
+    let plain = kv
+        .txn(swap("counter", "3", "4"))
+        .await
+        .expect("txn")
+        .into_inner();
+    assert!(plain.succeeded);
+    let again = kv
+        .txn(swap("counter", "3", "4"))
+        .await
+        .expect("txn")
+        .into_inner();
+    assert!(!again.succeeded);
+
+    // The same key for another request is refused, not applied.
+    let reused = kv
+        .txn(keyed(swap("counter", "4", "5"), "swap-1-to-2"))
+        .await
+        .expect_err("a reused key");
+    assert_eq!(reused.code(), tonic::Code::FailedPrecondition);
+}

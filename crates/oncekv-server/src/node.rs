@@ -453,6 +453,22 @@ impl Node {
         serializable: bool,
         principal: Option<&Principal>,
     ) -> Result<(Reply, u64), WriteError> {
+        let (reply, applied, ()) = self
+            .read_then(query, serializable, principal, |_, _| ())
+            .await?;
+        Ok((reply, applied))
+    }
+
+    /// [`read_at`](Self::read_at), then `then` on the same applied state,
+    /// under the same lock: for what the reply does not carry (such as the
+    /// lease each read key is attached to).
+    pub async fn read_then<R>(
+        &self,
+        query: &Query,
+        serializable: bool,
+        principal: Option<&Principal>,
+        then: impl FnOnce(&oncekv_state::StateMachine, &Reply) -> R,
+    ) -> Result<(Reply, u64, R), WriteError> {
         if !serializable {
             self.inner.consensus.read_barrier().await?;
         }
@@ -461,7 +477,9 @@ impl Node {
                 .check_query(principal, query)
                 .map_err(WriteError::PermissionDenied)?;
             let applied = state.last_applied().map_or(0, |index| index.0);
-            Ok((state.read(query), applied))
+            let reply = state.read(query);
+            let more = then(state, &reply);
+            Ok((reply, applied, more))
         })
     }
 

@@ -67,13 +67,50 @@ fn etcdctl(endpoint: &str, args: &[&str], stdin: &str) -> Run {
 /// ids, term and revision are dropped, and each key revision (create or
 /// mod) is replaced by its rank among the key revisions seen so far in
 /// the transcript (both servers give later writes higher revisions, so
-/// the ranks agree where the histories do).
+/// the ranks agree where the histories do); lease IDs likewise.
 #[derive(Default)]
 struct Normaliser {
     ranks: HashMap<String, usize>,
+    leases: HashMap<String, usize>,
+}
+
+/// Whether `word` is a lease ID as etcdctl prints it (16 hex digits).
+fn is_lease_id(word: &str) -> bool {
+    word.len() == 16 && word.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 impl Normaliser {
+    /// A lease ID (16 hex digits) as its rank among the leases seen.
+    fn lease(&mut self, hex: &str) -> String {
+        let next = self.leases.len() + 1;
+        format!(
+            "lease-{}",
+            self.leases.entry(hex.to_string()).or_insert(next)
+        )
+    }
+
+    /// A line of text with its lease IDs ranked and a lease's remaining
+    /// time (which may differ by a second) dropped.
+    fn words(&mut self, line: &str) -> String {
+        let line = match line.find("remaining(") {
+            Some(at) => {
+                let end = line[at..].find(')').map_or(line.len(), |e| at + e + 1);
+                format!("{}remaining(..){}", &line[..at], &line[end..])
+            }
+            None => line.to_string(),
+        };
+        line.split(' ')
+            .map(|word| {
+                if is_lease_id(word) {
+                    self.lease(word)
+                } else {
+                    word.to_string()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
     fn rank(&mut self, revision: &str) -> String {
         let next = self.ranks.len() + 1;
         format!(
@@ -89,6 +126,9 @@ impl Normaliser {
                 for (name, field) in map.iter_mut() {
                     if name == "create_revision" || name == "mod_revision" {
                         *field = serde_json::Value::String(self.rank(&field.to_string()));
+                    } else if name == "lease" && field.as_i64().is_some_and(|id| id > 0) {
+                        let hex = format!("{:016x}", field.as_i64().unwrap_or(0));
+                        *field = serde_json::Value::String(self.lease(&hex));
                     } else {
                         self.json(field);
                     }
@@ -116,7 +156,7 @@ impl Normaliser {
                     [name @ ("\"CreateRevision\"" | "\"ModRevision\""), revision] => {
                         format!("{name} : {}", self.rank(revision))
                     }
-                    _ => line.to_string(),
+                    _ => self.words(line),
                 }
             })
             .collect::<Vec<_>>()
@@ -197,6 +237,20 @@ fn script() -> Vec<Step> {
         ),
         txn("create(\"missing\") = \"0\"\n\nput c 1\n\n\n", true),
         txn("value(\"b\") != \"z\"\n\n\nget b --prefix\n\n", true),
+        step(&["lease", "grant", "60"]),
+        step(&["put", "leased", "v", "--lease", "{lease}"]),
+        step(&["get", "leased", "-w", "json"]),
+        step(&["get", "lease", "--prefix", "-w", "json"]),
+        step(&["lease", "timetolive", "{lease}"]),
+        step(&["lease", "timetolive", "{lease}", "--keys"]),
+        step(&["lease", "list"]),
+        step(&["lease", "keep-alive", "--once", "{lease}"]),
+        step(&["lease", "revoke", "{lease}"]),
+        step(&["get", "leased"]),
+        step(&["lease", "timetolive", "{lease}"]),
+        step(&["lease", "revoke", "{lease}"]),
+        step(&["put", "orphan", "v", "--lease", "1234"]),
+        step(&["lease", "list"]),
         step(&["put", "", "empty"]),
         step(&["get", "", "-w", "json"]),
         step(&["get", "", "--prefix", "--keys-only"]),
@@ -207,12 +261,28 @@ fn script() -> Vec<Step> {
 /// output.
 fn transcript(endpoint: &str) -> Vec<(String, Run)> {
     let mut normaliser = Normaliser::default();
+    // The lease the script granted last, in this server's IDs.
+    let mut lease = String::new();
     script()
         .into_iter()
         .map(|step| {
-            let args: Vec<&str> = step.args.iter().map(String::as_str).collect();
+            let args: Vec<String> = step
+                .args
+                .iter()
+                .map(|arg| arg.replace("{lease}", &lease))
+                .collect();
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
             let mut run = etcdctl(endpoint, &args, step.stdin);
+            if let Some(granted) = run
+                .stdout
+                .strip_prefix("lease ")
+                .and_then(|rest| rest.split(' ').next())
+                .filter(|id| is_lease_id(id) && run.stdout.contains(" granted "))
+            {
+                lease = granted.to_string();
+            }
             run.stdout = normaliser.text(&run.stdout);
+            run.stderr = normaliser.words(&run.stderr);
             (format!("etcdctl {}", step.args.join(" ")), run)
         })
         .collect()
@@ -411,4 +481,52 @@ async fn an_etcd_txn_resent_with_an_idempotency_key_applies_once() {
         .await
         .expect_err("a reused key");
     assert_eq!(reused.code(), tonic::Code::FailedPrecondition);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_etcd_lease_grant_resent_with_an_idempotency_key_grants_one_lease() {
+    use oncekv_proto::etcd::etcdserverpb::lease_client::LeaseClient;
+    use oncekv_proto::etcd::etcdserverpb::{LeaseGrantRequest, LeaseLeasesRequest};
+    let _one = exclusive().await;
+    let mut cluster = Cluster::start(1, FAST);
+    cluster.leader(Duration::from_secs(15)).await;
+    let address = format!("http://{}", cluster.node(1).client);
+    let mut leases = LeaseClient::connect(address).await.expect("connect");
+    let grant = |key: Option<&str>| {
+        let mut request = tonic::Request::new(LeaseGrantRequest { ttl: 60, id: 0 });
+        if let Some(key) = key {
+            request.metadata_mut().insert(
+                oncekv_proto::IDEMPOTENCY_KEY_METADATA,
+                key.parse().expect("metadata value"),
+            );
+        }
+        request
+    };
+    // The classic double grant: the reply to the first is lost and the
+    // client sends it again. With the key, one lease, one answer.
+    let first = leases
+        .lease_grant(grant(Some("job-7")))
+        .await
+        .expect("grant");
+    let again = leases
+        .lease_grant(grant(Some("job-7")))
+        .await
+        .expect("grant");
+    assert_eq!(again.get_ref(), first.get_ref());
+    assert_eq!(first.get_ref().ttl, 60);
+    let listed = leases
+        .lease_leases(LeaseLeasesRequest {})
+        .await
+        .expect("leases")
+        .into_inner();
+    assert_eq!(listed.leases.len(), 1, "{listed:?}");
+    // Without it, each send is a grant of its own, as on etcd.
+    leases.lease_grant(grant(None)).await.expect("grant");
+    leases.lease_grant(grant(None)).await.expect("grant");
+    let listed = leases
+        .lease_leases(LeaseLeasesRequest {})
+        .await
+        .expect("leases")
+        .into_inner();
+    assert_eq!(listed.leases.len(), 3, "{listed:?}");
 }

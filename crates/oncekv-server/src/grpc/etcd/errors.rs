@@ -43,6 +43,10 @@ pub(super) enum EtcdError {
     Timeout,
     /// No such lease.
     LeaseNotFound,
+    /// A lease of that ID exists.
+    LeaseExists,
+    /// A lease TTL over the node's maximum.
+    LeaseTtlTooLarge,
     /// The idempotency key was used for another request.
     KeyReused,
     /// A form of a request oncekv does not serve (what).
@@ -95,6 +99,12 @@ impl EtcdError {
             EtcdError::LeaseNotFound => {
                 fixed(Code::NotFound, "etcdserver: requested lease not found")
             }
+            EtcdError::LeaseExists => {
+                fixed(Code::FailedPrecondition, "etcdserver: lease already exists")
+            }
+            EtcdError::LeaseTtlTooLarge => {
+                fixed(Code::OutOfRange, "etcdserver: too large lease TTL")
+            }
             EtcdError::KeyReused => fixed(
                 Code::FailedPrecondition,
                 "oncekv: the idempotency key was used for another request",
@@ -120,6 +130,8 @@ impl EtcdError {
             Rejection::TxnConflict { .. } => EtcdError::DuplicateKey,
             Rejection::TooManyKeys { .. } => EtcdError::NoSpace,
             Rejection::LeaseNotFound { .. } => EtcdError::LeaseNotFound,
+            Rejection::LeaseExists { .. } => EtcdError::LeaseExists,
+            Rejection::TooManyLeases { .. } => EtcdError::TooManyRequests("leases"),
             other => EtcdError::Invalid(other.to_string()),
         }
     }

@@ -12,6 +12,7 @@
 //! leases on keys answer UNIMPLEMENTED for now.
 
 use super::errors::{EtcdError, error_of};
+use super::lease::{lease_id, lease_name};
 use super::{EtcdApi, origin_of, revision_from_wire, revision_to_wire};
 use oncekv_proto::etcd::etcdserverpb::compare::{CompareResult, CompareTarget, TargetUnion};
 use oncekv_proto::etcd::etcdserverpb::kv_server::Kv;
@@ -24,6 +25,7 @@ use oncekv_proto::etcd::etcdserverpb::{
 use oncekv_proto::etcd::mvccpb::KeyValue as EtcdKeyValue;
 use oncekv_state::{Command, KeyMeta, Outcome, Query, Reply, Request};
 use oncekv_state::{Compare, CompareOp, CompareTarget as Target, Txn, TxnOp};
+use std::collections::BTreeMap;
 use tonic::{Response, Status};
 
 /// Which keys a request addresses.
@@ -190,6 +192,30 @@ fn pairs_of(reply: Reply, shape: Shape) -> Result<(Vec<EtcdKeyValue>, bool), Etc
     }
 }
 
+/// The etcd lease of each key `reply` read that has one, from `state`
+/// (the node's replies carry no lease).
+fn leases_of(
+    state: &oncekv_state::StateMachine,
+    reply: &Reply,
+    asked: &Keys,
+) -> BTreeMap<Vec<u8>, i64> {
+    let keys: Vec<&[u8]> = match (reply, asked) {
+        (Reply::Scan { entries, .. }, _) => entries.iter().map(|kv| kv.key.as_slice()).collect(),
+        (Reply::Get { value: Some(_), .. }, Keys::One(key)) => vec![key.as_slice()],
+        _ => Vec::new(),
+    };
+    let lease = |key: &[u8]| {
+        state
+            .kv()
+            .get(key)
+            .and_then(|stored| stored.lease.as_deref())
+            .and_then(lease_id)
+    };
+    keys.into_iter()
+        .filter_map(|key| lease(key).map(|id| (key.to_vec(), id)))
+        .collect()
+}
+
 /// A Range response from a reply to `parts`' query.
 fn range_response(
     reply: Reply,
@@ -296,7 +322,7 @@ impl OpPlan {
                 ops.push(TxnOp::Put {
                     key: put.key.clone(),
                     value: put.value.clone(),
-                    lease: None,
+                    lease: lease_of(put),
                 });
                 Ok(OpPlan::Put {
                     prev_kv: put.prev_kv,
@@ -382,10 +408,11 @@ fn check_put(put: &PutRequest) -> Result<(), EtcdError> {
     if put.key.is_empty() {
         return Err(EtcdError::EmptyKey);
     }
-    if put.lease != 0 {
-        return Err(EtcdError::Unsupported(
-            "attaching a key to a lease".to_string(),
-        ));
+    if put.lease < 0 {
+        return Err(EtcdError::Invalid(format!(
+            "lease ID {} is negative",
+            put.lease
+        )));
     }
     if put.ignore_value || put.ignore_lease {
         return Err(EtcdError::Unsupported(
@@ -393,6 +420,11 @@ fn check_put(put: &PutRequest) -> Result<(), EtcdError> {
         ));
     }
     Ok(())
+}
+
+/// The node's lease a put attaches its key to.
+fn lease_of(put: &PutRequest) -> Option<String> {
+    (put.lease > 0).then(|| lease_name(put.lease))
 }
 
 /// An error if `reply` is a rejection.
@@ -469,7 +501,7 @@ impl Planned {
 impl EtcdApi {
     /// Proposes `command` from `request`'s caller and returns its reply
     /// and the revision it was (first) applied at.
-    async fn write<T>(
+    pub(super) async fn write<T>(
         &self,
         request: &tonic::Request<T>,
         command: Command,
@@ -518,7 +550,7 @@ impl EtcdApi {
 
     /// Reads `query` for `request`'s caller; returns the reply and the
     /// revision read at.
-    async fn read<T>(
+    pub(super) async fn read<T>(
         &self,
         request: &tonic::Request<T>,
         query: &Query,
@@ -547,7 +579,18 @@ impl Kv for EtcdApi {
                 query: Box::new(query),
             };
         }
-        let (reply, revision) = self.read(&request, &query, serializable).await?;
+        let principal = self.principal(&request, !serializable)?;
+        let past = parts.revision != 0;
+        let (reply, revision, leases) = self
+            .node
+            .read_then(&query, serializable, principal.as_ref(), |state, reply| {
+                if past {
+                    return BTreeMap::new();
+                }
+                leases_of(state, reply, &parts.keys)
+            })
+            .await
+            .map_err(|error| Status::from(error_of(error)))?;
         // A limited scan that stopped short counts every match with a
         // second read (within the node's scan maximum).
         let count_all = match (&reply, &parts.keys) {
@@ -566,6 +609,9 @@ impl Kv for EtcdApi {
             _ => None,
         };
         let mut response = range_response(reply, &parts, count_all)?;
+        for kv in &mut response.kvs {
+            kv.lease = leases.get(&kv.key).copied().unwrap_or(0);
+        }
         response.header = Some(self.header(revision));
         Ok(Response::new(response))
     }
@@ -576,7 +622,7 @@ impl Kv for EtcdApi {
     ) -> Result<Response<PutResponse>, Status> {
         let put = request.get_ref();
         check_put(put)?;
-        let (key, value) = (put.key.clone(), put.value.clone());
+        let (key, value, lease) = (put.key.clone(), put.value.clone(), lease_of(put));
         if put.prev_kv {
             let op = request_op::Request::RequestPut(put.clone());
             let (response, revision) = self.one_op(&request, op).await?;
@@ -587,14 +633,7 @@ impl Kv for EtcdApi {
             return Ok(Response::new(response));
         }
         let (reply, revision) = self
-            .write(
-                &request,
-                Command::Put {
-                    key,
-                    value,
-                    lease: None,
-                },
-            )
+            .write(&request, Command::Put { key, value, lease })
             .await?;
         rejected(reply)?;
         Ok(Response::new(PutResponse {

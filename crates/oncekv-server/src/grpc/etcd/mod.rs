@@ -1,5 +1,5 @@
 //! etcd's v3 API on the client port: [`EtcdApi`] answers etcd's services
-//! (`etcdserverpb.KV`, `etcdserverpb.Maintenance`) as an adapter onto the
+//! (`etcdserverpb.KV`, `Lease`, `Maintenance`) as an adapter onto the
 //! node's own commands, queries and state, so an etcd `Put` and a native
 //! PUT of one key see each other at one revision. Revisions are the
 //! node's (log indexes: they only grow, but not one by one).
@@ -18,6 +18,7 @@
 
 mod errors;
 mod kv;
+mod lease;
 mod maintenance;
 
 use crate::auth::Credentials;
@@ -25,6 +26,7 @@ use crate::node::Node;
 use oncekv_proto::IDEMPOTENCY_KEY_METADATA;
 use oncekv_proto::etcd::etcdserverpb::ResponseHeader;
 use oncekv_proto::etcd::etcdserverpb::kv_server::KvServer;
+use oncekv_proto::etcd::etcdserverpb::lease_server::LeaseServer;
 use oncekv_proto::etcd::etcdserverpb::maintenance_server::MaintenanceServer;
 use oncekv_state::{IdempotencyKey, Origin, Principal};
 use tonic::Status;
@@ -55,6 +57,13 @@ impl EtcdApi {
     /// The KV service.
     pub fn kv_server(&self, message_bytes_max: usize) -> KvServer<EtcdApi> {
         KvServer::new(self.clone())
+            .max_decoding_message_size(message_bytes_max)
+            .max_encoding_message_size(message_bytes_max)
+    }
+
+    /// The Lease service.
+    pub fn lease_server(&self, message_bytes_max: usize) -> LeaseServer<EtcdApi> {
+        LeaseServer::new(self.clone())
             .max_decoding_message_size(message_bytes_max)
             .max_encoding_message_size(message_bytes_max)
     }

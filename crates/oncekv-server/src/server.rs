@@ -519,6 +519,7 @@ where
                 ),
         )
         .add_service(etcd.kv_server(config.client_message_bytes_max))
+        .add_service(etcd.watch_server(config.client_message_bytes_max))
         .add_service(etcd.lease_server(config.client_message_bytes_max))
         .add_service(etcd.maintenance_server(config.client_message_bytes_max))
         .serve_with_incoming_shutdown(client_incoming, signal(stopped));

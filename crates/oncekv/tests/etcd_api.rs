@@ -252,6 +252,7 @@ fn script() -> Vec<Step> {
         step(&["put", "orphan", "v", "--lease", "1234"]),
         step(&["lease", "list"]),
         step(&["put", "", "empty"]),
+        step(&["put", "a-end", "sentinel"]),
         step(&["get", "", "-w", "json"]),
         step(&["get", "", "--prefix", "--keys-only"]),
     ]
@@ -286,6 +287,60 @@ fn transcript(endpoint: &str) -> Vec<(String, Run)> {
             (format!("etcdctl {}", step.args.join(" ")), run)
         })
         .collect()
+}
+
+/// The lines `etcdctl watch ARGS` prints on `endpoint` up to and with the
+/// first line equal to `last` (within 30 s); the watch is then stopped.
+fn watch_until(endpoint: &str, args: &[&str], last: &str) -> Vec<String> {
+    use std::io::BufRead;
+    let mut child = Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .args(["--endpoints", endpoint, "watch"])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run etcdctl watch");
+    let stdout = child.stdout.take().expect("stdout");
+    let (sender, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            if sender.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut seen = Vec::new();
+    while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+        let Ok(line) = lines.recv_timeout(left) else {
+            break;
+        };
+        let done = line == last;
+        seen.push(line);
+        if done {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(
+        seen.last().map(String::as_str),
+        Some(last),
+        "etcdctl watch {args:?} on {endpoint} printed {seen:?}"
+    );
+    seen
+}
+
+/// The header revision of a read of `key` (everything up to it applied).
+fn header_revision(endpoint: &str, key: &str) -> i64 {
+    let run = etcdctl(endpoint, &["get", key, "-w", "json"], "");
+    let json: serde_json::Value = serde_json::from_str(run.stdout.trim()).expect("json");
+    json["header"]["revision"]
+        .as_i64()
+        .expect("a header revision")
 }
 
 /// The mod revision of `key`, as `etcdctl get -w json` shows it.
@@ -344,9 +399,41 @@ async fn etcdctl_sees_the_same_answers_from_oncekv_as_from_etcd() {
         );
     }
 
+    // Watches: the whole history of a prefix (with and without the
+    // previous values), and a watch from the next revision that sees a
+    // put and a delete made after it started.
+    for args in [
+        &["a", "--prefix", "--rev", "1"][..],
+        &["a", "--prefix", "--rev", "1", "--prev-kv"][..],
+    ] {
+        let want = watch_until(&etcd.endpoint, args, "sentinel");
+        let got = watch_until(&oncekv, args, "sentinel");
+        assert_eq!(
+            got, want,
+            "etcdctl watch {args:?}: oncekv (left), etcd (right)"
+        );
+    }
+    let mut live = Vec::new();
+    for endpoint in [etcd.endpoint.clone(), oncekv.clone()] {
+        let from = (header_revision(&endpoint, "live") + 1).to_string();
+        let watching = endpoint.clone();
+        let watcher = std::thread::spawn(move || {
+            watch_until(&watching, &["live", "--rev", &from, "--prev-kv"], "gone")
+        });
+        for args in [["put", "live", "here"], ["put", "live", "gone"]] {
+            etcdctl(&endpoint, &args, "");
+        }
+        live.push(watcher.join().expect("the watcher"));
+    }
+    assert_eq!(
+        live[1], live[0],
+        "a live watch: oncekv (left), etcd (right)"
+    );
+
     // Compaction: revisions differ between the two, so each compacts at
     // its own current revision of `b`, and a read below it is refused
     // with etcd's error.
+    let mut compacted_watches = Vec::new();
     for endpoint in [&etcd.endpoint, &oncekv] {
         let before = mod_revision(endpoint, "b");
         etcdctl(endpoint, &["put", "b", "later"], "");
@@ -365,7 +452,17 @@ async fn etcdctl_sees_the_same_answers_from_oncekv_as_from_etcd() {
         );
         let current = etcdctl(endpoint, &["get", "b", "--rev", &now.to_string()], "");
         assert_eq!(current.stdout, "b\nlater\n", "{endpoint}");
+        // A watch from a compacted revision is cancelled, saying so.
+        compacted_watches.push(etcdctl(
+            endpoint,
+            &["watch", "b", "--rev", &before.to_string()],
+            "",
+        ));
     }
+    assert_eq!(
+        compacted_watches[1], compacted_watches[0],
+        "a watch from a compacted revision: oncekv (left), etcd (right)"
+    );
 
     // Status: the fields etcdctl shows are there, and say who leads.
     let status = etcdctl(&oncekv, &["endpoint", "status", "-w", "json"], "");

@@ -30,7 +30,7 @@ use tonic::{Response, Status};
 
 /// Which keys a request addresses.
 #[derive(Clone, Debug, PartialEq, Eq)]
-enum Keys {
+pub(super) enum Keys {
     /// One key.
     One(Vec<u8>),
     /// Every key under a prefix (empty: every key).
@@ -39,7 +39,7 @@ enum Keys {
 
 impl Keys {
     /// The keys `key` and `range_end` address, as etcd reads them.
-    fn of(key: &[u8], range_end: &[u8]) -> Result<Keys, EtcdError> {
+    pub(super) fn of(key: &[u8], range_end: &[u8]) -> Result<Keys, EtcdError> {
         if range_end.is_empty() {
             if key.is_empty() {
                 return Err(EtcdError::EmptyKey);

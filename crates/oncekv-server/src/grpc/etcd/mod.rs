@@ -1,5 +1,5 @@
 //! etcd's v3 API on the client port: [`EtcdApi`] answers etcd's services
-//! (`etcdserverpb.KV`, `Lease`, `Maintenance`) as an adapter onto the
+//! (`etcdserverpb.KV`, `Watch`, `Lease`, `Maintenance`) as an adapter onto the
 //! node's own commands, queries and state, so an etcd `Put` and a native
 //! PUT of one key see each other at one revision. Revisions are the
 //! node's (log indexes: they only grow, but not one by one).
@@ -14,12 +14,14 @@
 //!
 //! Writes and linearizable reads are carried out by the leader only: on a
 //! follower they answer etcd's "not leader" (UNAVAILABLE), which etcd's
-//! clients retry on another endpoint.
+//! clients retry on another endpoint. Watches and serializable reads are
+//! served by any member.
 
 mod errors;
 mod kv;
 mod lease;
 mod maintenance;
+mod watch;
 
 use crate::auth::Credentials;
 use crate::node::Node;
@@ -28,6 +30,7 @@ use oncekv_proto::etcd::etcdserverpb::ResponseHeader;
 use oncekv_proto::etcd::etcdserverpb::kv_server::KvServer;
 use oncekv_proto::etcd::etcdserverpb::lease_server::LeaseServer;
 use oncekv_proto::etcd::etcdserverpb::maintenance_server::MaintenanceServer;
+use oncekv_proto::etcd::etcdserverpb::watch_server::WatchServer;
 use oncekv_state::{IdempotencyKey, Origin, Principal};
 use tonic::Status;
 
@@ -64,6 +67,13 @@ impl EtcdApi {
     /// The Lease service.
     pub fn lease_server(&self, message_bytes_max: usize) -> LeaseServer<EtcdApi> {
         LeaseServer::new(self.clone())
+            .max_decoding_message_size(message_bytes_max)
+            .max_encoding_message_size(message_bytes_max)
+    }
+
+    /// The Watch service.
+    pub fn watch_server(&self, message_bytes_max: usize) -> WatchServer<EtcdApi> {
+        WatchServer::new(self.clone())
             .max_decoding_message_size(message_bytes_max)
             .max_encoding_message_size(message_bytes_max)
     }

@@ -503,7 +503,12 @@ where
         .serve_with_incoming_shutdown(peer_incoming, signal(stopped.clone()));
     let reflection = crate::grpc::reflection_service()
         .map_err(|error| ServeError::Reflection(error.to_string()))?;
-    let etcd = crate::grpc::etcd::EtcdApi::new(node.clone(), &cluster);
+    let etcd = crate::grpc::etcd::EtcdApi::new(
+        node.clone(),
+        &cluster,
+        client_tls.is_some(),
+        config.client_message_bytes_max,
+    );
     let client = grpc_server(&limits.client, client_tls, "client")?
         .layer(limit_requests(limits.client.in_flight_max, "client"))
         .add_service(crate::grpc::health_service(

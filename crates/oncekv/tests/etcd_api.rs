@@ -627,3 +627,65 @@ async fn an_etcd_lease_grant_resent_with_an_idempotency_key_grants_one_lease() {
         .into_inner();
     assert_eq!(listed.leases.len(), 3, "{listed:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_member_accepts_every_etcd_call() {
+    let _one = exclusive().await;
+    if on_path("etcdctl").is_none() {
+        missing_dependency(
+            "etcd_api::every_member_accepts_every_etcd_call",
+            Dependency::Etcdctl,
+            "no etcdctl binary on PATH",
+        );
+        return;
+    }
+    let mut cluster = Cluster::start(3, FAST);
+    let leader = cluster.leader(Duration::from_secs(15)).await;
+    let followers: Vec<String> = (1..=3)
+        .filter(|id| *id != leader)
+        .map(|id| cluster.node(id).client.clone())
+        .collect();
+    let (one, other) = (&followers[0], &followers[1]);
+    answering(one).await;
+
+    // Writes and linearizable reads through followers: forwarded to the
+    // leader, answered as it answers.
+    let put = etcdctl(one, &["put", "k", "v1"], "");
+    assert_eq!((put.code, put.stdout.as_str()), (0, "OK\n"), "{put:?}");
+    let got = etcdctl(other, &["get", "k"], "");
+    assert_eq!(got.stdout, "k\nv1\n", "{got:?}");
+    let txn = etcdctl(other, &["txn"], "value(\"k\") = \"v1\"\n\nput k v2\n\n\n");
+    assert_eq!(txn.stdout, "SUCCESS\n\nOK\n", "{txn:?}");
+    let granted = etcdctl(one, &["lease", "grant", "60"], "");
+    let id = granted
+        .stdout
+        .split(' ')
+        .nth(1)
+        .filter(|id| is_lease_id(id))
+        .unwrap_or_else(|| panic!("{granted:?}"))
+        .to_string();
+    let kept = etcdctl(other, &["lease", "keep-alive", "--once", &id], "");
+    assert_eq!(
+        kept.stdout,
+        format!("lease {id} keepalived with TTL(60)\n"),
+        "{kept:?}"
+    );
+    let put = etcdctl(other, &["put", "leased", "x", "--lease", &id], "");
+    assert_eq!(put.code, 0, "{put:?}");
+    // A watch on a follower sees what was written through the other one.
+    let from = header_revision(one, "k").to_string();
+    let watching = one.clone();
+    let watcher = std::thread::spawn(move || watch_until(&watching, &["k", "--rev", &from], "v3"));
+    let put = etcdctl(other, &["put", "k", "v3"], "");
+    assert_eq!(put.code, 0, "{put:?}");
+    let seen = watcher.join().expect("the watcher");
+    assert_eq!(seen.last().map(String::as_str), Some("v3"), "{seen:?}");
+    let revoked = etcdctl(one, &["lease", "revoke", &id], "");
+    assert_eq!(
+        revoked.stdout,
+        format!("lease {id} revoked\n"),
+        "{revoked:?}"
+    );
+    let gone = etcdctl(other, &["get", "leased"], "");
+    assert_eq!((gone.code, gone.stdout.as_str()), (0, ""), "{gone:?}");
+}

@@ -12,9 +12,11 @@
 //! leases on keys answer UNIMPLEMENTED for now.
 
 use super::errors::{EtcdError, error_of};
+use super::forward::{Route, answered};
 use super::lease::{lease_id, lease_name};
 use super::{EtcdApi, origin_of, revision_from_wire, revision_to_wire};
 use oncekv_proto::etcd::etcdserverpb::compare::{CompareResult, CompareTarget, TargetUnion};
+use oncekv_proto::etcd::etcdserverpb::kv_client::KvClient;
 use oncekv_proto::etcd::etcdserverpb::kv_server::Kv;
 use oncekv_proto::etcd::etcdserverpb::range_request::{SortOrder, SortTarget};
 use oncekv_proto::etcd::etcdserverpb::{
@@ -523,6 +525,13 @@ impl EtcdApi {
         }
     }
 
+    /// A KV client of the leader, over `channel`.
+    fn leader_kv(&self, channel: tonic::transport::Channel) -> KvClient<tonic::transport::Channel> {
+        KvClient::new(channel)
+            .max_decoding_message_size(self.message_bytes_max)
+            .max_encoding_message_size(self.message_bytes_max)
+    }
+
     /// Carries out `op` alone, as a transaction of the node's operations
     /// (it may need more than one: a read of what it replaces); returns
     /// its response and the revision it was (first) applied at.
@@ -572,6 +581,10 @@ impl Kv for EtcdApi {
     ) -> Result<Response<RangeResponse>, Status> {
         let parts = RangeParts::of(request.get_ref())?;
         let serializable = request.get_ref().serializable;
+        if !serializable && let Route::Leader(channel) = self.route(&request)? {
+            let request = self.forwarded(request);
+            return answered(self.leader_kv(channel).range(request).await);
+        }
         let mut query = parts.keys.query(parts.limit);
         if parts.revision != 0 {
             query = Query::At {
@@ -620,6 +633,10 @@ impl Kv for EtcdApi {
         &self,
         request: tonic::Request<PutRequest>,
     ) -> Result<Response<PutResponse>, Status> {
+        if let Route::Leader(channel) = self.route(&request)? {
+            let request = self.forwarded(request);
+            return answered(self.leader_kv(channel).put(request).await);
+        }
         let put = request.get_ref();
         check_put(put)?;
         let (key, value, lease) = (put.key.clone(), put.value.clone(), lease_of(put));
@@ -646,6 +663,10 @@ impl Kv for EtcdApi {
         &self,
         request: tonic::Request<DeleteRangeRequest>,
     ) -> Result<Response<DeleteRangeResponse>, Status> {
+        if let Route::Leader(channel) = self.route(&request)? {
+            let request = self.forwarded(request);
+            return answered(self.leader_kv(channel).delete_range(request).await);
+        }
         let op = request_op::Request::RequestDeleteRange(request.get_ref().clone());
         let (response, revision) = self.one_op(&request, op).await?;
         let response_op::Response::ResponseDeleteRange(mut response) = response else {
@@ -659,6 +680,10 @@ impl Kv for EtcdApi {
         &self,
         request: tonic::Request<TxnRequest>,
     ) -> Result<Response<TxnResponse>, Status> {
+        if let Route::Leader(channel) = self.route(&request)? {
+            let request = self.forwarded(request);
+            return answered(self.leader_kv(channel).txn(request).await);
+        }
         let planned = Planned::of(request.get_ref())?;
         let (reply, revision) = self
             .write(&request, Command::Txn(planned.txn.clone()))
@@ -687,6 +712,10 @@ impl Kv for EtcdApi {
         &self,
         request: tonic::Request<CompactionRequest>,
     ) -> Result<Response<CompactionResponse>, Status> {
+        if let Route::Leader(channel) = self.route(&request)? {
+            let request = self.forwarded(request);
+            return answered(self.leader_kv(channel).compact(request).await);
+        }
         let revision = revision_from_wire(request.get_ref().revision);
         let (reply, applied) = self.write(&request, Command::Compact { revision }).await?;
         rejected(reply)?;

@@ -12,8 +12,11 @@
 //! its own), one over its maximum is refused.
 
 use super::errors::{EtcdError, error_of};
+use super::forward::{Route, answered};
 use super::{EtcdApi, fnv1a};
+use futures_util::StreamExt;
 use oncekv_proto::IDEMPOTENCY_KEY_METADATA;
+use oncekv_proto::etcd::etcdserverpb::lease_client::LeaseClient;
 use oncekv_proto::etcd::etcdserverpb::lease_server::Lease;
 use oncekv_proto::etcd::etcdserverpb::{
     LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest, LeaseKeepAliveResponse,
@@ -68,6 +71,16 @@ impl EtcdApi {
         })
     }
 
+    /// A Lease client of the leader, over `channel`.
+    fn leader_lease(
+        &self,
+        channel: tonic::transport::Channel,
+    ) -> LeaseClient<tonic::transport::Channel> {
+        LeaseClient::new(channel)
+            .max_decoding_message_size(self.message_bytes_max)
+            .max_encoding_message_size(self.message_bytes_max)
+    }
+
     /// Keeps `id` alive; its TTL in seconds, 0 if it does not exist.
     async fn keep_alive(
         &self,
@@ -102,6 +115,10 @@ impl Lease for EtcdApi {
         &self,
         request: tonic::Request<LeaseGrantRequest>,
     ) -> Result<Response<LeaseGrantResponse>, Status> {
+        if let Route::Leader(channel) = self.route(&request)? {
+            let request = self.forwarded(request);
+            return answered(self.leader_lease(channel).lease_grant(request).await);
+        }
         let grant = request.get_ref();
         let id = if grant.id > 0 {
             grant.id
@@ -141,6 +158,10 @@ impl Lease for EtcdApi {
         &self,
         request: tonic::Request<LeaseRevokeRequest>,
     ) -> Result<Response<LeaseRevokeResponse>, Status> {
+        if let Route::Leader(channel) = self.route(&request)? {
+            let request = self.forwarded(request);
+            return answered(self.leader_lease(channel).lease_revoke(request).await);
+        }
         let name = lease_name(request.get_ref().id);
         let (reply, revision) = self.write(&request, Command::LeaseRevoke { name }).await?;
         match reply {
@@ -156,6 +177,17 @@ impl Lease for EtcdApi {
         &self,
         request: tonic::Request<tonic::Streaming<LeaseKeepAliveRequest>>,
     ) -> Result<Response<BoxStream<LeaseKeepAliveResponse>>, Status> {
+        if let Route::Leader(channel) = self.route(&request)? {
+            // The whole stream goes to the leader, and its answers back.
+            let (metadata, extensions, requests) = self.forwarded(request).into_parts();
+            let requests = requests
+                .take_while(|request| std::future::ready(request.is_ok()))
+                .filter_map(|request| std::future::ready(request.ok()));
+            let request = tonic::Request::from_parts(metadata, extensions, requests);
+            let answers = answered(self.leader_lease(channel).lease_keep_alive(request).await)?;
+            let answers = answers.into_inner().map(answered);
+            return Ok(Response::new(Box::pin(answers)));
+        }
         // Each keep-alive is a write of its own, with the call's metadata
         // (credentials) but never its idempotency key: a keep-alive is
         // meant to apply every time.
@@ -188,6 +220,10 @@ impl Lease for EtcdApi {
         &self,
         request: tonic::Request<LeaseTimeToLiveRequest>,
     ) -> Result<Response<LeaseTimeToLiveResponse>, Status> {
+        if let Route::Leader(channel) = self.route(&request)? {
+            let request = self.forwarded(request);
+            return answered(self.leader_lease(channel).lease_time_to_live(request).await);
+        }
         let asked = *request.get_ref();
         let name = lease_name(asked.id);
         let principal = self.principal(&request, true)?;
@@ -222,6 +258,10 @@ impl Lease for EtcdApi {
         &self,
         request: tonic::Request<LeaseLeasesRequest>,
     ) -> Result<Response<LeaseLeasesResponse>, Status> {
+        if let Route::Leader(channel) = self.route(&request)? {
+            let request = self.forwarded(request);
+            return answered(self.leader_lease(channel).lease_leases(request).await);
+        }
         let (reply, revision) = self.read(&request, &Query::LeaseList, false).await?;
         let Reply::Leases { leases } = reply else {
             return Err(EtcdError::Invalid(format!("unexpected reply {reply:?}")).into());

@@ -12,12 +12,13 @@
 //! response, its header revision included. Errors carry the codes and
 //! texts etcd's clients match on, from one table ([`errors`]).
 //!
-//! Writes and linearizable reads are carried out by the leader only: on a
-//! follower they answer etcd's "not leader" (UNAVAILABLE), which etcd's
-//! clients retry on another endpoint. Watches and serializable reads are
-//! served by any member.
+//! Any member accepts every call: writes and linearizable reads are
+//! carried out by the leader, to which a follower forwards them
+//! ([`forward`]); watches and serializable reads are served by any member
+//! from its applied state.
 
 mod errors;
+mod forward;
 mod kv;
 mod lease;
 mod maintenance;
@@ -44,16 +45,26 @@ const TOKEN_METADATA: &str = "token";
 pub struct EtcdApi {
     node: Node,
     cluster_id: u64,
+    /// Whether the client port is on TLS (then calls are not forwarded).
+    client_tls: bool,
+    /// Largest message forwarded to the leader or taken back.
+    message_bytes_max: usize,
+    leaders: forward::LeaderChannels,
 }
 
 impl EtcdApi {
     /// The services over `node`, in the cluster whose description (the
     /// initial membership, as the data directory records it) is
     /// `cluster`: its hash is the cluster id every header carries.
-    pub fn new(node: Node, cluster: &str) -> EtcdApi {
+    /// `client_tls` says whether the client port is on TLS;
+    /// `message_bytes_max` is its message limit.
+    pub fn new(node: Node, cluster: &str, client_tls: bool, message_bytes_max: usize) -> EtcdApi {
         EtcdApi {
             node,
             cluster_id: fnv1a(cluster.as_bytes()),
+            client_tls,
+            message_bytes_max,
+            leaders: forward::LeaderChannels::default(),
         }
     }
 

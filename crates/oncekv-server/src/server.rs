@@ -64,6 +64,10 @@ pub struct ServerConfig {
     pub server_limits: ServerLimits,
     /// Where to serve Prometheus metrics, if anywhere.
     pub metrics: Option<SocketAddr>,
+    /// A TCP listener, bound by the caller, on which etcd's v3 API is
+    /// served alone (with the client port's TLS and limits); etcd's API is
+    /// on the client port too.
+    pub etcd_listener: Option<Arc<std::net::TcpListener>>,
     /// The source address of outgoing peer connections (`None`: chosen by
     /// the OS), for hosts with several addresses.
     pub peer_source_ip: Option<IpAddr>,
@@ -258,6 +262,7 @@ impl ServerConfig {
             client_message_bytes_max: CLIENT_MESSAGE_BYTES_DEFAULT,
             server_limits: ServerLimits::DEFAULT,
             metrics: None,
+            etcd_listener: None,
             peer_source_ip: None,
             peer_connector: None,
             client_tls: None,
@@ -288,6 +293,9 @@ pub enum ServeError {
     /// Consensus could not start.
     #[error(transparent)]
     Consensus(#[from] StartError),
+    /// The etcd listener could not be taken over.
+    #[error("the etcd listener: {0}")]
+    EtcdListener(std::io::Error),
     /// The metrics endpoint could not start.
     #[error(transparent)]
     Metrics(#[from] crate::telemetry::MetricsError),
@@ -360,6 +368,18 @@ where
     E: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
 {
     config.server_limits.check()?;
+    let etcd_listener = match &config.etcd_listener {
+        Some(listener) => Some(
+            listener
+                .try_clone()
+                .and_then(|listener| {
+                    listener.set_nonblocking(true)?;
+                    tokio::net::TcpListener::from_std(listener)
+                })
+                .map_err(ServeError::EtcdListener)?,
+        ),
+        None => None,
+    };
     // TLS is checked before anything starts, so a refusal stops nothing
     // half-way.
     let tls_configs = [
@@ -462,7 +482,7 @@ where
         crate::tls::HANDSHAKE_TIMEOUT,
         signal(stopped.clone()),
     );
-    let refusals = [
+    let mut refusals = vec![
         tokio::spawn(answer_plaintext(
             peer_plaintext,
             "peer",
@@ -509,7 +529,7 @@ where
         client_tls.is_some(),
         config.client_message_bytes_max,
     );
-    let client = grpc_server(&limits.client, client_tls, "client")?
+    let client = grpc_server(&limits.client, client_tls.clone(), "client")?
         .layer(limit_requests(limits.client.in_flight_max, "client"))
         .add_service(crate::grpc::health_service(
             node.clone(),
@@ -527,7 +547,45 @@ where
         .add_service(etcd.watch_server(config.client_message_bytes_max))
         .add_service(etcd.lease_server(config.client_message_bytes_max))
         .add_service(etcd.maintenance_server(config.client_message_bytes_max))
-        .serve_with_incoming_shutdown(client_incoming, signal(stopped));
+        .serve_with_incoming_shutdown(client_incoming, signal(stopped.clone()));
+    // etcd's API alone on a port of its own, as the client port serves it.
+    let etcd_only = match etcd_listener {
+        Some(listener) => {
+            let (incoming, refused) = limit_connections(
+                crate::transport::tcp_incoming(listener),
+                limits.client.connections_max,
+                "etcd",
+            );
+            let (incoming, plaintext) = sort_if_tls(
+                incoming,
+                client_tls.is_some(),
+                crate::tls::HANDSHAKE_TIMEOUT,
+                signal(stopped.clone()),
+            );
+            refusals.push(tokio::spawn(answer_plaintext(
+                plaintext,
+                "etcd",
+                signal(stopped.clone()),
+            )));
+            refusals.push(tokio::spawn(answer_refused(
+                refused,
+                limits.client.connections_max,
+                "etcd",
+                client_tls.clone(),
+                signal(stopped.clone()),
+            )));
+            let bytes = config.client_message_bytes_max;
+            let server = grpc_server(&limits.client, client_tls.clone(), "etcd")?
+                .layer(limit_requests(limits.client.in_flight_max, "etcd"))
+                .add_service(etcd.kv_server(bytes))
+                .add_service(etcd.watch_server(bytes))
+                .add_service(etcd.lease_server(bytes))
+                .add_service(etcd.maintenance_server(bytes))
+                .serve_with_incoming_shutdown(incoming, signal(stopped));
+            Some(tokio::spawn(server))
+        }
+        None => None,
+    };
     tracing::info!(
         id = config.id,
         client = %config.advertise.client_address,
@@ -550,6 +608,10 @@ where
     let _ = stop.send(true);
     let peer_result = peer.await;
     let client_result = client.await;
+    let etcd_result = match etcd_only {
+        Some(server) => server.await,
+        None => Ok(Ok(())),
+    };
     for refusal in refusals {
         if let Ok(Err(error)) = refusal.await {
             tracing::warn!(%error, "answering refused connections failed");
@@ -564,7 +626,11 @@ where
         }
         return Err(ServeError::Fatal(cause));
     }
-    for (service, result) in [("peer", peer_result), ("client", client_result)] {
+    for (service, result) in [
+        ("peer", peer_result),
+        ("client", client_result),
+        ("etcd", etcd_result),
+    ] {
         if let Ok(Err(source)) = result {
             return Err(ServeError::Transport { service, source });
         }

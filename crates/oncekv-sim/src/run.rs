@@ -178,6 +178,7 @@ fn node_config(id: u64, root: &Path, dedup: bool, connector: SimConnector) -> Se
         client_message_bytes_max: 4 * 1024 * 1024,
         server_limits: oncekv_server::server::ServerLimits::DEFAULT,
         metrics: None,
+        etcd_listener: None,
         peer_source_ip: None,
         peer_connector: Some(Arc::new(connector)),
         client_tls: None,

@@ -87,6 +87,13 @@ pub struct ServeArgs {
     #[arg(long)]
     join: bool,
 
+    /// Also serve etcd's v3 API alone on this address, with the client
+    /// port's TLS and limits (for example 127.0.0.1:2379, where etcdctl
+    /// and etcd's clients look by default). etcd's API is served on the
+    /// client port too; see docs/etcd-compatibility.md.
+    #[arg(long, env = "ONCEKV_LISTEN_ETCD", value_name = "ADDRESS")]
+    listen_etcd: Option<SocketAddr>,
+
     /// Serve Prometheus metrics at http://ADDRESS/metrics.
     #[arg(long, env = "ONCEKV_LISTEN_METRICS")]
     listen_metrics: Option<SocketAddr>,
@@ -554,6 +561,8 @@ fn config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
         client_message_bytes_max: args.max_message_bytes,
         server_limits,
         metrics: args.listen_metrics,
+        // Bound in `run`, where a refused address has its exit code.
+        etcd_listener: None,
         peer_source_ip: args.peer_source_ip,
         peer_connector: None,
         client_tls,
@@ -564,11 +573,15 @@ fn config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
 }
 
 fn bind(address: SocketAddr, what: &str) -> Result<tokio::net::TcpListener, String> {
-    let listener = std::net::TcpListener::bind(address)
-        .map_err(|error| format!("cannot listen for {what} on {address}: {error}"))?;
+    let listener = bind_std(address, what)?;
     listener
         .set_nonblocking(true)
         .and_then(|()| tokio::net::TcpListener::from_std(listener))
+        .map_err(|error| format!("cannot listen for {what} on {address}: {error}"))
+}
+
+fn bind_std(address: SocketAddr, what: &str) -> Result<std::net::TcpListener, String> {
+    std::net::TcpListener::bind(address)
         .map_err(|error| format!("cannot listen for {what} on {address}: {error}"))
 }
 
@@ -602,10 +615,21 @@ pub async fn run(args: ServeArgs) -> ExitCode {
             return exit::code(exit::USAGE);
         }
     };
+    let mut config = config;
     let listeners = bind(args.listen_client, "clients")
-        .and_then(|client| Ok((client, bind(args.listen_peer, "peers")?)));
+        .and_then(|client| Ok((client, bind(args.listen_peer, "peers")?)))
+        .and_then(|(client, peer)| {
+            let etcd = match args.listen_etcd {
+                Some(address) => Some(bind_std(address, "etcd's API")?),
+                None => None,
+            };
+            Ok((client, peer, etcd))
+        });
     let (client, peer) = match listeners {
-        Ok(listeners) => listeners,
+        Ok((client, peer, etcd)) => {
+            config.etcd_listener = etcd.map(std::sync::Arc::new);
+            (client, peer)
+        }
         Err(error) => {
             eprintln!("error: {error}");
             return exit::code(exit::ADDRESS);
@@ -613,8 +637,12 @@ pub async fn run(args: ServeArgs) -> ExitCode {
     };
     let client = oncekv_server::transport::tcp_incoming(client);
     let peer = oncekv_server::transport::tcp_incoming(peer);
+    let etcd = args
+        .listen_etcd
+        .map(|address| format!(", etcd's API also on {address}"))
+        .unwrap_or_default();
     eprintln!(
-        "oncekv node {} serving clients on {} (peers on {}), data in {}",
+        "oncekv node {} serving clients on {} (peers on {}{etcd}), data in {}",
         config.id,
         args.listen_client,
         args.listen_peer,
@@ -642,27 +670,22 @@ pub async fn run(args: ServeArgs) -> ExitCode {
 fn exposed_ports(
     listen_client: SocketAddr,
     listen_peer: SocketAddr,
+    listen_etcd: Option<SocketAddr>,
     client_tls: bool,
     peer_tls: bool,
 ) -> Vec<(&'static str, SocketAddr, &'static str)> {
+    const CLIENT: &str = "passwords, tokens and session secrets cross the network in clear, and \
+         unless authentication is enabled (oncekv auth enable) anyone who reaches it can read \
+         and change every key";
+    const PEER: &str = "any host that reaches it can speak for a member: use --peer-cert-file, \
+         --peer-key-file and --peer-ca-file";
     [
-        (
-            "client",
-            listen_client,
-            client_tls,
-            "passwords, tokens and session secrets cross the network in clear, and unless \
-             authentication is enabled (oncekv auth enable) anyone who reaches it can read and \
-             change every key",
-        ),
-        (
-            "peer",
-            listen_peer,
-            peer_tls,
-            "any host that reaches it can speak for a member: use --peer-cert-file, \
-             --peer-key-file and --peer-ca-file",
-        ),
+        Some(("client", listen_client, client_tls, CLIENT)),
+        Some(("peer", listen_peer, peer_tls, PEER)),
+        listen_etcd.map(|address| ("etcd", address, client_tls, CLIENT)),
     ]
     .into_iter()
+    .flatten()
     .filter(|(_, address, tls, _)| !tls && !address.ip().is_loopback())
     .map(|(port, address, _, what)| (port, address, what))
     .collect()
@@ -673,9 +696,13 @@ fn exposed_ports(
 /// unless authentication is enabled anyone who reaches the client port can
 /// read and change everything (the peer port: forge the log).
 fn warn_if_exposed(args: &ServeArgs, client_tls: bool, peer_tls: bool) {
-    for (port, address, what) in
-        exposed_ports(args.listen_client, args.listen_peer, client_tls, peer_tls)
-    {
+    for (port, address, what) in exposed_ports(
+        args.listen_client,
+        args.listen_peer,
+        args.listen_etcd,
+        client_tls,
+        peer_tls,
+    ) {
         tracing::warn!(port, %address, "listening beyond loopback without TLS: {what}");
         eprintln!(
             "WARNING: the {port} port listens on {address} without TLS: {what} (docs/security.md)"
@@ -690,14 +717,16 @@ mod tests {
         let address = |text: &str| text.parse::<SocketAddr>().expect("an address");
         let local = address("127.0.0.1:7379");
         let public = address("0.0.0.0:7380");
-        assert!(super::exposed_ports(local, local, false, false).is_empty());
-        let exposed = super::exposed_ports(public, public, false, true);
+        assert!(super::exposed_ports(local, local, None, false, false).is_empty());
+        let exposed = super::exposed_ports(public, public, None, false, true);
         assert_eq!(exposed.len(), 1);
         assert_eq!(exposed[0].0, "client");
         assert!(exposed[0].2.contains("auth enable"));
-        let exposed = super::exposed_ports(local, address("[::]:1"), true, false);
+        let exposed = super::exposed_ports(local, address("[::]:1"), None, true, false);
         assert_eq!(exposed.iter().map(|e| e.0).collect::<Vec<_>>(), ["peer"]);
-        assert!(super::exposed_ports(public, public, true, true).is_empty());
+        assert!(super::exposed_ports(public, public, Some(public), true, true).is_empty());
+        let exposed = super::exposed_ports(local, local, Some(public), false, true);
+        assert_eq!(exposed.iter().map(|e| e.0).collect::<Vec<_>>(), ["etcd"]);
     }
 
     use super::*;

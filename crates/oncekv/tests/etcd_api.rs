@@ -689,3 +689,52 @@ async fn every_member_accepts_every_etcd_call() {
     let gone = etcdctl(other, &["get", "leased"], "");
     assert_eq!((gone.code, gone.stdout.as_str()), (0, ""), "{gone:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listen_etcd_serves_etcds_api_on_a_port_of_its_own() {
+    let _one = exclusive().await;
+    if on_path("etcdctl").is_none() {
+        missing_dependency(
+            "etcd_api::listen_etcd_serves_etcds_api_on_a_port_of_its_own",
+            Dependency::Etcdctl,
+            "no etcdctl binary on PATH",
+        );
+        return;
+    }
+    let etcd_port = format!("127.0.0.1:{}", support::free_port());
+    let mut flags = FAST.to_vec();
+    flags.extend(["--listen-etcd", etcd_port.as_str()]);
+    let mut cluster = Cluster::start(1, &flags);
+    cluster.leader(Duration::from_secs(15)).await;
+    answering(&etcd_port).await;
+    let put = etcdctl(&etcd_port, &["put", "k", "on the etcd port"], "");
+    assert_eq!((put.code, put.stdout.as_str()), (0, "OK\n"), "{put:?}");
+    // The same store behind both ports.
+    let got = etcdctl(
+        &cluster.node(1).client,
+        &["get", "k", "--print-value-only"],
+        "",
+    );
+    assert_eq!(got.stdout, "on the etcd port\n", "{got:?}");
+
+    // An address already taken: the documented exit code, saying which.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let output = Command::new(env!("CARGO_BIN_EXE_oncekv"))
+        .args(["serve", "--data-dir"])
+        .arg(dir.path().join("data"))
+        .args([
+            "--listen-client",
+            &format!("127.0.0.1:{}", support::free_port()),
+        ])
+        .args([
+            "--listen-peer",
+            &format!("127.0.0.1:{}", support::free_port()),
+        ])
+        .args(["--listen-etcd", &etcd_port])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run oncekv serve");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(11), "{stderr}");
+    assert!(stderr.contains("cannot listen for etcd's API"), "{stderr}");
+}

@@ -546,6 +546,7 @@ where
         .add_service(etcd.kv_server(config.client_message_bytes_max))
         .add_service(etcd.watch_server(config.client_message_bytes_max))
         .add_service(etcd.lease_server(config.client_message_bytes_max))
+        .add_service(etcd.cluster_server(config.client_message_bytes_max))
         .add_service(etcd.maintenance_server(config.client_message_bytes_max))
         .serve_with_incoming_shutdown(client_incoming, signal(stopped.clone()));
     // etcd's API alone on a port of its own, as the client port serves it.
@@ -580,6 +581,7 @@ where
                 .add_service(etcd.kv_server(bytes))
                 .add_service(etcd.watch_server(bytes))
                 .add_service(etcd.lease_server(bytes))
+                .add_service(etcd.cluster_server(bytes))
                 .add_service(etcd.maintenance_server(bytes))
                 .serve_with_incoming_shutdown(incoming, signal(stopped));
             Some(tokio::spawn(server))

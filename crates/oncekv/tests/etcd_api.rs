@@ -251,6 +251,9 @@ fn script() -> Vec<Step> {
         step(&["lease", "revoke", "{lease}"]),
         step(&["put", "orphan", "v", "--lease", "1234"]),
         step(&["lease", "list"]),
+        step(&["alarm", "list"]),
+        step(&["alarm", "disarm"]),
+        step(&["defrag"]),
         step(&["put", "", "empty"]),
         step(&["put", "a-end", "sentinel"]),
         step(&["get", "", "-w", "json"]),
@@ -282,8 +285,8 @@ fn transcript(endpoint: &str) -> Vec<(String, Run)> {
             {
                 lease = granted.to_string();
             }
-            run.stdout = normaliser.text(&run.stdout);
-            run.stderr = normaliser.words(&run.stderr);
+            run.stdout = normaliser.text(&run.stdout.replace(endpoint, "ENDPOINT"));
+            run.stderr = normaliser.words(&run.stderr.replace(endpoint, "ENDPOINT"));
             (format!("etcdctl {}", step.args.join(" ")), run)
         })
         .collect()
@@ -680,6 +683,21 @@ async fn every_member_accepts_every_etcd_call() {
     assert_eq!(put.code, 0, "{put:?}");
     let seen = watcher.join().expect("the watcher");
     assert_eq!(seen.last().map(String::as_str), Some("v3"), "{seen:?}");
+    // Every member lists every member, with the addresses to reach it.
+    let members = etcdctl(other, &["member", "list", "-w", "json"], "");
+    let members: serde_json::Value =
+        serde_json::from_str(members.stdout.trim()).expect("member list json");
+    let mut listed: Vec<String> = members["members"]
+        .as_array()
+        .expect("members")
+        .iter()
+        .filter_map(|member| member["clientURLs"][0].as_str())
+        .map(|url| url.trim_start_matches("http://").to_string())
+        .collect();
+    listed.sort();
+    let mut expected: Vec<String> = (1..=3).map(|id| cluster.node(id).client.clone()).collect();
+    expected.sort();
+    assert_eq!(listed, expected, "{members}");
     let revoked = etcdctl(one, &["lease", "revoke", &id], "");
     assert_eq!(
         revoked.stdout,

@@ -1,12 +1,22 @@
 //! `etcdserverpb.Maintenance` onto the node: Status from the node's
 //! consensus progress and store counters (what `etcdctl endpoint status`
-//! shows). Like the native status, it needs the admin role while
-//! authentication is enforced.
+//! shows); Alarm (the store's `NOSPACE` alarm, which is the cluster's:
+//! listed for every member, disarmed through the log); Defragment, which
+//! has nothing to do (the store is in memory, the log compacts itself)
+//! and succeeds. Like the native status and alarms, they need the admin
+//! role while authentication is enforced.
 
-use super::errors::error_of;
+use super::errors::{EtcdError, error_of};
+use super::forward::{Route, answered};
 use super::{EtcdApi, credentials_of};
+use oncekv_proto::etcd::etcdserverpb::alarm_request::AlarmAction;
+use oncekv_proto::etcd::etcdserverpb::maintenance_client::MaintenanceClient;
 use oncekv_proto::etcd::etcdserverpb::maintenance_server::Maintenance;
-use oncekv_proto::etcd::etcdserverpb::{StatusRequest, StatusResponse};
+use oncekv_proto::etcd::etcdserverpb::{
+    AlarmMember, AlarmRequest, AlarmResponse, AlarmType, DefragmentRequest, DefragmentResponse,
+    StatusRequest, StatusResponse,
+};
+use oncekv_state::Command;
 use tonic::{Response, Status};
 
 /// The etcd version the node reports: the release whose API (as far as it
@@ -54,6 +64,65 @@ impl Maintenance for EtcdApi {
             storage_version: String::new(),
             db_size_quota: i64::try_from(quota).unwrap_or(i64::MAX),
             downgrade_info: None,
+        }))
+    }
+
+    async fn alarm(
+        &self,
+        request: tonic::Request<AlarmRequest>,
+    ) -> Result<Response<AlarmResponse>, Status> {
+        self.node
+            .require_admin(&credentials_of(&request), "alarms")
+            .map_err(|error| Status::from(error_of(error)))?;
+        let asked = *request.get_ref();
+        match asked.action() {
+            AlarmAction::Get => {}
+            AlarmAction::Activate => {
+                return Err(EtcdError::Unsupported(
+                    "raising an alarm by hand (the node raises NOSPACE itself)".to_string(),
+                )
+                .into());
+            }
+            AlarmAction::Deactivate => {
+                if asked.alarm() == AlarmType::Nospace {
+                    if let Route::Leader(channel) = self.route(&request)? {
+                        let request = self.forwarded(request);
+                        return answered(MaintenanceClient::new(channel).alarm(request).await);
+                    }
+                    self.write(&request, Command::AlarmDisarm).await?;
+                }
+            }
+        }
+        let status = self.node.status();
+        let alarms = if status.state.no_space_alarm {
+            status
+                .raft
+                .members
+                .iter()
+                .map(|member| AlarmMember {
+                    member_id: member.id,
+                    alarm: AlarmType::Nospace as i32,
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Ok(Response::new(AlarmResponse {
+            header: Some(self.header(status.raft.applied_index.unwrap_or(0))),
+            alarms,
+        }))
+    }
+
+    async fn defragment(
+        &self,
+        request: tonic::Request<DefragmentRequest>,
+    ) -> Result<Response<DefragmentResponse>, Status> {
+        self.node
+            .require_admin(&credentials_of(&request), "defragmenting")
+            .map_err(|error| Status::from(error_of(error)))?;
+        let applied = self.node.status().raft.applied_index.unwrap_or(0);
+        Ok(Response::new(DefragmentResponse {
+            header: Some(self.header(applied)),
         }))
     }
 }

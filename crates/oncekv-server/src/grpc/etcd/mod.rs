@@ -1,5 +1,5 @@
 //! etcd's v3 API on the client port: [`EtcdApi`] answers etcd's services
-//! (`etcdserverpb.KV`, `Watch`, `Lease`, `Maintenance`) as an adapter onto the
+//! (`etcdserverpb.KV`, `Watch`, `Lease`, `Cluster`, `Maintenance`) as an adapter onto the
 //! node's own commands, queries and state, so an etcd `Put` and a native
 //! PUT of one key see each other at one revision. Revisions are the
 //! node's (log indexes: they only grow, but not one by one).
@@ -17,6 +17,7 @@
 //! ([`forward`]); watches and serializable reads are served by any member
 //! from its applied state.
 
+mod cluster;
 mod errors;
 mod forward;
 mod kv;
@@ -28,6 +29,7 @@ use crate::auth::Credentials;
 use crate::node::Node;
 use oncekv_proto::IDEMPOTENCY_KEY_METADATA;
 use oncekv_proto::etcd::etcdserverpb::ResponseHeader;
+use oncekv_proto::etcd::etcdserverpb::cluster_server::ClusterServer;
 use oncekv_proto::etcd::etcdserverpb::kv_server::KvServer;
 use oncekv_proto::etcd::etcdserverpb::lease_server::LeaseServer;
 use oncekv_proto::etcd::etcdserverpb::maintenance_server::MaintenanceServer;
@@ -78,6 +80,13 @@ impl EtcdApi {
     /// The Lease service.
     pub fn lease_server(&self, message_bytes_max: usize) -> LeaseServer<EtcdApi> {
         LeaseServer::new(self.clone())
+            .max_decoding_message_size(message_bytes_max)
+            .max_encoding_message_size(message_bytes_max)
+    }
+
+    /// The Cluster service.
+    pub fn cluster_server(&self, message_bytes_max: usize) -> ClusterServer<EtcdApi> {
+        ClusterServer::new(self.clone())
             .max_decoding_message_size(message_bytes_max)
             .max_encoding_message_size(message_bytes_max)
     }

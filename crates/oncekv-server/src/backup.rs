@@ -7,7 +7,11 @@
 //!
 //! File layout: `b"OKVBKUP1"`, the applied index (u64 LE), the SHA-256 of
 //! the body (32 bytes), then the body: the state machine's own snapshot
-//! bytes (with their magic, format version and checksum).
+//! bytes (with their magic, format version and checksum). A file saved
+//! through etcd's API (`etcdctl snapshot save`) is the same bytes, padded
+//! with zeros and their length to whole 512-byte pages, then the SHA-256
+//! of all of them, as etcd ends its snapshot stream; it is read as well
+//! ([`Backup::decode`]).
 
 use crate::raft::segment_log::SegmentLog;
 use crate::raft::state_machine_store::StateMachineStore;
@@ -23,6 +27,28 @@ use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8; 8] = b"OKVBKUP1";
 const HEADER_BYTES: usize = 8 + 8 + 32;
+/// What etcd's clients expect a snapshot's length (less its trailing
+/// SHA-256) to be a multiple of.
+const ETCD_PAGE_BYTES: usize = 512;
+
+/// The backup file inside bytes saved through etcd's API, if they are
+/// such: a trailing SHA-256 of the rest, before it the backup's length,
+/// and zeros between the backup and its length.
+fn unwrap_etcd(bytes: &[u8]) -> Option<&[u8]> {
+    let end = bytes.len().checked_sub(32)?;
+    if Sha256::digest(&bytes[..end]).as_slice() != &bytes[end..] {
+        return None;
+    }
+    let length_at = end.checked_sub(8)?;
+    let mut length = [0u8; 8];
+    length.copy_from_slice(&bytes[length_at..end]);
+    let length = usize::try_from(u64::from_le_bytes(length)).ok()?;
+    let padding = bytes.get(length..length_at)?;
+    padding
+        .iter()
+        .all(|byte| *byte == 0)
+        .then(|| &bytes[..length])
+}
 
 /// A backup: the state machine's snapshot bytes and where they were taken.
 #[derive(Clone, PartialEq, Eq)]
@@ -97,8 +123,25 @@ impl Backup {
         hex::encode(Sha256::digest(&self.state))
     }
 
-    /// Reads a backup file's bytes, checking its magic and SHA-256.
+    /// The bytes etcd's API streams for it: the file's bytes, zeros and
+    /// their length (u64 LE) up to a multiple of 512 bytes (etcd's clients
+    /// check that a snapshot is whole pages), then the SHA-256 of all that.
+    pub fn encode_for_etcd(&self) -> Vec<u8> {
+        let mut bytes = self.encode();
+        let length = bytes.len();
+        let padded = length.saturating_add(8).next_multiple_of(ETCD_PAGE_BYTES);
+        bytes.resize(padded - 8, 0);
+        bytes.extend_from_slice(&(length as u64).to_le_bytes());
+        let sha = Sha256::digest(&bytes);
+        bytes.extend_from_slice(&sha);
+        bytes
+    }
+
+    /// Reads a backup file's bytes, checking its magic and SHA-256; a file
+    /// saved through etcd's API ([`Backup::encode_for_etcd`]) is read
+    /// without its padding and trailing SHA-256.
     pub fn decode(bytes: &[u8]) -> Result<Backup, BackupError> {
+        let bytes = unwrap_etcd(bytes).unwrap_or(bytes);
         if bytes.len() < HEADER_BYTES || &bytes[..8] != MAGIC {
             return Err(BackupError::BadMagic);
         }
@@ -181,4 +224,29 @@ pub async fn restore(
         .map_err(io(&log_dir))?;
     log.purge(log_id).await.map_err(io(&log_dir))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_saved_through_etcds_api_reads_as_the_backup() {
+        let backup = Backup {
+            applied_index: LogIndex(42),
+            state: b"the state machine's bytes".to_vec(),
+        };
+        assert_eq!(Backup::decode(&backup.encode()).ok(), Some(backup.clone()));
+        let etcd = backup.encode_for_etcd();
+        assert_eq!((etcd.len() - 32) % 512, 0);
+        assert_eq!(Backup::decode(&etcd).ok(), Some(backup));
+        // A damaged trailer is not stripped, and the file is refused.
+        let mut damaged = etcd;
+        let last = damaged.len() - 1;
+        damaged[last] ^= 1;
+        assert!(matches!(
+            Backup::decode(&damaged),
+            Err(BackupError::Checksum)
+        ));
+    }
 }

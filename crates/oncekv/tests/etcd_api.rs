@@ -756,3 +756,56 @@ async fn listen_etcd_serves_etcds_api_on_a_port_of_its_own() {
     assert_eq!(output.status.code(), Some(11), "{stderr}");
     assert!(stderr.contains("cannot listen for etcd's API"), "{stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcdctl_snapshot_save_makes_a_backup_oncekv_restores() {
+    let _one = exclusive().await;
+    if on_path("etcdctl").is_none() {
+        missing_dependency(
+            "etcd_api::etcdctl_snapshot_save_makes_a_backup_oncekv_restores",
+            Dependency::Etcdctl,
+            "no etcdctl binary on PATH",
+        );
+        return;
+    }
+    let mut old = Cluster::start(3, FAST);
+    let leader = old.leader(Duration::from_secs(15)).await;
+    // Through a follower: the backup is taken on the leader.
+    let follower = (1..=3).find(|id| *id != leader).expect("a follower");
+    let endpoint = old.node(follower).client.clone();
+    answering(&endpoint).await;
+    let put = etcdctl(&endpoint, &["put", "kept", "in the backup"], "");
+    assert_eq!(put.code, 0, "{put:?}");
+    let file = old.dir.path().join("etcd.db");
+    let file = file.to_str().expect("UTF-8");
+    let saved = etcdctl(&endpoint, &["snapshot", "save", file], "");
+    assert_eq!(
+        (saved.code, saved.stdout.as_str()),
+        (0, format!("Snapshot saved at {file}\n").as_str()),
+        "{saved:?}"
+    );
+    old.stop_all();
+
+    let mut new = Cluster::new(1, FAST);
+    let node = &new.nodes[0];
+    let initial = format!("{}={}/{}", node.id, node.peer, node.client);
+    let restored = Command::new(env!("CARGO_BIN_EXE_oncekv"))
+        .args(["snapshot", "restore", file, "--data-dir"])
+        .arg(&node.data_dir)
+        .args(["--id", "1", "--initial-cluster", &initial])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run oncekv snapshot restore");
+    assert_eq!(
+        restored.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&restored.stderr)
+    );
+    new.start_all().expect("start the restored node");
+    new.leader(Duration::from_secs(15)).await;
+    let endpoint = new.node(1).client.clone();
+    answering(&endpoint).await;
+    let got = etcdctl(&endpoint, &["get", "kept", "--print-value-only"], "");
+    assert_eq!(got.stdout, "in the backup\n", "{got:?}");
+}

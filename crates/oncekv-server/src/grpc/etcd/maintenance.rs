@@ -3,7 +3,10 @@
 //! shows); Alarm (the store's `NOSPACE` alarm, which is the cluster's:
 //! listed for every member, disarmed through the log); Defragment, which
 //! has nothing to do (the store is in memory, the log compacts itself)
-//! and succeeds. Like the native status and alarms, they need the admin
+//! and succeeds; Snapshot, a backup taken on the leader (as `oncekv
+//! snapshot save` takes it) streamed in chunks and ended by the SHA-256 of
+//! all of it, as etcd ends its own (`oncekv snapshot restore` reads the
+//! file `etcdctl snapshot save` writes). Like the native status and alarms, they need the admin
 //! role while authentication is enforced.
 
 use super::errors::{EtcdError, error_of};
@@ -14,8 +17,12 @@ use oncekv_proto::etcd::etcdserverpb::maintenance_client::MaintenanceClient;
 use oncekv_proto::etcd::etcdserverpb::maintenance_server::Maintenance;
 use oncekv_proto::etcd::etcdserverpb::{
     AlarmMember, AlarmRequest, AlarmResponse, AlarmType, DefragmentRequest, DefragmentResponse,
-    StatusRequest, StatusResponse,
+    SnapshotRequest, SnapshotResponse, StatusRequest, StatusResponse,
 };
+use tonic::codegen::BoxStream;
+
+/// Bytes per chunk of a streamed snapshot.
+const SNAPSHOT_CHUNK_BYTES: usize = 1024 * 1024;
 use oncekv_state::Command;
 use tonic::{Response, Status};
 
@@ -124,5 +131,53 @@ impl Maintenance for EtcdApi {
         Ok(Response::new(DefragmentResponse {
             header: Some(self.header(applied)),
         }))
+    }
+
+    async fn snapshot(
+        &self,
+        request: tonic::Request<SnapshotRequest>,
+    ) -> Result<Response<BoxStream<SnapshotResponse>>, Status> {
+        self.node
+            .require_admin(&credentials_of(&request), "saving a snapshot")
+            .map_err(|error| Status::from(error_of(error)))?;
+        if let Route::Leader(channel) = self.route(&request)? {
+            let request = self.forwarded(request);
+            let chunks = answered(
+                MaintenanceClient::new(channel)
+                    .max_decoding_message_size(2 * SNAPSHOT_CHUNK_BYTES)
+                    .snapshot(request)
+                    .await,
+            )?;
+            return Ok(Response::new(Box::pin(futures_util::StreamExt::map(
+                chunks.into_inner(),
+                answered,
+            ))));
+        }
+        let backup = self
+            .node
+            .backup()
+            .await
+            .map_err(|error| Status::from(error_of(error)))?;
+        let header = self.header(backup.applied_index.0);
+        let bytes = backup.encode_for_etcd();
+        drop(backup);
+        // Chunks are cut as they are sent: the bytes are held once. The
+        // last chunk is the trailing SHA-256, as etcd sends it.
+        let body_end = bytes.len().saturating_sub(32);
+        let mut cuts: Vec<(usize, usize)> = (0..body_end)
+            .step_by(SNAPSHOT_CHUNK_BYTES)
+            .map(|start| (start, (start + SNAPSHOT_CHUNK_BYTES).min(body_end)))
+            .collect();
+        cuts.push((body_end, bytes.len()));
+        let total = bytes.len();
+        let chunks = cuts.into_iter().map(move |(start, end)| {
+            Ok(SnapshotResponse {
+                header: Some(header),
+                remaining_bytes: (total - end) as u64,
+                blob: bytes[start..end].to_vec(),
+                version: ETCD_VERSION.to_string(),
+            })
+        });
+        Ok(Response::new(Box::pin(futures_util::stream::iter(chunks))))
     }
 }

@@ -295,10 +295,18 @@ fn transcript(endpoint: &str) -> Vec<(String, Run)> {
 /// The lines `etcdctl watch ARGS` prints on `endpoint` up to and with the
 /// first line equal to `last` (within 30 s); the watch is then stopped.
 fn watch_until(endpoint: &str, args: &[&str], last: &str) -> Vec<String> {
+    let mut command = vec!["watch"];
+    command.extend_from_slice(args);
+    run_until(endpoint, &command, last)
+}
+
+/// The lines `etcdctl ARGS` prints on `endpoint` up to and with the first
+/// line equal to `last` (within 30 s); the command is then stopped.
+fn run_until(endpoint: &str, args: &[&str], last: &str) -> Vec<String> {
     use std::io::BufRead;
     let mut child = Command::new("etcdctl")
         .env("ETCDCTL_API", "3")
-        .args(["--endpoints", endpoint, "watch"])
+        .args(["--endpoints", endpoint])
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -332,7 +340,7 @@ fn watch_until(endpoint: &str, args: &[&str], last: &str) -> Vec<String> {
     assert_eq!(
         seen.last().map(String::as_str),
         Some(last),
-        "etcdctl watch {args:?} on {endpoint} printed {seen:?}"
+        "etcdctl {args:?} on {endpoint} printed {seen:?}"
     );
     seen
 }

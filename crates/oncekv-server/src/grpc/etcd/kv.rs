@@ -115,44 +115,110 @@ struct Shape {
     count_only: bool,
 }
 
+/// How a Range orders and filters what matches, beyond key order: done
+/// here, on every matching pair (as etcd does it), so only within the
+/// node's scan maximum.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Arrange {
+    /// Sort by this, if not by key ascending.
+    sort: Option<(SortTarget, SortOrder)>,
+    min_mod: i64,
+    max_mod: i64,
+    min_create: i64,
+    max_create: i64,
+}
+
+impl Arrange {
+    fn of(request: &RangeRequest) -> Arrange {
+        let (target, mut order) = (request.sort_target(), request.sort_order());
+        // etcd: a target without an order sorts ascending.
+        if order == SortOrder::None && target != SortTarget::Key {
+            order = SortOrder::Ascend;
+        }
+        let by_key_ascending =
+            target == SortTarget::Key && matches!(order, SortOrder::None | SortOrder::Ascend);
+        Arrange {
+            sort: (!by_key_ascending).then_some((target, order)),
+            min_mod: request.min_mod_revision,
+            max_mod: request.max_mod_revision,
+            min_create: request.min_create_revision,
+            max_create: request.max_create_revision,
+        }
+    }
+
+    /// Whether it needs every matching pair.
+    fn needs_all(&self) -> bool {
+        *self != Arrange::default()
+    }
+
+    fn keeps(&self, kv: &EtcdKeyValue) -> bool {
+        let at_least = |bound: i64, value: i64| bound == 0 || value >= bound;
+        let at_most = |bound: i64, value: i64| bound == 0 || value <= bound;
+        at_least(self.min_mod, kv.mod_revision)
+            && at_most(self.max_mod, kv.mod_revision)
+            && at_least(self.min_create, kv.create_revision)
+            && at_most(self.max_create, kv.create_revision)
+    }
+
+    /// Filters and sorts `kvs` (in key order), stably.
+    fn apply(&self, kvs: &mut Vec<EtcdKeyValue>) {
+        kvs.retain(|kv| self.keeps(kv));
+        let Some((target, order)) = self.sort else {
+            return;
+        };
+        match target {
+            SortTarget::Key => {}
+            SortTarget::Version => kvs.sort_by_key(|kv| kv.version),
+            SortTarget::Create => kvs.sort_by_key(|kv| kv.create_revision),
+            SortTarget::Mod => kvs.sort_by_key(|kv| kv.mod_revision),
+            SortTarget::Value => kvs.sort_by(|a, b| a.value.cmp(&b.value)),
+        }
+        if order == SortOrder::Descend {
+            kvs.reverse();
+        }
+    }
+}
+
 /// The parts of a Range oncekv serves: which keys, how many, in what
-/// shape, and at what revision (0: now).
+/// shape and order, and at what revision (0: now).
 struct RangeParts {
     keys: Keys,
     limit: u32,
     shape: Shape,
+    arrange: Arrange,
     revision: u64,
 }
 
 impl RangeParts {
     fn of(request: &RangeRequest) -> Result<RangeParts, EtcdError> {
-        let keys = Keys::of(&request.key, &request.range_end)?;
-        let by_key = request.sort_target() == SortTarget::Key;
-        let order = request.sort_order();
-        if !(order == SortOrder::None || (order == SortOrder::Ascend && by_key)) {
-            return Err(EtcdError::Unsupported(
-                "sorting other than by key, ascending".to_string(),
-            ));
-        }
-        if request.min_mod_revision != 0
-            || request.max_mod_revision != 0
-            || request.min_create_revision != 0
-            || request.max_create_revision != 0
-        {
-            return Err(EtcdError::Unsupported(
-                "filtering by mod or create revision".to_string(),
-            ));
-        }
         Ok(RangeParts {
-            keys,
+            keys: Keys::of(&request.key, &request.range_end)?,
             // 0 and below: no limit (the node's scan maximum).
             limit: u32::try_from(request.limit).unwrap_or(0),
             shape: Shape {
                 keys_only: request.keys_only,
                 count_only: request.count_only,
             },
+            arrange: Arrange::of(request),
             revision: revision_from_wire(request.revision),
         })
+    }
+
+    /// The node's query for it: every match when it must arrange them.
+    fn query(&self) -> Query {
+        let limit = if self.arrange.needs_all() {
+            0
+        } else {
+            self.limit
+        };
+        let query = self.keys.query(limit);
+        if self.revision == 0 {
+            return query;
+        }
+        Query::At {
+            revision: self.revision,
+            query: Box::new(query),
+        }
     }
 }
 
@@ -224,13 +290,27 @@ fn range_response(
     parts: &RangeParts,
     count_all: Option<usize>,
 ) -> Result<RangeResponse, EtcdError> {
-    let (mut kvs, more) = pairs_of(reply, parts.shape)?;
+    let (mut kvs, mut more) = pairs_of(reply, parts.shape)?;
     if let Keys::One(key) = &parts.keys {
         for kv in &mut kvs {
             kv.key.clone_from(key);
         }
     }
+    // etcd counts every key in the range, before filters and the limit.
     let count = count_all.unwrap_or(kvs.len());
+    if parts.arrange.needs_all() {
+        if more {
+            return Err(EtcdError::Unsupported(format!(
+                "sorting or filtering more than the node's scan maximum of {count} keys"
+            )));
+        }
+        parts.arrange.apply(&mut kvs);
+        let limit = usize::try_from(parts.limit).unwrap_or(usize::MAX);
+        more = limit > 0 && kvs.len() > limit;
+        if more {
+            kvs.truncate(limit);
+        }
+    }
     if parts.shape.count_only {
         kvs.clear();
     }
@@ -309,6 +389,11 @@ impl OpPlan {
                 if parts.revision != 0 {
                     return Err(EtcdError::Unsupported(
                         "a past revision inside a transaction".to_string(),
+                    ));
+                }
+                if parts.arrange.needs_all() {
+                    return Err(EtcdError::Unsupported(
+                        "sorting or filtering inside a transaction".to_string(),
                     ));
                 }
                 ops.push(parts.keys.read_op(parts.limit));
@@ -585,13 +670,7 @@ impl Kv for EtcdApi {
             let request = self.forwarded(request);
             return answered(self.leader_kv(channel).range(request).await);
         }
-        let mut query = parts.keys.query(parts.limit);
-        if parts.revision != 0 {
-            query = Query::At {
-                revision: parts.revision,
-                query: Box::new(query),
-            };
-        }
+        let query = parts.query();
         let principal = self.principal(&request, !serializable)?;
         let past = parts.revision != 0;
         let (reply, revision, leases) = self

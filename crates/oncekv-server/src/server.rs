@@ -68,6 +68,9 @@ pub struct ServerConfig {
     /// served alone (with the client port's TLS and limits); etcd's API is
     /// on the client port too.
     pub etcd_listener: Option<Arc<std::net::TcpListener>>,
+    /// The etcd version etcd's API reports (clients gate features on it;
+    /// default [`crate::grpc::etcd::ETCD_VERSION`]).
+    pub etcd_version: String,
     /// The source address of outgoing peer connections (`None`: chosen by
     /// the OS), for hosts with several addresses.
     pub peer_source_ip: Option<IpAddr>,
@@ -263,6 +266,7 @@ impl ServerConfig {
             server_limits: ServerLimits::DEFAULT,
             metrics: None,
             etcd_listener: None,
+            etcd_version: crate::grpc::etcd::ETCD_VERSION.to_string(),
             peer_source_ip: None,
             peer_connector: None,
             client_tls: None,
@@ -528,7 +532,8 @@ where
         &cluster,
         client_tls.is_some(),
         config.client_message_bytes_max,
-    );
+    )
+    .reporting_version(&config.etcd_version);
     let client = grpc_server(&limits.client, client_tls.clone(), "client")?
         .layer(limit_requests(limits.client.in_flight_max, "client"))
         .add_service(crate::grpc::health_service(

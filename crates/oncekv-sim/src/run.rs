@@ -179,6 +179,7 @@ fn node_config(id: u64, root: &Path, dedup: bool, connector: SimConnector) -> Se
         server_limits: oncekv_server::server::ServerLimits::DEFAULT,
         metrics: None,
         etcd_listener: None,
+        etcd_version: oncekv_server::grpc::etcd::ETCD_VERSION.to_string(),
         peer_source_ip: None,
         peer_connector: Some(Arc::new(connector)),
         client_tls: None,

@@ -94,6 +94,11 @@ pub struct ServeArgs {
     #[arg(long, env = "ONCEKV_LISTEN_ETCD", value_name = "ADDRESS")]
     listen_etcd: Option<SocketAddr>,
 
+    /// The etcd version etcd's API reports (in Maintenance.Status, which
+    /// clients gate features on).
+    #[arg(long, env = "ONCEKV_ETCD_VERSION", value_name = "VERSION", default_value = oncekv_server::grpc::etcd::ETCD_VERSION, value_parser = parse_etcd_version)]
+    etcd_version: String,
+
     /// Serve Prometheus metrics at http://ADDRESS/metrics.
     #[arg(long, env = "ONCEKV_LISTEN_METRICS")]
     listen_metrics: Option<SocketAddr>,
@@ -563,6 +568,7 @@ fn config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
         metrics: args.listen_metrics,
         // Bound in `run`, where a refused address has its exit code.
         etcd_listener: None,
+        etcd_version: args.etcd_version.clone(),
         peer_source_ip: args.peer_source_ip,
         peer_connector: None,
         client_tls,
@@ -578,6 +584,22 @@ fn bind(address: SocketAddr, what: &str) -> Result<tokio::net::TcpListener, Stri
         .set_nonblocking(true)
         .and_then(|()| tokio::net::TcpListener::from_std(listener))
         .map_err(|error| format!("cannot listen for {what} on {address}: {error}"))
+}
+
+/// An etcd version: MAJOR.MINOR.PATCH, numbers only.
+fn parse_etcd_version(text: &str) -> Result<String, String> {
+    let parts: Vec<&str> = text.split('.').collect();
+    let numbers = parts.len() == 3
+        && parts
+            .iter()
+            .all(|part| !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()));
+    if numbers {
+        Ok(text.to_string())
+    } else {
+        Err(format!(
+            "{text:?} is not MAJOR.MINOR.PATCH (for example 3.5.13)"
+        ))
+    }
 }
 
 fn bind_std(address: SocketAddr, what: &str) -> Result<std::net::TcpListener, String> {

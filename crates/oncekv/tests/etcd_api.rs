@@ -729,12 +729,21 @@ async fn listen_etcd_serves_etcds_api_on_a_port_of_its_own() {
     }
     let etcd_port = format!("127.0.0.1:{}", support::free_port());
     let mut flags = FAST.to_vec();
-    flags.extend(["--listen-etcd", etcd_port.as_str()]);
+    flags.extend([
+        "--listen-etcd",
+        etcd_port.as_str(),
+        "--etcd-version",
+        "3.5.13",
+    ]);
     let mut cluster = Cluster::start(1, &flags);
     cluster.leader(Duration::from_secs(15)).await;
     answering(&etcd_port).await;
     let put = etcdctl(&etcd_port, &["put", "k", "on the etcd port"], "");
     assert_eq!((put.code, put.stdout.as_str()), (0, "OK\n"), "{put:?}");
+    // The version clients gate features on, as configured.
+    let status = etcdctl(&etcd_port, &["endpoint", "status", "-w", "json"], "");
+    let status: serde_json::Value = serde_json::from_str(status.stdout.trim()).expect("json");
+    assert_eq!(status[0]["Status"]["version"], "3.5.13", "{status}");
     // The same store behind both ports.
     let got = etcdctl(
         &cluster.node(1).client,
@@ -742,6 +751,16 @@ async fn listen_etcd_serves_etcds_api_on_a_port_of_its_own() {
         "",
     );
     assert_eq!(got.stdout, "on the etcd port\n", "{got:?}");
+
+    // A version that is not one is a usage error.
+    let output = Command::new(env!("CARGO_BIN_EXE_oncekv"))
+        .args(["serve", "--etcd-version", "3.5"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run oncekv serve");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("MAJOR.MINOR.PATCH"), "{stderr}");
 
     // An address already taken: the documented exit code, saying which.
     let dir = tempfile::tempdir().expect("temp dir");

@@ -26,8 +26,10 @@ const SNAPSHOT_CHUNK_BYTES: usize = 1024 * 1024;
 use oncekv_state::Command;
 use tonic::{Response, Status};
 
-/// The etcd version the node reports: the release whose API (as far as it
-/// reaches) the node serves. Clients gate features on it.
+/// The etcd version the node reports by default: the release whose API
+/// (as far as it reaches) the node serves. Clients gate features on it
+/// (Kubernetes sends watch progress requests only to 3.5.13 and later);
+/// `serve --etcd-version` changes it.
 pub const ETCD_VERSION: &str = "3.4.0";
 
 #[tonic::async_trait]
@@ -59,7 +61,7 @@ impl Maintenance for EtcdApi {
         };
         Ok(Response::new(StatusResponse {
             header: Some(self.header(applied)),
-            version: ETCD_VERSION.to_string(),
+            version: self.version.to_string(),
             db_size: store_bytes,
             leader: leadership.leader_id.unwrap_or(0),
             raft_index: raft.commit_index.unwrap_or(0),
@@ -170,12 +172,13 @@ impl Maintenance for EtcdApi {
             .collect();
         cuts.push((body_end, bytes.len()));
         let total = bytes.len();
+        let version = self.version.clone();
         let chunks = cuts.into_iter().map(move |(start, end)| {
             Ok(SnapshotResponse {
                 header: Some(header),
                 remaining_bytes: (total - end) as u64,
                 blob: bytes[start..end].to_vec(),
-                version: ETCD_VERSION.to_string(),
+                version: version.to_string(),
             })
         });
         Ok(Response::new(Box::pin(futures_util::stream::iter(chunks))))

@@ -35,9 +35,11 @@ use oncekv_proto::etcd::etcdserverpb::lease_server::LeaseServer;
 use oncekv_proto::etcd::etcdserverpb::maintenance_server::MaintenanceServer;
 use oncekv_proto::etcd::etcdserverpb::watch_server::WatchServer;
 use oncekv_state::{IdempotencyKey, Origin, Principal};
+use std::sync::Arc;
 use tonic::Status;
 
 pub use errors::status_of;
+pub use maintenance::ETCD_VERSION;
 
 /// The metadata entry etcd's clients carry their login token in.
 const TOKEN_METADATA: &str = "token";
@@ -52,6 +54,8 @@ pub struct EtcdApi {
     /// Largest message forwarded to the leader or taken back.
     message_bytes_max: usize,
     leaders: forward::LeaderChannels,
+    /// The etcd version reported.
+    version: Arc<str>,
 }
 
 impl EtcdApi {
@@ -67,7 +71,14 @@ impl EtcdApi {
             client_tls,
             message_bytes_max,
             leaders: forward::LeaderChannels::default(),
+            version: Arc::from(ETCD_VERSION),
         }
+    }
+
+    /// The same services, reporting etcd version `version`.
+    pub fn reporting_version(mut self, version: &str) -> EtcdApi {
+        self.version = Arc::from(version);
+        self
     }
 
     /// The KV service.

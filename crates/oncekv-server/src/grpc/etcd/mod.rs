@@ -10,11 +10,11 @@
 //! [`oncekv_proto::IDEMPOTENCY_KEY_METADATA`] is applied once per key (scoped to the
 //! caller's user, as native keys are): a retry gets the original
 //! response, its header revision included. Errors carry the codes and
-//! texts etcd's clients match on, from one table ([`errors`]).
+//! texts etcd's clients match on, from one table (`errors`).
 //!
 //! Any member accepts every call: writes and linearizable reads are
 //! carried out by the leader, to which a follower forwards them
-//! ([`forward`]); watches and serializable reads are served by any member
+//! (`forward`); watches and serializable reads are served by any member
 //! from its applied state.
 
 mod cluster;

@@ -286,6 +286,9 @@ async fn run_clients(
     *lock(&shared.started) = Some(turmoil::sim_elapsed().unwrap_or_default());
 
     let (stop_tx, stop) = watch::channel(false);
+    // Leaders are observed until the very end, not only while the workload
+    // runs: a leader crashed in the last window is replaced after it.
+    let (stop_watching_tx, stop_watching) = watch::channel(false);
     let (watching, addresses) = (observer.clone(), nodes.clone());
     let watcher = tokio::spawn(watch_leader(
         move || {
@@ -294,7 +297,7 @@ async fn run_clients(
         },
         recorder.clone(),
         shared.leader.clone(),
-        stop.clone(),
+        stop_watching,
     ));
     let workload_options = WorkloadOptions {
         clients: options.clients,
@@ -359,6 +362,7 @@ async fn run_clients(
         Duration::from_secs(30),
     )
     .await?;
+    let _ = stop_watching_tx.send(true);
     let _ = watcher.await;
     Ok(())
 }

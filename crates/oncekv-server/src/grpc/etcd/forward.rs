@@ -40,6 +40,10 @@ impl LeaderChannels {
         let channel = Endpoint::from_shared(format!("http://{address}"))
             .map_err(|error| format!("the leader's address {address:?}: {error}"))?
             .connect_timeout(std::time::Duration::from_secs(2))
+            // A dead leader connection is noticed and dialled again.
+            .http2_keep_alive_interval(std::time::Duration::from_secs(2))
+            .keep_alive_timeout(std::time::Duration::from_secs(3))
+            .keep_alive_while_idle(true)
             .connect_lazy();
         channels.insert(address.to_string(), channel.clone());
         Ok(channel)

@@ -746,6 +746,22 @@ impl Kv for EtcdApi {
             let request = self.forwarded(request);
             return answered(self.leader_kv(channel).delete_range(request).await);
         }
+        // The previous pairs of a prefix come from one scan, so a delete of
+        // more keys than a scan holds could not answer them all: refused
+        // before anything is proposed.
+        let delete = request.get_ref();
+        if delete.prev_kv
+            && let Keys::Prefix(prefix) = Keys::of(&delete.key, &delete.range_end)?
+        {
+            let scan = Query::Scan { prefix, limit: 0 };
+            let (reply, _) = self.read(&request, &scan, false).await?;
+            if matches!(reply, Reply::Scan { more: true, .. }) {
+                return Err(EtcdError::Unsupported(
+                    "prev_kv on a delete of more keys than the node's scan maximum".to_string(),
+                )
+                .into());
+            }
+        }
         let op = request_op::Request::RequestDeleteRange(request.get_ref().clone());
         let (response, revision) = self.one_op(&request, op).await?;
         let response_op::Response::ResponseDeleteRange(mut response) = response else {

@@ -233,8 +233,13 @@ impl Lease for EtcdApi {
                 state.leases().get(&name).map(|lease| {
                     let now = state.cluster_time().0;
                     let remaining = lease.expires_at.0.saturating_sub(now);
+                    // Only the keys the caller may read are named.
+                    let readable = |key: &Vec<u8>| {
+                        let get = Query::Get { key: key.clone() };
+                        state.check_query(principal.as_ref(), &get).is_ok()
+                    };
                     let keys = if asked.keys {
-                        lease.keys.iter().cloned().collect()
+                        lease.keys.iter().filter(|k| readable(k)).cloned().collect()
                     } else {
                         Vec::new()
                     };

@@ -5,6 +5,8 @@
 #
 #   scripts/verify-sweep.sh [COUNT=20] [DURATION=60s] [FIRST=1] [OUT=target/verify-sweep]
 #
+# VERIFY_ARGS adds flags to every run, e.g. VERIFY_ARGS="--api etcd".
+#
 # Exits non-zero if any seed did not pass.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +22,8 @@ echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 failures=0
 for seed in $(seq "$first" $((first + count - 1))); do
     set +e
-    "$bin" verify --nodes 3 --clients 8 --duration "$duration" --seed "$seed" \
+    # shellcheck disable=SC2086 # VERIFY_ARGS is a list of flags
+    "$bin" verify --nodes 3 --clients 8 --duration "$duration" --seed "$seed" ${VERIFY_ARGS:-} \
         --out "$out/seed-$seed" -o json > "$out/seed-$seed.json" 2> "$out/seed-$seed.err"
     code=$?
     set -e

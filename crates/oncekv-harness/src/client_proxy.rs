@@ -1,6 +1,7 @@
 //! [`ClientProxy`]: a fault-injecting gRPC proxy in front of one node's
-//! client port. Clients talk to the proxy; it forwards every call to the
-//! node and, while a [`ReplyFault`] is set, **drops the reply after the
+//! client port, for oncekv's API and etcd's KV service (`etcd`, which
+//! also fronts a real etcd). Clients talk to the proxy; it forwards every
+//! call to the node and, while a [`ReplyFault`] is set, **drops the reply after the
 //! node answered** (the server committed, the client never hears: it times
 //! out and retries), **loses the connection instead of the reply** (the
 //! server committed, then the client's connection breaks as when a node
@@ -26,10 +27,14 @@
 //! leader (typed "nothing proposed"), so a client can still tell it from
 //! a request that may have been delivered.
 
+mod etcd;
+
 use crate::convert;
 use crate::recorder::Recorder;
 use oncekv_check::record::{Answer, NodeId, RequestIdentity};
 use oncekv_proto::convert::CallFailure;
+use oncekv_proto::etcd::etcdserverpb::kv_client::KvClient as EtcdKvClient;
+use oncekv_proto::etcd::etcdserverpb::kv_server::KvServer as EtcdKvServer;
 use oncekv_proto::v1::kv_client::KvClient;
 use oncekv_proto::v1::kv_server::{Kv, KvServer};
 use oncekv_proto::v1::{
@@ -94,6 +99,8 @@ const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(10);
 struct Shared {
     node: Option<NodeId>,
     upstream: KvClient<Channel>,
+    /// The same node's etcd API.
+    etcd_upstream: EtcdKvClient<Channel>,
     fault: Mutex<ReplyFault>,
     rng: Mutex<StdRng>,
     recorder: Arc<Recorder>,
@@ -213,6 +220,7 @@ impl ClientProxy {
     ) -> ClientProxy {
         let shared = Arc::new(Shared {
             node,
+            etcd_upstream: EtcdKvClient::new(upstream.clone()),
             upstream: KvClient::new(upstream),
             fault: Mutex::new(ReplyFault::None),
             rng: Mutex::new(StdRng::seed_from_u64(seed)),
@@ -237,9 +245,11 @@ impl ClientProxy {
         E: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
     {
         let service = KvServer::new(Forwarder(self.shared.clone()));
+        let etcd_service = EtcdKvServer::new(etcd::EtcdForwarder(self.shared.clone()));
         tokio::spawn(async move {
             if let Err(error) = tonic::transport::Server::builder()
                 .add_service(service)
+                .add_service(etcd_service)
                 .serve_with_incoming(incoming)
                 .await
             {
@@ -502,14 +512,19 @@ impl Shared {
                 RequestIdentity::session(header.session_id, header.seq),
                 header.attempt.max(1),
             ),
-            Some(Origin::IdempotencyKey(key)) => {
-                let mut attempts = lock(&self.key_attempts);
-                let attempt = attempts.entry(key.clone()).or_insert(0);
-                *attempt += 1;
-                (RequestIdentity::idempotent(key.clone()), *attempt)
-            }
+            Some(Origin::IdempotencyKey(key)) => self.keyed(key.clone()),
             None => (RequestIdentity::plain(), 1),
         }
+    }
+
+    /// The identity of a request under the idempotency key `key`, and
+    /// which attempt of it this is (counted here: nothing on the wire
+    /// says).
+    fn keyed(&self, key: Vec<u8>) -> (RequestIdentity, u32) {
+        let mut attempts = lock(&self.key_attempts);
+        let attempt = attempts.entry(key.clone()).or_insert(0);
+        *attempt += 1;
+        (RequestIdentity::idempotent(key), *attempt)
     }
 }
 
@@ -583,11 +598,22 @@ impl Shared {
         connection: Option<&Breaker>,
     ) -> Result<(), Status> {
         let answers: Vec<_> = responses.iter().map(convert::answer).collect();
+        self.answer_fault(identities, &answers, connection).await
+    }
+
+    /// Applies the reply fault to one call's answers, each with whether
+    /// it shows the request committed, and records them.
+    async fn answer_fault(
+        &self,
+        identities: &[(RequestIdentity, u32)],
+        answers: &[(Answer, bool)],
+        connection: Option<&Breaker>,
+    ) -> Result<(), Status> {
         let committed = answers.iter().any(|(_, committed)| *committed);
         let fault = *lock(&self.fault);
         let batch = u32::try_from(identities.len()).unwrap_or(u32::MAX);
         let record = |dropped: bool| {
-            for ((identity, attempt), (answer, _)) in identities.iter().zip(&answers) {
+            for ((identity, attempt), (answer, _)) in identities.iter().zip(answers) {
                 self.recorder.response(
                     identity.clone(),
                     *attempt,

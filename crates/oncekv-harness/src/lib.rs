@@ -9,6 +9,9 @@
 //! * [`workload`]: clients doing appends, increments, CAS, PUT/GET,
 //!   transfers (transactions) and leases, in session mode or as the naive
 //!   negative control;
+//! * [`etcd_workload`]: the same checks through etcd's v3 API, as etcd's
+//!   users write read-modify-write code, with the idempotency metadata or
+//!   (the negative control) without;
 //! * [`watchers`]: watchers through the faults, and the reference read
 //!   of the committed changes after them;
 //! * [`client_proxy`]: a gRPC proxy per node that drops replies after
@@ -30,6 +33,7 @@ pub mod certs;
 pub mod client_proxy;
 pub mod cluster;
 pub mod convert;
+pub mod etcd_workload;
 pub mod flood;
 pub mod nemesis;
 pub mod peer_proxy;

@@ -151,6 +151,16 @@ impl Recorder {
         });
     }
 
+    /// Attributes the answers to `request` to operation `op_id` of
+    /// `client`, for an operation made of several requests, each of an
+    /// identity of its own (an etcd read-modify-write sends a transaction
+    /// per round).
+    pub fn attribute(&self, request: RequestIdentity, client: ClientId, op_id: OpId) {
+        if let Some(key) = request.dedup_key() {
+            lock(&self.owners).insert(key, (client, op_id));
+        }
+    }
+
     /// One attempt's answer on the wire, and how many requests its call
     /// held (`batch`). Answers to requests that no recorded operation owns
     /// (plain requests, session control) are not recorded: no checker

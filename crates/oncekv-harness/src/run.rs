@@ -11,8 +11,8 @@ use crate::client_proxy::{ClientProxy, ProxyListener};
 use crate::cluster::{Cluster, ClusterOptions, STARTUP_TIMEOUT};
 use crate::nemesis::{Fault, Nemesis, fiu_available};
 use crate::recorder::Recorder;
-use crate::watchers;
 use crate::workload::{self, ClientMode, WorkloadOptions, client_options};
+use crate::{etcd_workload, watchers};
 use oncekv_check::coverage::CoverageRequirements;
 use oncekv_check::record::{FaultKind, NodeId, Record, RecordError};
 use oncekv_check::report::HtmlOptions;
@@ -44,11 +44,26 @@ pub enum Target {
     Endpoints(Vec<String>),
 }
 
+/// The API the workload speaks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Api {
+    /// oncekv's own (`workload`), with sessions, watchers and the expiry
+    /// probe.
+    #[default]
+    Native,
+    /// etcd's v3 API (`etcd_workload`): read-modify-write transactions
+    /// with the idempotency metadata (or, naive, without). It runs
+    /// against a real etcd too (`Target::Endpoints`).
+    Etcd,
+}
+
 /// One run's parameters.
 #[derive(Clone, Debug)]
 pub struct RunConfig {
     /// Where.
     pub target: Target,
+    /// Which API the workload speaks.
+    pub api: Api,
     /// What the clients do.
     pub workload: WorkloadOptions,
     /// How long the workload runs under faults.
@@ -119,6 +134,14 @@ pub enum RunError {
         /// Where the node logs were kept, as a sentence, if anywhere.
         logs: String,
     },
+    /// The final values could not be read through etcd's API.
+    #[error("reading the final values through etcd's API: {error}{logs}")]
+    EtcdFinalRead {
+        /// The last failure.
+        error: String,
+        /// Where the node logs were kept, as a sentence, if anywhere.
+        logs: String,
+    },
     /// The history does not fold.
     #[error(transparent)]
     Record(#[from] RecordError),
@@ -184,22 +207,32 @@ fn node_flags(faults: &[Fault]) -> Vec<String> {
 
 /// What the run must have exercised, given the faults it injected.
 pub fn requirements(faults: &[Fault], mode: ClientMode) -> CoverageRequirements {
+    requirements_for(faults, mode, Api::Native)
+}
+
+/// What a run through `api` must have exercised. Through etcd's API
+/// there are no sessions to expire and no answer says "replayed" (a
+/// replay is etcd's response as first given), so neither is required;
+/// every other path is.
+pub fn requirements_for(faults: &[Fault], mode: ClientMode, api: Api) -> CoverageRequirements {
     let mut required = CoverageRequirements::none();
     required.min_acknowledged = 1;
     // Hundreds in a short run; a batch's dropped reply is counted, not
     // required (a few in a run, by timing: `tests/batch.rs` proves that
     // path, and the simulation requires it).
-    required.min_batched_attempts = 1;
+    if api == Api::Native {
+        required.min_batched_attempts = 1;
+    }
     if faults.contains(&Fault::DropReply) {
         required.min_replies_dropped_after_commit = 1;
-        if mode == ClientMode::Session {
+        if mode == ClientMode::Session && api == Api::Native {
             required.min_replayed = 1;
         }
     }
     if faults.iter().any(|f| f.disturbs_leadership()) {
         required.min_leader_changes = 1;
     }
-    if mode == ClientMode::Session {
+    if mode == ClientMode::Session && api == Api::Native {
         required.min_session_expiries = 1;
     }
     let kinds: BTreeMap<FaultKind, u64> = faults.iter().map(|f| (f.kind(), 1)).collect();
@@ -216,11 +249,15 @@ async fn status_of(address: &str) -> Option<(NodeId, u64)> {
     status.leader_id.map(|leader| (leader, status.term))
 }
 
-/// The leader of the highest term any node reports.
-async fn observe_leader(addresses: &[String]) -> Option<(NodeId, u64)> {
+/// The leader of the highest term any node reports, through `api`.
+async fn observe_leader(addresses: &[String], api: Api) -> Option<(NodeId, u64)> {
     let mut best: Option<(NodeId, u64)> = None;
     for address in addresses {
-        if let Some((leader, term)) = status_of(address).await
+        let status = match api {
+            Api::Native => status_of(address).await,
+            Api::Etcd => etcd_workload::status_of(address).await,
+        };
+        if let Some((leader, term)) = status
             && best.is_none_or(|(_, t)| term > t)
         {
             best = Some((leader, term));
@@ -269,7 +306,8 @@ pub async fn run(config: &RunConfig, progress: &dyn Fn(Progress)) -> Result<RunS
     let real_addresses: Vec<String> = real.iter().map(|(_, a)| a.clone()).collect();
     let proxies = start_proxies(&real, config.seed, &recorder).await?;
     let proxy_addresses: Vec<String> = proxies.iter().map(|p| p.address().to_string()).collect();
-    let first = wait_for_leader(&real_addresses, cluster.as_deref()).await?;
+    let api = config.api;
+    let first = wait_for_leader(&real_addresses, api, cluster.as_deref()).await?;
     let node_ids: Vec<NodeId> = real.iter().filter_map(|(id, _)| *id).collect();
     recorder.run_started(config.seed, node_ids, describe(config, &faults));
 
@@ -279,21 +317,30 @@ pub async fn run(config: &RunConfig, progress: &dyn Fn(Progress)) -> Result<RunS
     let watcher = tokio::spawn(watch_leader(
         move || {
             let addresses = addresses.clone();
-            async move { observe_leader(&addresses).await }
+            async move { observe_leader(&addresses, api).await }
         },
         recorder.clone(),
         leader.clone(),
         stop.clone(),
     ));
     let workload_options = workload_options(config);
-    let clients = workload::start(
-        &proxy_addresses,
-        client_options(),
-        &workload_options,
-        recorder.clone(),
-        stop.clone(),
-    )
-    .map_err(|e| RunError::Setup(e.to_string()))?;
+    let clients = match api {
+        Api::Native => workload::start(
+            &proxy_addresses,
+            client_options(),
+            &workload_options,
+            recorder.clone(),
+            stop.clone(),
+        )
+        .map_err(|e| RunError::Setup(e.to_string()))?,
+        Api::Etcd => etcd_workload::start(
+            &proxy_addresses,
+            &workload_options,
+            recorder.clone(),
+            stop.clone(),
+        )
+        .map_err(RunError::Setup)?,
+    };
     let (watchers_stop_tx, watchers_stop) = watch::channel(false);
     let first_revision = first_revision(config, &real_addresses).await?;
     let watcher_tasks = watchers::start(
@@ -327,6 +374,7 @@ pub async fn run(config: &RunConfig, progress: &dyn Fn(Progress)) -> Result<RunS
     read_final_values(
         &real_addresses,
         &workload_options,
+        api,
         &recorder,
         cluster.as_deref(),
     )
@@ -335,23 +383,25 @@ pub async fn run(config: &RunConfig, progress: &dyn Fn(Progress)) -> Result<RunS
     for task in watcher_tasks {
         let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
     }
-    watchers::reference(
-        &real_addresses,
-        client_options(),
-        workload_options.accounts_prefix(),
-        first_revision,
-        workload_options.watchers as u64 + 1,
-        &recorder,
-        Duration::from_secs(60),
-    )
-    .await
-    .map_err(|e| RunError::Setup(e.to_string()))?;
+    if api == Api::Native {
+        watchers::reference(
+            &real_addresses,
+            client_options(),
+            workload_options.accounts_prefix(),
+            first_revision,
+            workload_options.watchers as u64 + 1,
+            &recorder,
+            Duration::from_secs(60),
+        )
+        .await
+        .map_err(|e| RunError::Setup(e.to_string()))?;
+    }
     let _ = watcher.await;
 
     let (crashed, stopped_on_sync_failure) = node_exits(cluster.as_deref(), &faults);
     let record = Record::from_events(recorder.events())?;
     let verify_config = VerifyConfig {
-        coverage: requirements(&faults, config.workload.mode),
+        coverage: requirements_for(&faults, config.workload.mode, api),
         ..VerifyConfig::default()
     };
     let verification = verify(&record, &verify_config);
@@ -384,7 +434,7 @@ pub async fn run(config: &RunConfig, progress: &dyn Fn(Progress)) -> Result<RunS
 /// on a cluster in use (whose history may be compacted, and long) the one
 /// after what it has applied when the run starts.
 async fn first_revision(config: &RunConfig, addresses: &[String]) -> Result<u64, RunError> {
-    if matches!(config.target, Target::Local { .. }) {
+    if matches!(config.target, Target::Local { .. }) || config.api == Api::Etcd {
         return Ok(1);
     }
     let client = Client::connect(addresses.to_vec(), client_options())
@@ -492,11 +542,12 @@ async fn start_proxies(
 /// The first leader the nodes report, within the start-up time.
 async fn wait_for_leader(
     addresses: &[String],
+    api: Api,
     cluster: Option<&Mutex<Cluster>>,
 ) -> Result<(NodeId, u64), RunError> {
     let start = Instant::now();
     loop {
-        if let Some(found) = observe_leader(addresses).await {
+        if let Some(found) = observe_leader(addresses, api).await {
             return Ok(found);
         }
         if start.elapsed() > STARTUP_TIMEOUT {
@@ -513,9 +564,13 @@ async fn wait_for_leader(
 fn describe(config: &RunConfig, faults: &[Fault]) -> String {
     let names: Vec<&str> = faults.iter().map(|f| f.name()).collect();
     format!(
-        "{} clients ({:?} mode), faults [{}], {:?}{}",
+        "{} clients ({:?} mode{}), faults [{}], {:?}{}",
         config.workload.clients,
         config.workload.mode,
+        match config.api {
+            Api::Native => "",
+            Api::Etcd => ", etcd API",
+        },
         names.join(","),
         config.duration,
         match &config.target {
@@ -530,6 +585,12 @@ fn describe(config: &RunConfig, faults: &[Fault]) -> String {
 fn workload_options(config: &RunConfig) -> WorkloadOptions {
     let mut options = config.workload.clone();
     options.seed = config.seed;
+    if config.api == Api::Etcd {
+        // Read-modify-write of appends, counters and registers only:
+        // no accounts for watchers to follow.
+        options.accounts = 0;
+        options.watchers = 0;
+    }
     if matches!(config.target, Target::Endpoints(_)) && options.prefix.is_empty() {
         // A cluster in use may hold these keys: this run's own.
         options.prefix = format!("verify-{:016x}/", rand::random::<u64>());
@@ -560,10 +621,25 @@ async fn report_progress(duration: Duration, recorder: &Recorder, progress: &dyn
 async fn read_final_values(
     addresses: &[String],
     options: &WorkloadOptions,
+    api: Api,
     recorder: &Recorder,
     cluster: Option<&Mutex<Cluster>>,
 ) -> Result<(), RunError> {
     tokio::time::sleep(Duration::from_millis(500)).await;
+    if api == Api::Etcd {
+        let patience = Duration::from_secs(30);
+        return etcd_workload::record_final_values(
+            addresses,
+            &options.final_keys(),
+            recorder,
+            patience,
+        )
+        .await
+        .map_err(|error| RunError::EtcdFinalRead {
+            error,
+            logs: keep_logs(cluster),
+        });
+    }
     let reader = Client::connect(addresses.to_vec(), client_options())
         .map_err(|e| RunError::Setup(e.to_string()))?;
     let patience = Duration::from_secs(30);

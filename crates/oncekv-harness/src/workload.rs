@@ -135,7 +135,7 @@ impl WorkloadOptions {
     }
 
     /// The `i`th key of a kind (`append`, `counter`, `register`, `lease`).
-    fn key(&self, kind: &str, i: usize) -> Vec<u8> {
+    pub fn key(&self, kind: &str, i: usize) -> Vec<u8> {
         format!("{}{kind}-{i}", self.prefix).into_bytes()
     }
 
@@ -181,7 +181,8 @@ pub struct Stop {
 }
 
 impl Stop {
-    fn stopped(&self) -> bool {
+    /// Whether the run's time is up.
+    pub fn stopped(&self) -> bool {
         *self.stop.borrow()
     }
 }

@@ -10,7 +10,7 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use oncekv_check::coverage::RunVerdict;
 use oncekv_harness::nemesis::Fault;
-use oncekv_harness::run::{self, Progress, RunConfig, Target};
+use oncekv_harness::run::{self, Api, Progress, RunConfig, Target};
 use oncekv_harness::workload::{ClientMode, WorkloadOptions};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -22,6 +22,11 @@ Examples:
   oncekv verify --faults kill,drop-reply --clients 4 # only some faults
   oncekv verify --endpoints 10.0.0.1:7379,10.0.0.2:7379 --faults drop-reply,delay
   oncekv verify --naive-client                       # negative control: must FAIL
+  oncekv verify --api etcd                           # through etcd's v3 API, with the
+                                                     # oncekv-idempotency-key metadata
+  oncekv verify --api etcd --naive-client            # the same without it: must FAIL
+  oncekv verify --api etcd --endpoints 127.0.0.1:2379 --faults drop-reply,reset
+                                                     # against a real etcd: must FAIL
 
 Fault kinds: kill (SIGKILL + restart), pause (SIGSTOP longer than the
 election timeout), drop-reply (the proxy drops replies after commit),
@@ -65,14 +70,31 @@ pub struct VerifyArgs {
     /// [default: ./oncekv-verify/seed-N].
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
+    /// The API the workload speaks: oncekv's own (sessions, keys,
+    /// transactions, leases, watches), or etcd's v3 API (read, then a Txn
+    /// guarded by the key's mod revision, resent when its reply is lost,
+    /// with the oncekv-idempotency-key metadata; also against a real
+    /// etcd with --endpoints).
+    #[arg(long, value_enum, default_value_t = ApiArg::Native)]
+    api: ApiArg,
     /// Negative control: clients resend plain requests on an unknown
-    /// outcome instead of using sessions. The checkers must catch it.
+    /// outcome instead of using sessions (with --api etcd: without the
+    /// idempotency metadata). The checkers must catch it.
     #[arg(long)]
     naive_client: bool,
     /// Negative control: start the nodes with deduplication off. The
     /// checkers must catch it.
     #[arg(long)]
     unsafe_no_dedup: bool,
+}
+
+/// `--api`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum ApiArg {
+    /// oncekv's own API.
+    Native,
+    /// etcd's v3 API.
+    Etcd,
 }
 
 use crate::exit::{
@@ -123,6 +145,10 @@ async fn run_inner(
         .unwrap_or_else(|| PathBuf::from("oncekv-verify").join(format!("seed-{seed}")));
     let config = RunConfig {
         target,
+        api: match args.api {
+            ApiArg::Native => Api::Native,
+            ApiArg::Etcd => Api::Etcd,
+        },
         workload: WorkloadOptions {
             clients: usize::try_from(args.clients)?,
             mode: if args.naive_client {

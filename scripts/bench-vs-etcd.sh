@@ -128,12 +128,18 @@ PY
 
 results="$work/results.jsonl"
 # run NODES TARGET ENDPOINTS MODE CONCURRENCY ROUND [WORKLOAD [BENCH FLAGS...]]
+# TARGET oncekv-etcd: the etcd client (--target etcd) against oncekv's
+# endpoints, which serve etcd's API on the client port.
 run() {
     local nodes=$1 target=$2 endpoints=$3 mode=$4 concurrency=$5 round=$6 workload=${7:-put} report
     shift $(($# < 7 ? $# : 7))
-    report=$("$bin" bench --target "$target" --endpoints "$endpoints" --workload "$workload" --mode "$mode" \
+    local client=$target
+    [[ "$target" == oncekv-etcd ]] && client=etcd
+    report=$("$bin" bench --target "$client" --endpoints "$endpoints" --workload "$workload" --mode "$mode" \
         --concurrency "$concurrency" --connections "$connections" --key-bytes 8 --value-bytes 64 \
         --duration "$duration" --warmup "$warmup" "$@" -o json)
+    report=$(python3 -c 'import json, sys; r = json.loads(sys.argv[1]); r["target"] = sys.argv[2]; print(json.dumps(r))' \
+        "$report" "$target")
     printf '{"nodes":%s,"round":%s,"report":%s}\n' "$nodes" "$round" "$report" >>"$results"
     python3 -c "$show" "$report" "$nodes" >&2
 }
@@ -204,6 +210,10 @@ for round in $(seq "$rounds"); do
             run 3 oncekv "$endpoints_o3" "$mode" "$concurrency" "$round"
             run 3 etcd "$endpoints_e3" "$mode" "$concurrency" "$round"
         done
+        # The etcd client against oncekv's etcd API, beside both.
+        if [[ "$concurrency" == 1 || "$concurrency" == 64 ]]; then
+            run 3 oncekv-etcd "$endpoints_o3" plain "$concurrency" "$round"
+        fi
     done
     # Linearizable reads: oncekv's default read policy (the leader's lease)
     # against etcd's linearizable Range (a read-index round on its leader).
@@ -328,6 +338,25 @@ for workload, label in read_configs:
                  f"{fmt(o_p50, 2)} | {fmt(e_p50, 2)} | {fmt(o_p99, 2)} | {fmt(e_p99, 2)} | {fmt(ratio(o_p99, e_p99), 2)} |")
 lines += [
     "",
+    "## Through etcd's API",
+    "",
+    "The same etcd client (`oncekv bench --target etcd`, the `etcd-client` crate) against",
+    "oncekv's 3 nodes, which serve etcd's v3 API on their client ports (a Put is the",
+    "node's PUT; followers forward writes to the leader), beside oncekv's own client and",
+    "etcd, plain PUTs.",
+    "",
+    "| writers | through etcd's API ops/s | oncekv's API ops/s | etcd ops/s | etcd API / native | etcd API / etcd | etcd API p50 ms | etcd API p99 ms |",
+    "|---|---|---|---|---|---|---|---|",
+]
+for conc in (1, 64):
+    a_ops, n_ops, e_ops = (med("oncekv-etcd", 3, "plain", conc, "throughput_ops"),
+                           med("oncekv", 3, "plain", conc, "throughput_ops"),
+                           med("etcd", 3, "plain", conc, "throughput_ops"))
+    lines.append(f"| {conc} | {fmt(a_ops)} | {fmt(n_ops)} | {fmt(e_ops)} | {fmt(ratio(a_ops, n_ops), 2)} | "
+                 f"{fmt(ratio(a_ops, e_ops), 2)} | {fmt(med('oncekv-etcd', 3, 'plain', conc, 'p50_ms'), 2)} | "
+                 f"{fmt(med('oncekv-etcd', 3, 'plain', conc, 'p99_ms'), 2)} |")
+lines += [
+    "",
     "CPU over the measured part (medians): the client process in percent of one core,",
     "the whole machine in percent of all cores.",
     "",
@@ -416,6 +445,15 @@ bar(5, "Exactly-once overhead, 3 nodes, 64 writers: oncekv with sessions within 
      + ("no loss" if loss is None or loss <= 0 else f"a loss of {loss:.1f}%")
      + ("" if loss is None or loss <= 3 else f", over the 3% by {loss - 3:.1f} points") + "); "
      f"etcd's txn emulation / plain Put: {fmt(e_r, 3)}" + (f" (a loss of {(1 - e_r) * 100:.1f}%)" if e_r is not None and e_r < 1 else "")),
+])
+
+a_ops = med("oncekv-etcd", 3, "plain", 64, "throughput_ops")
+n_ops = med("oncekv", 3, "plain", 64, "throughput_ops")
+e_ops = med("etcd", 3, "plain", 64, "throughput_ops")
+r_native, r_etcd = ratio(a_ops, n_ops), ratio(a_ops, e_ops)
+bar(6, "Through etcd's API, 3 nodes, 64 writers: within 10% of oncekv's own API, and at least 1.5x etcd", [
+    (lambda v: v >= 0.9, r_native, f"etcd API / native {fmt(r_native, 2)} (needs 0.90{short(r_native, 0.9)})"),
+    (lambda v: v >= 1.5, r_etcd, f"etcd API / etcd {fmt(r_etcd, 2)}x (needs 1.50x{short(r_etcd, 1.5)})"),
 ])
 
 errors = {}

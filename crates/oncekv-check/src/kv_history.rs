@@ -29,14 +29,16 @@ pub enum KvCall {
     Txn(Txn),
 }
 
-/// Where an operation reads or writes: one key, or every key under a
-/// prefix.
+/// Where an operation reads or writes: one key, every key under a
+/// prefix, or every key in a range.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Touch<'a> {
     /// One key.
     Key(&'a [u8]),
     /// Every key under a prefix.
     Prefix(&'a [u8]),
+    /// Every key from the first up to the second (excluded), or on.
+    Range(&'a Bytes, Option<&'a Bytes>),
 }
 
 impl Touch<'_> {
@@ -45,6 +47,7 @@ impl Touch<'_> {
         match self {
             Self::Key(k) => k == key,
             Self::Prefix(p) => key.starts_with(p),
+            Self::Range(start, end) => crate::record::in_span(start, end, key),
         }
     }
 }
@@ -56,9 +59,13 @@ fn op_touch(op: &TxnOp) -> Touch<'_> {
         | TxnOp::Get { key }
         | TxnOp::Append { key, .. }
         | TxnOp::Incr { key, .. }
-        | TxnOp::Cas { key, .. } => Touch::Key(key.as_slice()),
+        | TxnOp::Cas { key, .. }
+        | TxnOp::PutExisting { key, .. } => Touch::Key(key.as_slice()),
         TxnOp::DeletePrefix { prefix } | TxnOp::GetPrefix { prefix } => {
             Touch::Prefix(prefix.as_slice())
+        }
+        TxnOp::DeleteRange { start, end } | TxnOp::GetRange { start, end } => {
+            Touch::Range(start, end.as_ref())
         }
     }
 }
@@ -74,6 +81,7 @@ impl KvCall {
                 .map(|compare| match &compare.range {
                     KeyRange::Key(key) => Touch::Key(key.as_slice()),
                     KeyRange::Prefix(prefix) => Touch::Prefix(prefix.as_slice()),
+                    KeyRange::Range { start, end } => Touch::Range(start, end.as_ref()),
                 })
                 .chain(txn.success.iter().chain(&txn.failure).map(op_touch))
                 .collect(),
@@ -94,6 +102,12 @@ impl KvCall {
                     universe
                         .range(prefix.to_vec()..)
                         .take_while(|key| key.starts_with(prefix))
+                        .map(Vec::as_slice),
+                ),
+                Touch::Range(start, _) => keys.extend(
+                    universe
+                        .range(start.0.clone()..)
+                        .take_while(|key| touch.covers(key))
                         .map(Vec::as_slice),
                 ),
             }
@@ -347,7 +361,7 @@ impl KvHistory {
             .flat_map(|op| op.call.touches())
             .filter_map(|touch| match touch {
                 Touch::Key(key) => Some(key.to_vec()),
-                Touch::Prefix(_) => None,
+                Touch::Prefix(_) | Touch::Range(..) => None,
             })
             .collect()
     }

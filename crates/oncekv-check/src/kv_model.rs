@@ -188,6 +188,53 @@ impl<'a> KvModel<'a> {
         start..start + len
     }
 
+    fn slots_between(&self, start: &Bytes, end: Option<&Bytes>) -> std::ops::Range<usize> {
+        let first = self.keys.partition_point(|key| *key < start.as_slice());
+        let len = self.keys[first..]
+            .iter()
+            .take_while(|key| end.is_none_or(|end| **key < end.as_slice()))
+            .count();
+        first..first + len
+    }
+
+    /// The slots of the keys `range` names.
+    fn slots_of(&self, range: &KeyRange) -> std::ops::Range<usize> {
+        match range {
+            KeyRange::Key(key) => match self.slot(key.as_slice()) {
+                Some(slot) => slot..slot + 1,
+                None => 0..0,
+            },
+            KeyRange::Prefix(prefix) => self.slots_under(prefix.as_slice()),
+            KeyRange::Range { start, end } => self.slots_between(start, end.as_ref()),
+        }
+    }
+
+    /// The present keys of `slots` and their values.
+    fn entries(&self, work: &[u32], slots: std::ops::Range<usize>) -> Vec<KeyValue> {
+        slots
+            .filter_map(|slot| {
+                Some(KeyValue {
+                    key: Bytes::from(*self.keys.get(slot)?),
+                    value: self.current(work, slot)?,
+                })
+            })
+            .collect()
+    }
+
+    /// Removes the present keys of `slots`; answers how many.
+    fn remove(work: &mut [u32], slots: std::ops::Range<usize>) -> u64 {
+        let mut deleted = 0;
+        for slot in slots {
+            if let Some(cell) = work.get_mut(slot)
+                && *cell != 0
+            {
+                *cell = 0;
+                deleted += 1;
+            }
+        }
+        deleted
+    }
+
     fn current(&self, work: &[u32], slot: usize) -> Option<Bytes> {
         self.value(work.get(slot).copied().unwrap_or(0))
             .map(Bytes::from)
@@ -267,27 +314,27 @@ impl<'a> KvModel<'a> {
                 }
             }
             TxnOp::GetPrefix { prefix } => TxnOpResult::GetPrefix {
-                entries: self
-                    .slots_under(prefix.as_slice())
-                    .filter_map(|slot| {
-                        Some(KeyValue {
-                            key: Bytes::from(*self.keys.get(slot)?),
-                            value: self.current(work, slot)?,
-                        })
-                    })
-                    .collect(),
+                entries: self.entries(work, self.slots_under(prefix.as_slice())),
             },
-            TxnOp::DeletePrefix { prefix } => {
-                let mut deleted = 0;
-                for slot in self.slots_under(prefix.as_slice()) {
-                    if let Some(cell) = work.get_mut(slot)
-                        && *cell != 0
-                    {
-                        *cell = 0;
-                        deleted += 1;
-                    }
+            TxnOp::GetRange { start, end } => TxnOpResult::GetPrefix {
+                entries: self.entries(work, self.slots_between(start, end.as_ref())),
+            },
+            TxnOp::DeletePrefix { prefix } => TxnOpResult::DeletePrefix {
+                deleted: Self::remove(work, self.slots_under(prefix.as_slice())),
+            },
+            TxnOp::DeleteRange { start, end } => TxnOpResult::DeletePrefix {
+                deleted: Self::remove(work, self.slots_between(start, end.as_ref())),
+            },
+            TxnOp::PutExisting { key, value } => {
+                let slot = key_slot(self, key)?;
+                let Some(previous) = self.current(work, slot) else {
+                    return Some(Err(Refused));
+                };
+                let value = value.clone().unwrap_or_else(|| previous.clone());
+                self.set(work, slot, Some(value.0));
+                TxnOpResult::Put {
+                    previous: Some(previous),
                 }
-                TxnOpResult::DeletePrefix { deleted }
             }
         }))
     }
@@ -308,6 +355,11 @@ impl<'a> KvModel<'a> {
                 None => Truth::of(compare.op.holds(&0, operand)),
                 Some(_) => positive_holds(compare.op, *operand),
             },
+            // Leases are not modelled: a present key's is unknown.
+            CompareTarget::Lease(operand) => match value {
+                None => Truth::of(compare.op.holds(&None, &operand.as_deref())),
+                Some(_) => Truth::Either,
+            },
         }
     }
 
@@ -318,9 +370,9 @@ impl<'a> KvModel<'a> {
                 // Outside the partition: never written, so absent.
                 None => self.compare_absent(compare),
             },
-            KeyRange::Prefix(prefix) => {
+            KeyRange::Prefix(_) | KeyRange::Range { .. } => {
                 let present: Vec<usize> = self
-                    .slots_under(prefix.as_slice())
+                    .slots_of(&compare.range)
                     .filter(|&slot| work.get(slot).is_some_and(|&v| v != 0))
                     .collect();
                 match &compare.target {
@@ -343,6 +395,9 @@ impl<'a> KvModel<'a> {
             CompareTarget::Version(operand)
             | CompareTarget::CreateRevision(operand)
             | CompareTarget::ModRevision(operand) => Truth::of(compare.op.holds(&0, operand)),
+            CompareTarget::Lease(operand) => {
+                Truth::of(compare.op.holds(&None, &operand.as_deref()))
+            }
         }
     }
 

@@ -1,6 +1,7 @@
 //! Cross-checks the KV search against a brute-force reference on many
 //! small random histories (gets, puts, deletes, appends, incrs, cas, prefix
-//! reads and deletes, and transactions over several keys): the reference
+//! and range reads and deletes, puts of existing keys, and transactions
+//! over several keys): the reference
 //! tries every subset of the unknown-outcome operations and every ordering
 //! that respects real time, running each on a plain map with its own,
 //! independent implementation of the store's semantics.
@@ -58,8 +59,19 @@ impl Rng {
         }
     }
 
+    /// A range over the keys [`key`](Self::key) draws: some empty, some
+    /// without an end.
+    fn span(&mut self) -> (Bytes, Option<Bytes>) {
+        let start = Bytes::from(self.pick(&["a", "b", "p/", "p/2"]));
+        let end = match self.below(4) {
+            0 => None,
+            _ => Some(Bytes::from(self.pick(&["b", "p/2", "q"]))),
+        };
+        (start, end)
+    }
+
     fn single(&mut self) -> TxnOp {
-        match self.below(9) {
+        match self.below(12) {
             0 | 1 => TxnOp::Get { key: self.key() },
             2 => TxnOp::Put {
                 key: self.key(),
@@ -82,17 +94,32 @@ impl Rng {
             7 => TxnOp::GetPrefix {
                 prefix: Bytes::from("p/"),
             },
-            _ => TxnOp::DeletePrefix {
+            8 => TxnOp::DeletePrefix {
                 prefix: Bytes::from("p/"),
+            },
+            9 => {
+                let (start, end) = self.span();
+                TxnOp::GetRange { start, end }
+            }
+            10 => {
+                let (start, end) = self.span();
+                TxnOp::DeleteRange { start, end }
+            }
+            _ => TxnOp::PutExisting {
+                key: self.key(),
+                value: self.maybe_value(),
             },
         }
     }
 
     fn compare(&mut self, versions: bool) -> Compare {
-        let range = if self.chance(20) {
-            KeyRange::Prefix(Bytes::from("p/"))
-        } else {
-            KeyRange::Key(self.key())
+        let range = match self.below(10) {
+            0 | 1 => KeyRange::Prefix(Bytes::from("p/")),
+            2 | 3 => {
+                let (start, end) = self.span();
+                KeyRange::Range { start, end }
+            }
+            _ => KeyRange::Key(self.key()),
         };
         let op = match self.below(4) {
             0 => CompareOp::Equal,
@@ -136,11 +163,24 @@ fn write(store: &mut Store, key: &Bytes, value: Vec<u8>) {
 /// overflow).
 fn run_op(op: &TxnOp, store: &mut Store) -> Option<TxnOpResult> {
     let get = |store: &Store, key: &Bytes| store.get(key.as_slice()).map(|(v, _)| Bytes(v.clone()));
-    let under = |store: &Store, prefix: &Bytes| -> Vec<Vec<u8>> {
+    let within = |store: &Store, range: &KeyRange| -> Vec<Vec<u8>> {
         store
             .keys()
-            .filter(|k| k.starts_with(prefix.as_slice()))
+            .filter(|k| range.contains(k))
             .cloned()
+            .collect()
+    };
+    let under = |store: &Store, prefix: &Bytes| within(store, &KeyRange::Prefix(prefix.clone()));
+    let span = |start: &Bytes, end: &Option<Bytes>| KeyRange::Range {
+        start: start.clone(),
+        end: end.clone(),
+    };
+    let entries = |store: &Store, keys: Vec<Vec<u8>>| -> Vec<KeyValue> {
+        keys.into_iter()
+            .map(|key| KeyValue {
+                value: get(store, &Bytes(key.clone())).unwrap_or_default(),
+                key: Bytes(key),
+            })
             .collect()
     };
     Some(match op {
@@ -187,13 +227,10 @@ fn run_op(op: &TxnOp, store: &mut Store) -> Option<TxnOpResult> {
             }
         }
         TxnOp::GetPrefix { prefix } => TxnOpResult::GetPrefix {
-            entries: under(store, prefix)
-                .into_iter()
-                .map(|key| KeyValue {
-                    value: get(store, &Bytes(key.clone())).unwrap_or_default(),
-                    key: Bytes(key),
-                })
-                .collect(),
+            entries: entries(store, under(store, prefix)),
+        },
+        TxnOp::GetRange { start, end } => TxnOpResult::GetPrefix {
+            entries: entries(store, within(store, &span(start, end))),
         },
         TxnOp::DeletePrefix { prefix } => {
             let keys = under(store, prefix);
@@ -202,6 +239,24 @@ fn run_op(op: &TxnOp, store: &mut Store) -> Option<TxnOpResult> {
             }
             TxnOpResult::DeletePrefix {
                 deleted: keys.len() as u64,
+            }
+        }
+        TxnOp::DeleteRange { start, end } => {
+            let keys = within(store, &span(start, end));
+            for key in &keys {
+                store.remove(key);
+            }
+            TxnOpResult::DeletePrefix {
+                deleted: keys.len() as u64,
+            }
+        }
+        TxnOp::PutExisting { key, value } => {
+            // Refused when the key is absent.
+            let previous = get(store, key)?;
+            let value = value.clone().unwrap_or_else(|| previous.clone());
+            write(store, key, value.0);
+            TxnOpResult::Put {
+                previous: Some(previous),
             }
         }
     })
@@ -231,19 +286,22 @@ fn compare_one(compare: &Compare, entry: Option<&(Vec<u8>, u64)>) -> bool {
         (CompareTarget::Version(operand), entry) => {
             relates(compare.op, entry.map_or(0, |(_, v)| *v).cmp(operand))
         }
-        (CompareTarget::CreateRevision(_) | CompareTarget::ModRevision(_), _) => {
-            unreachable!("not generated")
-        }
+        (
+            CompareTarget::CreateRevision(_)
+            | CompareTarget::ModRevision(_)
+            | CompareTarget::Lease(_),
+            _,
+        ) => unreachable!("not generated"),
     }
 }
 
 fn compare_holds(compare: &Compare, store: &Store) -> bool {
     match &compare.range {
         KeyRange::Key(key) => compare_one(compare, store.get(key.as_slice())),
-        KeyRange::Prefix(prefix) => {
+        KeyRange::Prefix(_) | KeyRange::Range { .. } => {
             let present: Vec<&(Vec<u8>, u64)> = store
                 .iter()
-                .filter(|(k, _)| k.starts_with(prefix.as_slice()))
+                .filter(|(k, _)| compare.range.contains(k))
                 .map(|(_, e)| e)
                 .collect();
             match &compare.target {

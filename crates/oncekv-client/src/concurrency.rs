@@ -30,7 +30,7 @@ use crate::lease::LeaseKeeper;
 use crate::session::Session;
 use crate::watch::{EventKind, WatchOptions, WatchUpdate};
 use oncekv_state::{
-    Command, Compare, CompareOp, CompareTarget, KeyValue, Rejection, Reply, Txn, TxnOp,
+    Command, Compare, CompareOp, CompareTarget, KeyScope, KeyValue, Rejection, Reply, Txn, TxnOp,
 };
 use std::time::Duration;
 
@@ -175,7 +175,7 @@ impl Contender {
         let txn = Txn {
             compare: vec![Compare {
                 key: self.key.clone(),
-                prefix: false,
+                scope: KeyScope::Key,
                 target: CompareTarget::CreateRevision(0),
                 op: CompareOp::Equal,
             }],
@@ -423,7 +423,7 @@ impl Election {
         let txn = Txn {
             compare: vec![Compare {
                 key: mine.key.clone(),
-                prefix: false,
+                scope: KeyScope::Key,
                 target: CompareTarget::CreateRevision(mine.revision),
                 op: CompareOp::Equal,
             }],

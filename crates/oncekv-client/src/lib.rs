@@ -95,8 +95,8 @@ pub use error::ClientError;
 pub use kv::{CasOutcome, ScanPage, TxnOutcome, Written};
 pub use lease::LeaseKeeper;
 pub use oncekv_state::{
-    Command, Compare, CompareOp, CompareTarget, KeyMeta, KeyValue, Outcome, Query, Rejection,
-    Reply, RequestId, Txn, TxnOp,
+    Command, Compare, CompareOp, CompareTarget, KeyMeta, KeyRange, KeyScope, KeyValue, Outcome,
+    Query, Rejection, Reply, RequestId, Txn, TxnOp, Update,
 };
 pub use random::{OsRandom, RandomSource};
 pub use retry::{Backoff, EarlierSends};

@@ -164,6 +164,7 @@ impl Watcher {
             previous: self.options.previous,
             progress_interval_ms: u32::try_from(self.options.progress_interval.as_millis())
                 .unwrap_or(u32::MAX),
+            range_end: None,
         };
         let mut rpc = match self.client.rpc(&self.target) {
             Ok(rpc) => rpc,

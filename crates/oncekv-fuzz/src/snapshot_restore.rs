@@ -24,9 +24,9 @@
 //!   and the machine they leave snapshots and restores too.
 
 use oncekv_state::{
-    ClusterTime, Command, Entry, FORMAT_VERSION, IdempotencyKey, Limits, LogIndex, Origin, Outcome,
-    Query, Request, RequestHeader, RequestId, Secret, Seq, Session, SessionId, SnapshotError,
-    StateMachine,
+    ClusterTime, Command, Entry, FORMAT_VERSION, IdempotencyKey, KeyRange, Limits, LogIndex,
+    Origin, Outcome, Query, Request, RequestHeader, RequestId, Secret, Seq, Session, SessionId,
+    SnapshotError, StateMachine, Txn, TxnOp, Update,
 };
 
 const MAGIC: &[u8; 8] = b"OKVSNAP\0";
@@ -281,6 +281,22 @@ fn run_script(driver: &mut Driver, limits: &Limits) -> Option<()> {
             prefix: key.get(..1).unwrap_or_default().to_vec(),
             limit: 0,
         }))?;
+        driver.plain(Command::Read(Query::Range {
+            range: KeyRange::from_key(key.clone()),
+            limit: 1,
+        }))?;
+    }
+    if let (Some((first, _)), Some((last, _))) = (keys.first(), keys.last()) {
+        let txn = Txn::new()
+            .on_success(TxnOp::PutExisting {
+                key: last.clone(),
+                value: Update::Keep,
+                lease: Update::Keep,
+            })
+            .on_success(TxnOp::DeleteRange {
+                range: KeyRange::new(first.clone(), last.clone()),
+            });
+        driver.plain(Command::Txn(txn))?;
     }
     if let Some((key, _)) = keys.last() {
         driver.plain(Command::Delete { key: key.clone() })?;

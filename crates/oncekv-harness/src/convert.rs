@@ -80,15 +80,17 @@ fn txn_result(reply: &state::Reply) -> Option<TxnOpResult> {
         state::Reply::Get { value, .. } => TxnOpResult::Get {
             value: bytes(value),
         },
-        state::Reply::Scan { entries, .. } => TxnOpResult::GetPrefix {
-            entries: entries
-                .iter()
-                .map(|entry| KeyValue {
-                    key: Bytes(entry.key.clone()),
-                    value: Bytes(entry.value.clone()),
-                })
-                .collect(),
-        },
+        state::Reply::Scan { entries, .. } | state::Reply::Range { entries, .. } => {
+            TxnOpResult::GetPrefix {
+                entries: entries
+                    .iter()
+                    .map(|entry| KeyValue {
+                        key: Bytes(entry.key.clone()),
+                        value: Bytes(entry.value.clone()),
+                    })
+                    .collect(),
+            }
+        }
         state::Reply::Append { length } => TxnOpResult::Append { length: *length },
         state::Reply::Incr { value } => TxnOpResult::Incr { value: *value },
         state::Reply::Cas { swapped, current } => TxnOpResult::Cas {
@@ -99,8 +101,8 @@ fn txn_result(reply: &state::Reply) -> Option<TxnOpResult> {
     })
 }
 
-/// A transaction in the record's terms. A scan's limit is not recorded:
-/// the workload's scans are unlimited.
+/// A transaction in the record's terms. A scan's or a range read's limit
+/// is not recorded: the workload's reads are unlimited.
 pub fn txn(txn: &state::Txn) -> rec::Txn {
     rec::Txn {
         compares: txn.compare.iter().map(compare).collect(),
@@ -110,10 +112,14 @@ pub fn txn(txn: &state::Txn) -> rec::Txn {
 }
 
 fn compare(compare: &state::Compare) -> rec::Compare {
-    let range = if compare.prefix {
-        KeyRange::Prefix(Bytes(compare.key.clone()))
-    } else {
-        KeyRange::Key(Bytes(compare.key.clone()))
+    let key = Bytes(compare.key.clone());
+    let range = match &compare.scope {
+        state::KeyScope::Key => KeyRange::Key(key),
+        state::KeyScope::Prefix => KeyRange::Prefix(key),
+        state::KeyScope::Range { end } => KeyRange::Range {
+            start: key,
+            end: end.clone().map(Bytes),
+        },
     };
     let op = match compare.op {
         state::CompareOp::Equal => rec::CompareOp::Equal,
@@ -127,6 +133,7 @@ fn compare(compare: &state::Compare) -> rec::Compare {
         state::CompareTarget::CreateRevision(n) => rec::CompareTarget::CreateRevision(*n),
         state::CompareTarget::ModRevision(n) => rec::CompareTarget::ModRevision(*n),
         state::CompareTarget::Exists(b) => rec::CompareTarget::Exists(*b),
+        state::CompareTarget::Lease(name) => rec::CompareTarget::Lease(name.clone()),
     };
     rec::Compare { range, op, target }
 }
@@ -154,6 +161,23 @@ fn txn_op(op: &state::TxnOp) -> rec::TxnOp {
             key: b(key),
             expected: expected.clone().map(Bytes),
             new: b(new),
+        },
+        state::TxnOp::Range { range, .. } => rec::TxnOp::GetRange {
+            start: b(&range.start),
+            end: range.end.clone().map(Bytes),
+        },
+        state::TxnOp::DeleteRange { range } => rec::TxnOp::DeleteRange {
+            start: b(&range.start),
+            end: range.end.clone().map(Bytes),
+        },
+        // The record does not model leases: a kept or changed lease is not
+        // recorded.
+        state::TxnOp::PutExisting { key, value, .. } => rec::TxnOp::PutExisting {
+            key: b(key),
+            value: match value {
+                state::Update::Keep => None,
+                state::Update::Set(value) => Some(b(value)),
+            },
         },
     }
 }

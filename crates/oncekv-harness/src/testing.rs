@@ -431,6 +431,9 @@ pub enum Dependency {
     /// `fiu-run` and `fiu-ctrl` on `PATH` (Debian's fiu-utils), to make
     /// disk syncs fail.
     Fiu,
+    /// aetcd's integration tests and a Python virtual environment with
+    /// aetcd and pytest to run them, in `target/aetcd-suite`.
+    AetcdSuite,
 }
 
 impl Dependency {
@@ -441,6 +444,10 @@ impl Dependency {
             Dependency::Etcd => "an etcd binary on PATH",
             Dependency::Etcdctl => "an etcdctl binary on PATH",
             Dependency::Fiu => "fiu-run and fiu-ctrl on PATH",
+            Dependency::AetcdSuite => {
+                "aetcd 1.0.0's integration tests and a virtual environment to run them \
+                 (target/aetcd-suite)"
+            }
         }
     }
 
@@ -459,6 +466,10 @@ impl Dependency {
             }
             Dependency::Fiu => {
                 "scripts/setup.sh installs them as root with apt (apt-get install fiu-utils)"
+            }
+            Dependency::AetcdSuite => {
+                "scripts/setup.sh makes them from PyPI (python3 -m venv, pip install \
+                 aetcd[test]==1.0.0, the tests/ of its sdist)"
             }
         }
     }

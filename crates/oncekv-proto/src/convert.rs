@@ -7,7 +7,7 @@ use crate::v1;
 mod auth;
 mod txn;
 
-pub use txn::{event_to_wire, meta_from_wire, meta_to_wire};
+pub use txn::{event_to_wire, meta_from_wire, meta_to_wire, scope_from_wire};
 
 use oncekv_state::{
     ClusterTime, Command, IdempotencyKey, LeaseInfo, LogIndex, Malformed, Origin, Outcome,
@@ -219,6 +219,13 @@ pub fn query_from_wire(query: v1::Query) -> Result<Query> {
             ),
             Kind::LeaseList(_) => Query::LeaseList,
             Kind::Auth(_) => Query::Auth,
+            Kind::Range(range) => at_revision(
+                range.revision,
+                Query::Range {
+                    range: txn::key_range_from_wire(range.keys)?,
+                    limit: range.limit,
+                },
+            ),
         },
     )
 }
@@ -247,6 +254,11 @@ pub fn query_to_wire(query: &Query) -> v1::Query {
             limit: *limit,
             revision: 0,
         }),
+        Query::Range { range, limit } => Kind::Range(v1::Range {
+            keys: Some(txn::key_range_to_wire(range)),
+            limit: *limit,
+            revision: 0,
+        }),
         Query::LeaseList => Kind::LeaseList(v1::Empty {}),
         Query::Auth => Kind::Auth(v1::Empty {}),
         Query::At { revision, query } => {
@@ -254,6 +266,7 @@ pub fn query_to_wire(query: &Query) -> v1::Query {
             match &mut wire.kind {
                 Some(Kind::Get(get)) => get.revision = *revision,
                 Some(Kind::Scan(scan)) => scan.revision = *revision,
+                Some(Kind::Range(range)) => range.revision = *revision,
                 // Refused by the state machine as not versioned; sent as is.
                 _ => {}
             }
@@ -539,6 +552,15 @@ pub fn reply_to_wire(reply: &Reply) -> v1::Reply {
             entries: entries.iter().map(txn::key_value_to_wire).collect(),
             more: *more,
         }),
+        Reply::Range {
+            entries,
+            more,
+            count,
+        } => Kind::Range(v1::RangeReply {
+            entries: entries.iter().map(txn::key_value_to_wire).collect(),
+            more: *more,
+            count: *count,
+        }),
         Reply::LeaseGranted {
             name,
             ttl_ms,
@@ -662,6 +684,15 @@ pub fn reply_from_wire(reply: v1::Reply) -> Result<Reply> {
             },
             Kind::DeletePrefix(deleted) => Reply::DeletePrefix {
                 deleted: deleted.deleted,
+            },
+            Kind::Range(range) => Reply::Range {
+                entries: range
+                    .entries
+                    .into_iter()
+                    .map(txn::key_value_from_wire)
+                    .collect(),
+                more: range.more,
+                count: range.count,
             },
             Kind::Compacted(compacted) => Reply::Compacted {
                 revision: compacted.revision,

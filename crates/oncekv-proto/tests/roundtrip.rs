@@ -7,14 +7,25 @@ use oncekv_proto::convert::{
 };
 use oncekv_proto::v1;
 use oncekv_state::{
-    ClusterTime, Command, Compare, CompareOp, CompareTarget, IdempotencyKey, KeyMeta, KeyValue,
-    LeaseInfo, LogIndex, Malformed, Origin, Outcome, Overload, Query, Rejection, Reply, Request,
-    RequestHeader, RequestId, Secret, Seq, SessionId, Txn, TxnOp,
+    ClusterTime, Command, Compare, CompareOp, CompareTarget, IdempotencyKey, KeyMeta, KeyRange,
+    KeyScope, KeyValue, LeaseInfo, LogIndex, Malformed, Origin, Outcome, Overload, Query,
+    Rejection, Reply, Request, RequestHeader, RequestId, Secret, Seq, SessionId, Txn, TxnOp,
+    Update,
 };
 use proptest::prelude::*;
 
 fn bytes() -> impl Strategy<Value = Vec<u8>> {
     prop::collection::vec(any::<u8>(), 0..8)
+}
+
+fn key_range() -> impl Strategy<Value = KeyRange> {
+    (bytes(), prop::option::of(bytes())).prop_map(|(start, end)| KeyRange { start, end })
+}
+
+fn update<T: std::fmt::Debug + Clone>(
+    value: impl Strategy<Value = T>,
+) -> impl Strategy<Value = Update<T>> {
+    prop::option::of(value).prop_map(|value| value.map_or(Update::Keep, Update::Set))
 }
 
 fn command() -> impl Strategy<Value = Command> {
@@ -45,6 +56,14 @@ fn command() -> impl Strategy<Value = Command> {
         bytes().prop_map(|key| Command::Read(Query::Get { key })),
         (bytes(), any::<u32>())
             .prop_map(|(prefix, limit)| Command::Read(Query::Scan { prefix, limit })),
+        (key_range(), any::<u32>())
+            .prop_map(|(range, limit)| Command::Read(Query::Range { range, limit })),
+        (1u64.., key_range(), any::<u32>()).prop_map(|(revision, range, limit)| Command::Read(
+            Query::At {
+                revision,
+                query: Box::new(Query::Range { range, limit })
+            }
+        )),
         Just(Command::Read(Query::LeaseList)),
         Just(Command::AlarmDisarm),
         txn().prop_map(Command::Txn),
@@ -80,6 +99,10 @@ fn txn_op() -> impl Strategy<Value = TxnOp> {
             expected,
             new
         }),
+        (key_range(), any::<u32>()).prop_map(|(range, limit)| TxnOp::Range { range, limit }),
+        key_range().prop_map(|range| TxnOp::DeleteRange { range }),
+        (bytes(), update(bytes()), update(prop::option::of(".{0,4}")))
+            .prop_map(|(key, value, lease)| TxnOp::PutExisting { key, value, lease }),
     ]
 }
 
@@ -90,6 +113,12 @@ fn txn() -> impl Strategy<Value = Txn> {
         any::<u64>().prop_map(CompareTarget::CreateRevision),
         any::<u64>().prop_map(CompareTarget::ModRevision),
         any::<bool>().prop_map(CompareTarget::Exists),
+        prop::option::of(".{0,4}").prop_map(CompareTarget::Lease),
+    ];
+    let scope = prop_oneof![
+        Just(KeyScope::Key),
+        Just(KeyScope::Prefix),
+        prop::option::of(bytes()).prop_map(|end| KeyScope::Range { end }),
     ];
     let op = prop_oneof![
         Just(CompareOp::Equal),
@@ -97,13 +126,12 @@ fn txn() -> impl Strategy<Value = Txn> {
         Just(CompareOp::Less),
         Just(CompareOp::Greater)
     ];
-    let compare =
-        (bytes(), any::<bool>(), target, op).prop_map(|(key, prefix, target, op)| Compare {
-            key,
-            prefix,
-            target,
-            op,
-        });
+    let compare = (bytes(), scope, target, op).prop_map(|(key, scope, target, op)| Compare {
+        key,
+        scope,
+        target,
+        op,
+    });
     (
         prop::collection::vec(compare, 0..3),
         prop::collection::vec(txn_op(), 0..3),
@@ -187,6 +215,7 @@ fn rejection() -> impl Strategy<Value = Rejection> {
         Just(Rejection::NotVersioned),
         (any::<u64>(), any::<u64>()).prop_map(|(ops, max)| Rejection::TxnTooLarge { ops, max }),
         ".{0,6}".prop_map(|key| Rejection::TxnConflict { key }),
+        ".{0,6}".prop_map(|key| Rejection::KeyNotFound { key }),
     ]
 }
 
@@ -231,6 +260,19 @@ fn reply() -> impl Strategy<Value = Reply> {
                     .collect()
             }
         ),
+        (
+            prop::collection::vec((bytes(), bytes(), meta()), 0..3),
+            any::<bool>(),
+            any::<u64>()
+        )
+            .prop_map(|(entries, more, count)| Reply::Range {
+                entries: entries
+                    .into_iter()
+                    .map(|(key, value, meta)| KeyValue { key, value, meta })
+                    .collect(),
+                more,
+                count
+            }),
         any::<u64>().prop_map(|deleted| Reply::DeletePrefix { deleted }),
         any::<u64>().prop_map(|revision| Reply::Compacted { revision }),
         (".{0,4}", any::<u64>(), any::<u64>()).prop_map(|(name, ttl_ms, t)| Reply::LeaseGranted {

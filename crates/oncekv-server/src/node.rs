@@ -490,16 +490,7 @@ impl Node {
         spec: crate::watch::WatchSpec,
         principal: Option<&Principal>,
     ) -> Result<tokio::sync::mpsc::Receiver<crate::watch::WatchMessage>, WriteError> {
-        let covered = if spec.prefix {
-            Query::Scan {
-                prefix: spec.key.clone(),
-                limit: 0,
-            }
-        } else {
-            Query::Get {
-                key: spec.key.clone(),
-            }
-        };
+        let covered = Query::covering(&spec.key, &spec.scope);
         self.inner.consensus.with_state(|state| {
             state
                 .check_query(principal, &covered)

@@ -553,6 +553,9 @@ where
         .add_service(etcd.lease_server(config.client_message_bytes_max))
         .add_service(etcd.cluster_server(config.client_message_bytes_max))
         .add_service(etcd.maintenance_server(config.client_message_bytes_max))
+        .add_service(etcd.lock_server(config.client_message_bytes_max))
+        .add_service(etcd.election_server(config.client_message_bytes_max))
+        .add_service(etcd.auth_server(config.client_message_bytes_max))
         .serve_with_incoming_shutdown(client_incoming, signal(stopped.clone()));
     // etcd's API alone on a port of its own, as the client port serves it.
     let etcd_only = match etcd_listener {
@@ -588,6 +591,9 @@ where
                 .add_service(etcd.lease_server(bytes))
                 .add_service(etcd.cluster_server(bytes))
                 .add_service(etcd.maintenance_server(bytes))
+                .add_service(etcd.lock_server(bytes))
+                .add_service(etcd.election_server(bytes))
+                .add_service(etcd.auth_server(bytes))
                 .serve_with_incoming_shutdown(incoming, signal(stopped));
             Some(tokio::spawn(server))
         }

@@ -10,7 +10,7 @@
 //! never grows); so is every watcher when the replica installs a snapshot
 //! (the history jumps). The client resumes from the next revision.
 
-use oncekv_state::{Event, StateMachine};
+use oncekv_state::{Event, KeyScope, StateMachine};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{broadcast, mpsc};
@@ -106,10 +106,10 @@ pub type Visit<'a> = &'a mut dyn FnMut(&StateMachine, &WatchHub);
 /// What a watcher asks for.
 #[derive(Clone, Debug)]
 pub struct WatchSpec {
-    /// The key, or the prefix.
+    /// The key, the prefix, or the range's start, as `scope` says.
     pub key: Vec<u8>,
-    /// Whether `key` is a prefix.
-    pub prefix: bool,
+    /// Which keys: `key` alone, every key under it, or a range from it.
+    pub scope: KeyScope,
     /// The first revision to send (0: after now).
     pub start_revision: u64,
     /// Whether to send previous values.
@@ -120,11 +120,7 @@ pub struct WatchSpec {
 
 impl WatchSpec {
     fn matches(&self, key: &[u8]) -> bool {
-        if self.prefix {
-            key.starts_with(&self.key)
-        } else {
-            key == self.key.as_slice()
-        }
+        self.scope.contains(&self.key, key)
     }
 }
 
@@ -391,7 +387,7 @@ mod tests {
     fn spec(start_revision: u64) -> WatchSpec {
         WatchSpec {
             key: b"k".to_vec(),
-            prefix: true,
+            scope: KeyScope::Prefix,
             start_revision,
             previous: false,
             progress_interval: Duration::from_secs(60),

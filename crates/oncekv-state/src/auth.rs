@@ -13,6 +13,7 @@
 //! bound is refused, nothing is evicted.
 
 use crate::ids::{LogIndex, Principal, TokenKey};
+use crate::key_range::KeyRange;
 use crate::outcome::Rejection;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -100,6 +101,16 @@ impl Permission {
     /// Whether every key starting with `prefix` is covered.
     fn covers_prefix(&self, prefix: &[u8]) -> bool {
         self.prefix && prefix.starts_with(&self.key)
+    }
+
+    /// Whether every key in `range` is covered.
+    fn covers_range(&self, range: &KeyRange) -> bool {
+        let granted = if self.prefix {
+            KeyRange::prefix(self.key.as_slice())
+        } else {
+            KeyRange::one(self.key.as_slice())
+        };
+        range.is_within(&granted)
     }
 
     fn same_target(&self, key: &[u8], prefix: bool) -> bool {
@@ -431,6 +442,17 @@ impl AuthTable {
         need: Access,
     ) -> bool {
         self.allows(principal, need, |p| p.covers_prefix(prefix))
+    }
+
+    /// Whether `principal` has `need` on every key in `range` (from one
+    /// grant: grants are not joined to cover it).
+    pub fn allows_range(
+        &self,
+        principal: Option<&Principal>,
+        range: &KeyRange,
+        need: Access,
+    ) -> bool {
+        self.allows(principal, need, |p| p.covers_range(range))
     }
 
     fn allows(

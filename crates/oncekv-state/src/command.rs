@@ -6,6 +6,7 @@ use crate::auth::AuthCommand;
 use crate::ids::{
     ClusterTime, IdempotencyKey, LogIndex, Principal, RequestId, Secret, Seq, SessionId,
 };
+use crate::key_range::{KeyRange, KeyScope};
 use crate::txn::Txn;
 use serde::{Deserialize, Serialize};
 
@@ -87,15 +88,41 @@ pub enum Query {
     LeaseList,
     /// Whether authentication is enforced, the users and the roles.
     Auth,
-    /// A [`Query::Get`] or [`Query::Scan`] of the store as it was at
-    /// `revision` (after every change at or below it), while the history
-    /// reaches back that far.
+    /// A [`Query::Get`], [`Query::Scan`] or [`Query::Range`] of the store
+    /// as it was at `revision` (after every change at or below it), while
+    /// the history reaches back that far.
     At {
         /// The revision.
         revision: u64,
         /// The read.
         query: Box<Query>,
     },
+    /// Keys in a range, in order, at most `limit` of them (0 means the
+    /// configured maximum), and how many keys the range holds in all.
+    Range {
+        /// The keys.
+        range: KeyRange,
+        /// Most entries to return.
+        limit: u32,
+    },
+}
+
+impl Query {
+    /// The read of every key `key` over `scope` addresses: what a compare
+    /// or a watch of them needs permission for.
+    pub fn covering(key: &[u8], scope: &KeyScope) -> Query {
+        match scope {
+            KeyScope::Key => Query::Get { key: key.to_vec() },
+            KeyScope::Prefix => Query::Scan {
+                prefix: key.to_vec(),
+                limit: 0,
+            },
+            KeyScope::Range { .. } => Query::Range {
+                range: scope.range_from(key),
+                limit: 0,
+            },
+        }
+    }
 }
 
 /// An operation of the state machine.
@@ -221,6 +248,7 @@ impl Command {
             | Command::Incr { key, .. }
             | Command::Read(Query::Get { key }) => key.len(),
             Command::Read(Query::Scan { prefix, .. }) => prefix.len(),
+            Command::Read(Query::Range { range, .. }) => range.payload_bytes(),
             Command::Read(Query::At { query, .. }) => {
                 return Command::Read((**query).clone()).payload_bytes();
             }
@@ -286,6 +314,7 @@ impl Command {
             Command::Read(Query::LeaseList) => "lease_list",
             Command::Read(Query::Auth) => "auth_status",
             Command::Read(Query::At { .. }) => "read_at_revision",
+            Command::Read(Query::Range { .. }) => "range",
             Command::Txn(_) => "txn",
             Command::Compact { .. } => "compact",
             Command::AlarmDisarm => "alarm_disarm",

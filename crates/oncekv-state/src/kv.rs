@@ -1,12 +1,14 @@
 //! [`KvStore`]: the ordered key-value data, each key with its revisions
 //! ([`KeyMeta`]), the operations on it (PUT, GET, DELETE, APPEND, INCR,
-//! CAS, SCAN, at the current revision or a past one) and the [`History`]
+//! CAS, SCAN, reads of a key range with their count, at the current
+//! revision or a past one) and the [`History`]
 //! of its changes. Every change goes through [`KvStore::write`], which
 //! stamps the revision and records the event. It knows nothing of
 //! sessions; lease attachment is recorded per key and kept consistent by
 //! the caller. It counts the bytes it holds, for the store's quota.
 
 use crate::history::{Event, History, Stamp};
+use crate::key_range::KeyRange;
 use crate::outcome::Rejection;
 use imbl::OrdMap;
 use serde::{Deserialize, Serialize};
@@ -229,6 +231,67 @@ impl KvStore {
             .map(|(key, stored)| (key, &**stored))
     }
 
+    /// The entries in `range`, in key order.
+    pub fn iter_range<'a>(
+        &'a self,
+        range: &'a KeyRange,
+    ) -> impl Iterator<Item = (&'a Vec<u8>, &'a StoredValue)> + 'a {
+        // An empty range starts at or beyond its end: nothing passes it.
+        self.entries
+            .range(range.start.clone()..)
+            .take_while(move |(key, _)| range.is_below_end(key))
+            .map(|(key, stored)| (key, &**stored))
+    }
+
+    /// Entries in `range`, in key order, paged as [`scan`](Self::scan)
+    /// pages them; whether more exist; and how many the range holds.
+    pub fn scan_range(&self, range: &KeyRange, limit: usize, bytes_max: u64) -> RangePage {
+        let matching = || {
+            self.iter_range(range)
+                .map(|(key, stored)| (key.as_slice(), stored))
+        };
+        let (entries, more) = page(matching(), limit, bytes_max);
+        let count = if more {
+            matching().count() as u64
+        } else {
+            entries.len() as u64
+        };
+        RangePage {
+            entries,
+            more,
+            count,
+        }
+    }
+
+    /// Like [`scan_range`](Self::scan_range), of the store as it was at
+    /// `revision`.
+    pub fn scan_range_at(
+        &self,
+        range: &KeyRange,
+        revision: u64,
+        limit: usize,
+        bytes_max: u64,
+    ) -> RangePage {
+        let past = self
+            .history
+            .before_changes_after(revision, |key| range.contains(key));
+        if past.is_empty() {
+            return self.scan_range(range, limit, bytes_max);
+        }
+        let matching = || then_and_now(self.iter_range(range), &past);
+        let (entries, more) = page(matching(), limit, bytes_max);
+        let count = if more {
+            matching().count() as u64
+        } else {
+            entries.len() as u64
+        };
+        RangePage {
+            entries,
+            more,
+            count,
+        }
+    }
+
     /// Removes `key` at `at`, returning what was there.
     pub fn remove(&mut self, key: &[u8], at: Stamp) -> Option<Arc<StoredValue>> {
         self.write(key, None, at)
@@ -316,6 +379,48 @@ impl KvStore {
     pub fn iter(&self) -> impl Iterator<Item = (&Vec<u8>, &StoredValue)> {
         self.entries.iter().map(|(key, stored)| (key, &**stored))
     }
+}
+
+/// A page of a range read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RangePage {
+    /// The entries, in key order.
+    pub entries: KvPairs,
+    /// Whether more keys are in the range beyond them.
+    pub more: bool,
+    /// How many keys the range holds.
+    pub count: u64,
+}
+
+/// The entries of `now` (in key order) as they were when each key changed
+/// later had the value `past` gives it (`None`: absent), in key order:
+/// a merge of the two, `past` winning for the keys it names.
+fn then_and_now<'a>(
+    now: impl Iterator<Item = (&'a Vec<u8>, &'a StoredValue)>,
+    past: &'a BTreeMap<&'a [u8], Option<&'a StoredValue>>,
+) -> impl Iterator<Item = (&'a [u8], &'a StoredValue)> {
+    let mut now = now.map(|(key, stored)| (key.as_slice(), stored)).peekable();
+    let mut past = past.iter().peekable();
+    std::iter::from_fn(move || {
+        loop {
+            let from_past = match (now.peek(), past.peek()) {
+                (None, None) => return None,
+                (Some(_), None) => false,
+                (None, Some(_)) => true,
+                (Some((current, _)), Some((changed, _))) => **changed <= *current,
+            };
+            if !from_past {
+                return now.next();
+            }
+            let (changed, before) = past.next()?;
+            if now.peek().is_some_and(|(current, _)| current == changed) {
+                now.next();
+            }
+            if let Some(before) = before {
+                return Some((*changed, *before));
+            }
+        }
+    })
 }
 
 /// At most `limit` of `matching`, and no more once they hold `bytes_max`

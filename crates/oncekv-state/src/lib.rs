@@ -47,6 +47,7 @@ mod history;
 mod idempotency;
 mod ids;
 mod invariant;
+mod key_range;
 mod kv;
 mod lease;
 mod limits;
@@ -69,7 +70,8 @@ pub use ids::{
     SessionId, TokenKey,
 };
 pub use invariant::{BrokenInvariant, Table};
-pub use kv::{KeyMeta, KeyValue, KvPairs, KvStore, StoredValue, entry_weight_bytes};
+pub use key_range::{KeyRange, KeyScope, prefix_end};
+pub use kv::{KeyMeta, KeyValue, KvPairs, KvStore, RangePage, StoredValue, entry_weight_bytes};
 pub use lease::{Lease, Leases};
 pub use limits::{InvalidRequest, Limits, WINDOW_DEFAULT, WINDOW_MAX_ABSOLUTE};
 pub use machine::{StateMachine, Stats};
@@ -79,4 +81,4 @@ pub use outcome::{
 };
 pub use session::{CompletionRecord, NotExecuted, RecordBudget, Session, SessionTable};
 pub use snapshot::{FORMAT_VERSION, SnapshotError};
-pub use txn::{Compare, CompareOp, CompareTarget, Txn, TxnOp};
+pub use txn::{Compare, CompareOp, CompareTarget, Txn, TxnOp, Update};

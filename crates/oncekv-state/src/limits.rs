@@ -3,7 +3,9 @@
 //! records them so a mismatch is caught on restore.
 
 use crate::command::{Command, Origin, Query, Request};
+use crate::key_range::KeyScope;
 use crate::outcome::{Malformed, Rejection};
+use crate::txn::{TxnOp, Update};
 use serde::{Deserialize, Serialize};
 
 /// The bounds on requests and replicated collections.
@@ -193,17 +195,26 @@ impl Limits {
             | Command::Read(Query::Get { key }) => self.check_key(key)?,
             Command::Read(Query::At { query, .. }) => match &**query {
                 Query::Get { key } => self.check_key(key)?,
-                Query::Scan { .. } => {}
+                Query::Scan { .. } | Query::Range { .. } => {}
                 _ => return Err(Rejection::NotVersioned),
             },
             Command::Txn(txn) => {
                 txn.check_shape(self.txn_ops_max as usize)?;
                 for compare in &txn.compare {
-                    if !compare.prefix {
+                    if compare.scope == KeyScope::Key {
                         self.check_key(&compare.key)?;
                     }
                 }
                 for op in txn.success.iter().chain(&txn.failure) {
+                    if let TxnOp::PutExisting { key, value, lease } = op {
+                        self.check_key(key)?;
+                        if let Update::Set(value) = value {
+                            self.check_value(value.len())?;
+                        }
+                        if let Update::Set(Some(name)) = lease {
+                            self.check_lease_name(name)?;
+                        }
+                    }
                     if let Some(command) = op.as_command() {
                         self.check_command(&command)?;
                     }
@@ -218,7 +229,9 @@ impl Limits {
             | Command::Tick
             | Command::LeaseKeepAlive { .. }
             | Command::LeaseRevoke { .. }
-            | Command::Read(Query::Scan { .. } | Query::LeaseList | Query::Auth)
+            | Command::Read(
+                Query::Scan { .. } | Query::Range { .. } | Query::LeaseList | Query::Auth,
+            )
             | Command::AlarmDisarm
             | Command::Compact { .. } => {}
             Command::Auth(change) => change.check(self.key_bytes_max)?,

@@ -11,6 +11,7 @@ use crate::history::Stamp;
 use crate::idempotency::IdempotencyKeys;
 use crate::ids::{ClusterTime, LogIndex, Principal, SessionId};
 use crate::invariant::{BrokenInvariant, Table};
+use crate::key_range::{KeyRange, KeyScope};
 use crate::kv::{KvStore, entry_weight_bytes, parse_counter};
 use crate::lease::Leases;
 use crate::limits::Limits;
@@ -386,6 +387,7 @@ impl StateMachine {
         let allowed = match query {
             Query::Get { key } => auth.allows_key(Some(user), key, Access::Read),
             Query::Scan { prefix, .. } => auth.allows_prefix(Some(user), prefix, Access::Read),
+            Query::Range { range, .. } => auth.allows_range(Some(user), range, Access::Read),
             Query::LeaseList => true,
             Query::Auth => auth.is_admin(Some(user)),
             Query::At { query, .. } => return self.check_query(principal, query),
@@ -404,6 +406,11 @@ impl StateMachine {
                 user.0,
                 String::from_utf8_lossy(prefix)
             ),
+            Query::Range { range, .. } => format!(
+                "user {:?} has no read permission on every key in the range {}",
+                user.0,
+                range_words(range)
+            ),
             Query::LeaseList | Query::Auth | Query::At { .. } => format!(
                 "listing users and roles needs the admin role; user {:?} lacks it",
                 user.0
@@ -411,37 +418,41 @@ impl StateMachine {
         })
     }
 
-    /// Whether `principal` may run `txn`: read on every compared key or
-    /// prefix, and each operation of both branches as its own command
-    /// (write on every key under a deleted prefix).
+    /// Whether `principal` may run `txn`: read on every compared key,
+    /// prefix or range, and each operation of both branches as its own
+    /// command (write on every key under a deleted prefix or in a deleted
+    /// range; a put of an existing key as a put).
     fn check_txn(&self, principal: Option<&Principal>, txn: &Txn) -> Result<(), String> {
         for compare in &txn.compare {
-            let query = if compare.prefix {
-                Query::Scan {
-                    prefix: compare.key.clone(),
-                    limit: 0,
-                }
-            } else {
-                Query::Get {
-                    key: compare.key.clone(),
-                }
-            };
+            let query = Query::covering(&compare.key, &compare.scope);
             self.check_query(principal, &query)?;
         }
+        let user = principal.filter(|p| self.auth.user(&p.0).is_some());
+        let user_name = user.map_or("", |u| u.0.as_str());
         for op in txn.success.iter().chain(&txn.failure) {
-            match op.as_command() {
-                Some(command) => self.check_permission(principal, &command)?,
-                None => {
-                    let TxnOp::DeletePrefix { prefix } = op else {
-                        continue;
-                    };
-                    let user = principal.filter(|p| self.auth.user(&p.0).is_some());
+            match op {
+                TxnOp::DeletePrefix { prefix } => {
                     if !self.auth.allows_prefix(user, prefix, Access::Write) {
                         return Err(format!(
-                            "user {:?} has no write permission on every key under prefix {:?}",
-                            user.map_or("", |u| u.0.as_str()),
+                            "user {user_name:?} has no write permission on every key under prefix {:?}",
                             String::from_utf8_lossy(prefix)
                         ));
+                    }
+                }
+                TxnOp::DeleteRange { range } => {
+                    if !self.auth.allows_range(user, range, Access::Write) {
+                        return Err(format!(
+                            "user {user_name:?} has no write permission on every key in the range {}",
+                            range_words(range)
+                        ));
+                    }
+                }
+                TxnOp::PutExisting { key, .. } => {
+                    self.check_permission(principal, &put_of(key))?;
+                }
+                other => {
+                    if let Some(command) = other.as_command() {
+                        self.check_permission(principal, &command)?;
                     }
                 }
             }
@@ -471,9 +482,12 @@ impl StateMachine {
                 let results = ops
                     .iter()
                     .zip(results)
-                    .map(|(op, result)| match op.as_command() {
-                        Some(command) => self.visible_to(principal, &command, result),
-                        None => result,
+                    .map(|(op, result)| match (op, op.as_command()) {
+                        (TxnOp::PutExisting { key, .. }, _) => {
+                            self.visible_to(principal, &put_of(key), result)
+                        }
+                        (_, Some(command)) => self.visible_to(principal, &command, result),
+                        (_, None) => result,
                     })
                     .collect();
                 Reply::Txn { succeeded, results }
@@ -541,9 +555,15 @@ impl StateMachine {
                 new.len() as u64 + key.len() as u64 + crate::outcome::STORE_ENTRY_OVERHEAD_BYTES
             }
             Command::Txn(txn) => {
+                let as_command = |op: &TxnOp| match op {
+                    TxnOp::PutExisting { key, value, lease } => {
+                        self.put_existing(key, value, lease).ok()
+                    }
+                    other => other.as_command(),
+                };
                 let branch = |ops: &[TxnOp]| -> u64 {
                     ops.iter()
-                        .filter_map(TxnOp::as_command)
+                        .filter_map(as_command)
                         .map(|command| self.growth_bytes(&command))
                         .fold(0u64, u64::saturating_add)
                 };
@@ -806,6 +826,15 @@ impl StateMachine {
                 let (entries, more) = self.kv.scan(prefix, limit as usize, bytes_max);
                 Reply::Scan { entries, more }
             }
+            Query::Range { range, limit } => {
+                let (limit, bytes_max) = self.scan_bounds(*limit);
+                let page = self.kv.scan_range(range, limit, bytes_max);
+                Reply::Range {
+                    entries: page.entries,
+                    more: page.more,
+                    count: page.count,
+                }
+            }
             Query::LeaseList => Reply::Leases {
                 leases: self.leases.iter().map(|lease| lease.info()).collect(),
             },
@@ -835,6 +864,15 @@ impl StateMachine {
                                 .scan_at(prefix, *revision, limit as usize, bytes_max);
                         Reply::Scan { entries, more }
                     }
+                    Query::Range { range, limit } => {
+                        let (limit, bytes_max) = self.scan_bounds(*limit);
+                        let page = self.kv.scan_range_at(range, *revision, limit, bytes_max);
+                        Reply::Range {
+                            entries: page.entries,
+                            more: page.more,
+                            count: page.count,
+                        }
+                    }
                     _ => Reply::Rejected(Rejection::NotVersioned),
                 }
             }
@@ -847,15 +885,19 @@ impl StateMachine {
     /// whole transaction answers that refusal.
     fn run_txn(&mut self, txn: &Txn, index: LogIndex) -> Result<Reply, Rejection> {
         txn.check_shape(self.limits.txn_ops_max as usize)?;
-        for compare in txn.compare.iter().filter(|c| !c.prefix) {
+        for compare in txn.compare.iter().filter(|c| c.scope == KeyScope::Key) {
             self.check_key(&compare.key)?;
         }
-        let succeeded = txn.compare.iter().all(|compare| {
-            if compare.prefix {
+        let succeeded = txn.compare.iter().all(|compare| match &compare.scope {
+            KeyScope::Key => crate::txn::holds_for(compare, self.kv.get(&compare.key)),
+            KeyScope::Prefix => {
                 let under = self.kv.iter_prefix(&compare.key).map(|(_, stored)| stored);
-                crate::txn::holds_for_prefix(compare, under)
-            } else {
-                crate::txn::holds_for(compare, self.kv.get(&compare.key))
+                crate::txn::holds_for_each(compare, under)
+            }
+            KeyScope::Range { .. } => {
+                let range = compare.scope.range_from(&compare.key);
+                let within = self.kv.iter_range(&range).map(|(_, stored)| stored);
+                crate::txn::holds_for_each(compare, within)
             }
         });
         let ops = if succeeded {
@@ -866,25 +908,30 @@ impl StateMachine {
         let undo = self.kv.undo_point();
         let mut results = Vec::with_capacity(ops.len());
         for op in ops {
-            let result = match op.as_command() {
-                Some(command) => self.try_execute(&command, index),
-                None => {
-                    let TxnOp::DeletePrefix { prefix } = op else {
-                        unreachable!("only a prefix delete has no command");
-                    };
+            let result = match op {
+                TxnOp::DeletePrefix { prefix } => {
                     let keys: Vec<Vec<u8>> = self
                         .kv
                         .iter_prefix(prefix)
                         .map(|(key, _)| key.clone())
                         .collect();
-                    let at = self.stamp(index);
-                    for key in &keys {
-                        self.remove_key(key, at);
-                    }
-                    Ok(Reply::DeletePrefix {
-                        deleted: keys.len() as u64,
-                    })
+                    Ok(self.remove_keys(&keys, index))
                 }
+                TxnOp::DeleteRange { range } => {
+                    let keys: Vec<Vec<u8>> = self
+                        .kv
+                        .iter_range(range)
+                        .map(|(key, _)| key.clone())
+                        .collect();
+                    Ok(self.remove_keys(&keys, index))
+                }
+                TxnOp::PutExisting { key, value, lease } => self
+                    .put_existing(key, value, lease)
+                    .and_then(|put| self.try_execute(&put, index)),
+                other => match other.as_command() {
+                    Some(command) => self.try_execute(&command, index),
+                    None => unreachable!("every other operation runs as a command"),
+                },
             };
             match result {
                 Ok(Reply::Rejected(rejection)) | Err(rejection) => {
@@ -895,6 +942,44 @@ impl StateMachine {
             }
         }
         Ok(Reply::Txn { succeeded, results })
+    }
+
+    /// Removes `keys` at `index`'s revision; answers how many.
+    fn remove_keys(&mut self, keys: &[Vec<u8>], index: LogIndex) -> Reply {
+        let at = self.stamp(index);
+        for key in keys {
+            self.remove_key(key, at);
+        }
+        Reply::DeletePrefix {
+            deleted: keys.len() as u64,
+        }
+    }
+
+    /// The put a [`TxnOp::PutExisting`] of `key` makes now: the value and
+    /// lease it sets, or those the key has; refused if the key is absent.
+    fn put_existing(
+        &self,
+        key: &[u8],
+        value: &crate::txn::Update<Vec<u8>>,
+        lease: &crate::txn::Update<Option<String>>,
+    ) -> Result<Command, Rejection> {
+        self.check_key(key)?;
+        let stored = self.kv.get(key).ok_or_else(|| Rejection::KeyNotFound {
+            key: String::from_utf8_lossy(key).into_owned(),
+        })?;
+        Ok(Command::Put {
+            key: key.to_vec(),
+            value: value.clone().or_current(stored.value.clone()),
+            lease: lease.clone().or_current(stored.lease.clone()),
+        })
+    }
+
+    /// The entries and bytes a scan of `limit` (0: the maximum) returns at
+    /// most.
+    fn scan_bounds(&self, limit: u32) -> (usize, u64) {
+        let max = self.limits.scan_limit_max;
+        let limit = if limit == 0 { max } else { limit.min(max) };
+        (limit as usize, self.limits.scan_bytes_max)
     }
 
     /// Undoes every change since `point`, newest first, with the lease
@@ -1008,6 +1093,24 @@ fn record_of(command: &Command, reply: &Reply, index: LogIndex, digest: u64) -> 
         reply: (!matches!(command, Command::Read(_))).then(|| reply.clone()),
         applied_index: index,
         digest,
+    }
+}
+
+/// A put of `key`, for the permission and visibility rules of puts.
+fn put_of(key: &[u8]) -> Command {
+    Command::Put {
+        key: key.to_vec(),
+        value: Vec::new(),
+        lease: None,
+    }
+}
+
+/// A range in words: `[start, end)`, or `[start, ...)` without an end.
+fn range_words(range: &KeyRange) -> String {
+    let start = String::from_utf8_lossy(&range.start);
+    match &range.end {
+        Some(end) => format!("[{start:?}, {:?})", String::from_utf8_lossy(end)),
+        None => format!("[{start:?}, ...)"),
     }
 }
 

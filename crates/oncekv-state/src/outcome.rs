@@ -243,6 +243,16 @@ pub enum Reply {
         /// Whether more matching keys exist beyond the limit.
         more: bool,
     },
+    /// A range read.
+    Range {
+        /// The keys in the range and their values, in key order, within
+        /// the limit.
+        entries: crate::kv::KvPairs,
+        /// Whether more keys are in the range beyond the limit.
+        more: bool,
+        /// How many keys the range holds in all.
+        count: u64,
+    },
     /// A lease was granted.
     LeaseGranted {
         /// Its name.
@@ -328,7 +338,7 @@ impl Reply {
             Reply::Put { previous } | Reply::Delete { previous } => len(previous),
             Reply::Get { value, .. } => len(value) + 24,
             Reply::Cas { current, .. } => len(current),
-            Reply::Scan { entries, .. } => entries
+            Reply::Scan { entries, .. } | Reply::Range { entries, .. } => entries
                 .iter()
                 .map(|kv| (kv.key.len() + kv.value.len()) as u64 + 40)
                 .sum(),
@@ -393,7 +403,7 @@ impl Rejection {
             | Rejection::RoleExists { name }
             | Rejection::RoleNotFound { name } => name.len() as u64,
             Rejection::InvalidAuth { reason } => reason.len() as u64,
-            Rejection::TxnConflict { key } => key.len() as u64,
+            Rejection::TxnConflict { key } | Rejection::KeyNotFound { key } => key.len() as u64,
             _ => 0,
         }
     }
@@ -567,10 +577,16 @@ pub enum Rejection {
         /// The limit.
         max: u64,
     },
-    /// A transaction branch writes a key twice (or under a prefix it
-    /// deletes).
-    #[error("a transaction writes key {key:?} twice, or under a prefix it deletes")]
+    /// A transaction branch writes a key twice (or under a prefix or in a
+    /// range it deletes).
+    #[error("a transaction writes key {key:?} twice, or under a prefix or in a range it deletes")]
     TxnConflict {
+        /// The key (lossy UTF-8).
+        key: String,
+    },
+    /// An update of a key that must exist found it absent.
+    #[error("key {key:?} not found")]
+    KeyNotFound {
         /// The key (lossy UTF-8).
         key: String,
     },

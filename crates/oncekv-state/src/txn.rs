@@ -1,5 +1,5 @@
-//! [`Txn`]: a multi-key transaction (as etcd's): compares on keys or
-//! prefixes, then the `success` operations if every compare holds, else the
+//! [`Txn`]: a multi-key transaction (as etcd's): compares on keys,
+//! prefixes or ranges, then the `success` operations if every compare holds, else the
 //! `failure` ones, all at one revision. This module owns its types, the
 //! checks that need no state (sizes, and that no key is written twice) and
 //! the evaluation of a compare; the state machine runs the operations and
@@ -7,6 +7,7 @@
 //! at all, and its whole reply is one completion record.
 
 use crate::command::{Command, Query};
+use crate::key_range::{KeyRange, KeyScope};
 use crate::kv::StoredValue;
 use crate::outcome::Rejection;
 use serde::{Deserialize, Serialize};
@@ -24,15 +25,17 @@ pub struct Txn {
     pub failure: Vec<TxnOp>,
 }
 
-/// One condition on a key, or on every key under a prefix.
+/// One condition on a key, or on every key under a prefix or in a range.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Compare {
-    /// The key, or the prefix if `prefix` is set.
+    /// The key, the prefix, or the range's start, as `scope` says.
     pub key: Vec<u8>,
-    /// Whether `key` is a prefix: the compare holds when it holds for every
-    /// key under it (and, with no key under it, as for one absent key);
-    /// `Exists` asks whether any key is under it.
-    pub prefix: bool,
+    /// Which keys: `key` alone, or every key under it as a prefix or in
+    /// the range from it. Over more than one key, the compare holds when it
+    /// holds for every key there (and, with no key there, as for one absent
+    /// key); `Exists` asks whether any key is there. (Encoded as the `bool`
+    /// `prefix` once was, for the first two scopes.)
+    pub scope: KeyScope,
     /// What is compared.
     pub target: CompareTarget,
     /// How.
@@ -53,6 +56,9 @@ pub enum CompareTarget {
     ModRevision(u64),
     /// Whether the key exists (`false` < `true`).
     Exists(bool),
+    /// The name of the lease the key is attached to, bytewise (`None`, no
+    /// lease, is below every name; an absent key has none).
+    Lease(Option<String>),
 }
 
 /// A comparison operator: the key's side is on the left.
@@ -136,11 +142,56 @@ pub enum TxnOp {
         /// The new value.
         new: Vec<u8>,
     },
+    /// Read the keys in a range (seeing the transaction's earlier writes),
+    /// with how many there are.
+    Range {
+        /// The keys.
+        range: KeyRange,
+        /// Most entries (0: the configured maximum).
+        limit: u32,
+    },
+    /// Remove every key in a range.
+    DeleteRange {
+        /// The keys.
+        range: KeyRange,
+    },
+    /// Set a key that exists, keeping its value or its lease as asked
+    /// (etcd's `ignore_value` and `ignore_lease`); refused as
+    /// [`Rejection::KeyNotFound`] when the key is absent. Answers as a put.
+    PutExisting {
+        /// The key.
+        key: Vec<u8>,
+        /// Its new value, or the one it has.
+        value: Update<Vec<u8>>,
+        /// The lease to attach it to (`None`: no lease), or the one it has.
+        lease: Update<Option<String>>,
+    },
+}
+
+/// What a [`TxnOp::PutExisting`] does with one part of a key.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Update<T> {
+    /// Keep what the key has.
+    Keep,
+    /// Set this.
+    Set(T),
+}
+
+impl<T> Update<T> {
+    /// What it sets, or `current`.
+    pub fn or_current(self, current: T) -> T {
+        match self {
+            Update::Keep => current,
+            Update::Set(value) => value,
+        }
+    }
 }
 
 impl TxnOp {
-    /// The single-key command this operation runs as (`None` for
-    /// [`TxnOp::DeletePrefix`], which has none).
+    /// The single command this operation runs as (`None` for
+    /// [`TxnOp::DeletePrefix`], [`TxnOp::DeleteRange`] and
+    /// [`TxnOp::PutExisting`], which have none: the last is a put whose
+    /// value or lease comes from the state).
     pub fn as_command(&self) -> Option<Command> {
         Some(match self.clone() {
             TxnOp::Put { key, value, lease } => Command::Put { key, value, lease },
@@ -150,21 +201,25 @@ impl TxnOp {
             TxnOp::Append { key, value } => Command::Append { key, value },
             TxnOp::Incr { key, by } => Command::Incr { key, by },
             TxnOp::Cas { key, expected, new } => Command::Cas { key, expected, new },
-            TxnOp::DeletePrefix { .. } => return None,
+            TxnOp::Range { range, limit } => Command::Read(Query::Range { range, limit }),
+            TxnOp::DeletePrefix { .. } | TxnOp::DeleteRange { .. } | TxnOp::PutExisting { .. } => {
+                return None;
+            }
         })
     }
 
-    /// The key it writes, or the prefix it deletes (`true`); `None` for a
-    /// read.
-    fn written(&self) -> Option<(&[u8], bool)> {
+    /// What it writes; `None` for a read.
+    fn written(&self) -> Option<Written<'_>> {
         match self {
             TxnOp::Put { key, .. }
             | TxnOp::Delete { key }
             | TxnOp::Append { key, .. }
             | TxnOp::Incr { key, .. }
-            | TxnOp::Cas { key, .. } => Some((key, false)),
-            TxnOp::DeletePrefix { prefix } => Some((prefix, true)),
-            TxnOp::Get { .. } | TxnOp::Scan { .. } => None,
+            | TxnOp::Cas { key, .. }
+            | TxnOp::PutExisting { key, .. } => Some(Written::Key(key)),
+            TxnOp::DeletePrefix { prefix } => Some(Written::Prefix(prefix)),
+            TxnOp::DeleteRange { range } => Some(Written::Range(range)),
+            TxnOp::Get { .. } | TxnOp::Scan { .. } | TxnOp::Range { .. } => None,
         }
     }
 
@@ -180,6 +235,18 @@ impl TxnOp {
             }
             TxnOp::Delete { key } | TxnOp::Get { key } | TxnOp::Incr { key, .. } => key.len(),
             TxnOp::DeletePrefix { prefix } | TxnOp::Scan { prefix, .. } => prefix.len(),
+            TxnOp::Range { range, .. } | TxnOp::DeleteRange { range } => range.payload_bytes(),
+            TxnOp::PutExisting { key, value, lease } => {
+                let value = match value {
+                    Update::Set(value) => value.len(),
+                    Update::Keep => 0,
+                };
+                let lease = match lease {
+                    Update::Set(Some(name)) => name.len(),
+                    Update::Set(None) | Update::Keep => 0,
+                };
+                key.len() + value + lease
+            }
         };
         bytes as u64
     }
@@ -195,8 +262,21 @@ impl TxnOp {
             TxnOp::Append { .. } => "append",
             TxnOp::Incr { .. } => "incr",
             TxnOp::Cas { .. } => "cas",
+            TxnOp::Range { .. } => "range",
+            TxnOp::DeleteRange { .. } => "delete_range",
+            TxnOp::PutExisting { .. } => "put_existing",
         }
     }
+}
+
+/// What one operation writes.
+enum Written<'a> {
+    /// One key.
+    Key(&'a [u8]),
+    /// Every key under a prefix.
+    Prefix(&'a [u8]),
+    /// Every key in a range.
+    Range(&'a KeyRange),
 }
 
 impl Txn {
@@ -208,9 +288,10 @@ impl Txn {
             .map(|c| {
                 let target = match &c.target {
                     CompareTarget::Value(value) => value.len() as u64,
+                    CompareTarget::Lease(Some(name)) => name.len() as u64,
                     _ => 8,
                 };
-                c.key.len() as u64 + target
+                (c.key.len() + c.scope.payload_bytes()) as u64 + target
             })
             .sum();
         let ops: u64 = self
@@ -240,26 +321,44 @@ impl Txn {
     }
 }
 
-/// No key is written twice, nor written under a prefix the branch deletes.
+/// No key is written twice, nor written under a prefix or in a range the
+/// branch deletes, and no two deleted prefixes or ranges overlap.
 fn check_branch(ops: &[TxnOp]) -> Result<(), Rejection> {
     let mut keys: BTreeSet<&[u8]> = BTreeSet::new();
     let mut prefixes: Vec<&[u8]> = Vec::new();
-    for (key, is_prefix) in ops.iter().filter_map(TxnOp::written) {
-        let conflict = if is_prefix {
-            prefixes
-                .iter()
-                .any(|p| p.starts_with(key) || key.starts_with(p))
-                || keys.iter().any(|k| k.starts_with(key))
-        } else {
-            prefixes.iter().any(|p| key.starts_with(p)) || !keys.insert(key)
+    let mut ranges: Vec<&KeyRange> = Vec::new();
+    for written in ops.iter().filter_map(TxnOp::written) {
+        let (conflict, key) = match written {
+            Written::Key(key) => (
+                prefixes.iter().any(|p| key.starts_with(p))
+                    || ranges.iter().any(|r| r.contains(key))
+                    || !keys.insert(key),
+                key,
+            ),
+            Written::Prefix(prefix) => {
+                let as_range = KeyRange::prefix(prefix);
+                let conflict = prefixes
+                    .iter()
+                    .any(|p| p.starts_with(prefix) || prefix.starts_with(p))
+                    || keys.iter().any(|k| k.starts_with(prefix))
+                    || ranges.iter().any(|r| r.overlaps(&as_range));
+                prefixes.push(prefix);
+                (conflict, prefix)
+            }
+            Written::Range(range) => {
+                let conflict = prefixes
+                    .iter()
+                    .any(|p| KeyRange::prefix(*p).overlaps(range))
+                    || keys.iter().any(|k| range.contains(k))
+                    || ranges.iter().any(|r| r.overlaps(range));
+                ranges.push(range);
+                (conflict, range.start.as_slice())
+            }
         };
         if conflict {
             return Err(Rejection::TxnConflict {
                 key: String::from_utf8_lossy(key).into_owned(),
             });
-        }
-        if is_prefix {
-            prefixes.push(key);
         }
     }
     Ok(())
@@ -277,12 +376,16 @@ pub(crate) fn holds_for(compare: &Compare, stored: Option<&StoredValue>) -> bool
         CompareTarget::CreateRevision(n) => meta.create_revision.cmp(n),
         CompareTarget::ModRevision(n) => meta.mod_revision.cmp(n),
         CompareTarget::Exists(exists) => stored.is_some().cmp(exists),
+        CompareTarget::Lease(name) => stored
+            .and_then(|stored| stored.lease.as_deref())
+            .cmp(&name.as_deref()),
     };
     compare.op.holds(ordering)
 }
 
-/// Whether `compare` holds for the keys under its prefix (given in order).
-pub(crate) fn holds_for_prefix<'a>(
+/// Whether `compare` holds for the keys its scope addresses, when more
+/// than one (given in order).
+pub(crate) fn holds_for_each<'a>(
     compare: &Compare,
     mut under: impl Iterator<Item = &'a StoredValue>,
 ) -> bool {
@@ -324,7 +427,7 @@ impl Compare {
     fn on_key(key: impl Into<Vec<u8>>, target: CompareTarget, op: CompareOp) -> Compare {
         Compare {
             key: key.into(),
-            prefix: false,
+            scope: KeyScope::Key,
             target,
             op,
         }
@@ -362,7 +465,14 @@ impl Compare {
 
     /// This compare over every key under `key` as a prefix.
     pub fn over_prefix(mut self) -> Compare {
-        self.prefix = true;
+        self.scope = KeyScope::Prefix;
+        self
+    }
+
+    /// This compare over every key from `key` up to `end` (excluded), or
+    /// from `key` on when `end` is `None`.
+    pub fn over_range(mut self, end: Option<Vec<u8>>) -> Compare {
+        self.scope = KeyScope::Range { end };
         self
     }
 }

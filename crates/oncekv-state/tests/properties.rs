@@ -1,13 +1,14 @@
 //! Property tests of the state machine: determinism across replicas,
 //! snapshot/restore transparency, replays that change nothing, and
 //! exactly-once appends under random duplicate and reordered delivery;
-//! the history reconstructs every revision it still covers, its events
-//! replayed rebuild the store, and a refused transaction changes nothing.
+//! the history reconstructs every revision it still covers (key ranges
+//! included, paged and counted), its events replayed rebuild the store,
+//! and a refused transaction changes nothing.
 
 use oncekv_state::{
-    ClusterTime, Command, Compare, CompareOp, CompareTarget, Entry, IdempotencyKey, KeyValue,
-    Limits, LogIndex, Origin, Outcome, Query, Reply, Request, RequestHeader, RequestId, Secret,
-    Seq, SessionId, StateMachine, Txn, TxnOp,
+    ClusterTime, Command, Compare, CompareOp, CompareTarget, Entry, IdempotencyKey, KeyRange,
+    KeyScope, KeyValue, Limits, LogIndex, Origin, Outcome, Query, Reply, Request, RequestHeader,
+    RequestId, Secret, Seq, SessionId, StateMachine, Txn, TxnOp, Update,
 };
 use proptest::prelude::*;
 use std::collections::BTreeMap;
@@ -61,6 +62,13 @@ fn key() -> impl Strategy<Value = Vec<u8>> {
     ]
 }
 
+/// A range over the keys [`key`] draws, from any of them (or the empty
+/// key) to any of them or to the end: some backwards, so empty.
+fn key_range() -> impl Strategy<Value = KeyRange> {
+    let start = prop_oneof![Just(Vec::new()), key()];
+    (start, prop::option::of(key())).prop_map(|(start, end)| KeyRange { start, end })
+}
+
 fn command() -> impl Strategy<Value = Command> {
     let lease = prop_oneof![Just("l1".to_string()), Just("l2".to_string())];
     prop_oneof![
@@ -98,6 +106,14 @@ fn command() -> impl Strategy<Value = Command> {
             revision,
             query: Box::new(Query::Get { key })
         })),
+        (key_range(), 0u32..3)
+            .prop_map(|(range, limit)| Command::Read(Query::Range { range, limit })),
+        (key_range(), 0u32..3, 0u64..40).prop_map(|(range, limit, revision)| Command::Read(
+            Query::At {
+                revision,
+                query: Box::new(Query::Range { range, limit })
+            }
+        )),
     ]
 }
 
@@ -114,6 +130,18 @@ fn txn_op() -> impl Strategy<Value = TxnOp> {
             prefix: b"b".to_vec()
         }),
         key().prop_map(|key| TxnOp::Get { key }),
+        (key_range(), 0u32..3).prop_map(|(range, limit)| TxnOp::Range { range, limit }),
+        key_range().prop_map(|range| TxnOp::DeleteRange { range }),
+        (
+            key(),
+            prop::option::of(prop::collection::vec(b'0'..=b'9', 1..3)),
+            prop::option::of(prop::option::of(Just("l1".to_string())))
+        )
+            .prop_map(|(key, value, lease)| TxnOp::PutExisting {
+                key,
+                value: value.map_or(Update::Keep, Update::Set),
+                lease: lease.map_or(Update::Keep, Update::Set),
+            }),
         (key(), -3i64..5).prop_map(|(key, by)| TxnOp::Incr { key, by }),
         (key(), prop::collection::vec(b'a'..=b'z', 1..4))
             .prop_map(|(key, value)| TxnOp::Append { key, value }),
@@ -126,6 +154,7 @@ fn txn() -> impl Strategy<Value = Txn> {
         (0u64..3).prop_map(CompareTarget::Version),
         (0u64..20).prop_map(CompareTarget::ModRevision),
         any::<bool>().prop_map(CompareTarget::Exists),
+        prop::option::of(Just("l1".to_string())).prop_map(CompareTarget::Lease),
     ];
     let op = prop_oneof![
         Just(CompareOp::Equal),
@@ -133,13 +162,17 @@ fn txn() -> impl Strategy<Value = Txn> {
         Just(CompareOp::Less),
         Just(CompareOp::Greater)
     ];
-    let compare =
-        (key(), any::<bool>(), target, op).prop_map(|(key, prefix, target, op)| Compare {
-            key,
-            prefix,
-            target,
-            op,
-        });
+    let scope = prop_oneof![
+        Just(KeyScope::Key),
+        Just(KeyScope::Prefix),
+        prop::option::of(key()).prop_map(|end| KeyScope::Range { end }),
+    ];
+    let compare = (key(), scope, target, op).prop_map(|(key, scope, target, op)| Compare {
+        key,
+        scope,
+        target,
+        op,
+    });
     (
         prop::collection::vec(compare, 0..3),
         prop::collection::vec(txn_op(), 0..4),
@@ -501,12 +534,16 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
     /// The store's contents recorded after every entry are what a read at
-    /// that revision returns while the history covers it; the events from
+    /// that revision returns while the history covers it (a read of a key
+    /// range: the recorded keys in it, paged by its limit and counted); the events from
     /// the compacted revision on, replayed onto the contents there, give
     /// today's store; and a refused transaction leaves the store and the
     /// leases as a tick would.
     #[test]
-    fn the_history_reconstructs_every_revision_it_covers(steps in prop::collection::vec(step(), 1..80)) {
+    fn the_history_reconstructs_every_revision_it_covers(
+        steps in prop::collection::vec(step(), 1..80),
+        ranges in prop::collection::vec(key_range(), 1..4),
+    ) {
         let log = entries(&steps);
         let mut machine = StateMachine::new(limits());
         let mut recorded: BTreeMap<u64, Vec<KeyValue>> = BTreeMap::new();
@@ -527,6 +564,17 @@ proptest! {
             let (past, more) = machine.kv().scan_at(b"", *revision, usize::MAX, u64::MAX);
             prop_assert!(!more);
             prop_assert_eq!(&past, expected, "at revision {}", revision);
+            for range in &ranges {
+                let within: Vec<KeyValue> =
+                    expected.iter().filter(|kv| range.contains(&kv.key)).cloned().collect();
+                for limit in [1, 2, usize::MAX] {
+                    let page = machine.kv().scan_range_at(range, *revision, limit, u64::MAX);
+                    let shown = within.len().min(limit);
+                    prop_assert_eq!(&page.entries[..], &within[..shown], "{:?} at {}", range, revision);
+                    prop_assert_eq!(page.more, within.len() > limit);
+                    prop_assert_eq!(page.count, within.len() as u64);
+                }
+            }
         }
         let mut replayed: BTreeMap<Vec<u8>, KeyValue> = recorded
             .range(..=compacted)

@@ -10,6 +10,7 @@
 //!   session `S` (the ack watermark defaults to `seq`) or under key `K`;
 //! - OP is one of `put K V [lease=L]`, `get K`, `del K`, `append K V`,
 //!   `incr K N`, `cas K EXPECTED NEW` (`-` for absent), `scan P [LIMIT]`,
+//!   `range START END [LIMIT]` (END `-`: every key from START on),
 //!   `lease-grant L MS`, `lease-keepalive L`, `lease-revoke L`,
 //!   `lease-list`, `keepalive S`, `close S`, `tick`;
 //! - `stats`: prints the state's counts; `bytes`: what its byte budgets
@@ -19,12 +20,17 @@
 //!   changed (`sessions_max`, `idempotency_keys_max`,
 //!   `idempotency_bytes_max`, `session_record_bytes_max`,
 //!   `record_bytes_max`, `store_bytes_max`, `scan_bytes_max`).
-//! - `get K rev=R` and `scan P [LIMIT] rev=R`: read the store as it was at
+//! - `get K rev=R`, `scan P [LIMIT] rev=R` and `range START END [LIMIT]
+//!   rev=R`: read the store as it was at
 //!   revision R; `get` prints the key's revisions as `@create/mod/version`;
 //! - `txn CMP ... | OP, OP ... | OP, OP ...`: a transaction; a CMP is
-//!   `TARGET(KEY)OP VALUE` (`TARGET(PREFIX*)` for a prefix) with TARGET one
-//!   of `value`, `version`, `create`, `mod`, `exists` and OP one of `=`,
-//!   `!=`, `<`, `>`; an OP is any operation above, or `delp PREFIX`;
+//!   `TARGET(KEY)OP VALUE` (`TARGET(PREFIX*)` for a prefix,
+//!   `TARGET(START..END)` for a range, `TARGET(START..)` without an end)
+//!   with TARGET one of `value`, `version`, `create`, `mod`, `exists`,
+//!   `lease` (`-` for none) and OP one of `=`, `!=`, `<`, `>`; an OP is
+//!   any operation above, `delp PREFIX`, `delr START END` (END `-`: to the
+//!   end), or `putx K V|= [lease=L|lease=-|lease==]` (a put of an existing
+//!   key, `=` keeping its value or its lease);
 //! - `compact R` (an OP): drops the history at and below revision R;
 //!   `events FROM`: prints the history's events from revision FROM;
 //! - `nodedup`: switch deduplication off (the checkers' negative control).
@@ -36,8 +42,9 @@
 
 use oncekv_state::{
     Access, AuthCommand, ClusterTime, Command, Compare, CompareOp, CompareTarget, Entry,
-    IdempotencyKey, Limits, LogIndex, Origin, Outcome, Permission, Principal, Query, Reply,
-    Request, RequestHeader, RequestId, Secret, Seq, SessionId, StateMachine, TokenKey, Txn, TxnOp,
+    IdempotencyKey, KeyRange, KeyScope, Limits, LogIndex, Origin, Outcome, Permission, Principal,
+    Query, Reply, Request, RequestHeader, RequestId, Secret, Seq, SessionId, StateMachine,
+    TokenKey, Txn, TxnOp, Update,
 };
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -274,6 +281,28 @@ impl Runner {
                             prefix: prefix.as_bytes().to_vec(),
                         });
                     }
+                    if words.first() == Some(&"delr") {
+                        return Ok(TxnOp::DeleteRange {
+                            range: key_range(words.get(1), words.get(2))?,
+                        });
+                    }
+                    if words.first() == Some(&"putx") {
+                        let key = words.get(1).ok_or("putx needs a key")?;
+                        let value = match *words.get(2).ok_or("putx needs a value")? {
+                            "=" => Update::Keep,
+                            value => Update::Set(value.as_bytes().to_vec()),
+                        };
+                        let lease = match words.get(3).and_then(|w| w.strip_prefix("lease=")) {
+                            None | Some("-") => Update::Set(None),
+                            Some("=") => Update::Keep,
+                            Some(name) => Update::Set(Some(name.to_string())),
+                        };
+                        return Ok(TxnOp::PutExisting {
+                            key: key.as_bytes().to_vec(),
+                            value,
+                            lease,
+                        });
+                    }
                     txn_op(self.command(&words)?)
                 })
                 .collect()
@@ -335,6 +364,14 @@ impl Runner {
                 let limit = words.get(2).filter(|w| !w.starts_with("rev="));
                 let query = Query::Scan {
                     prefix: arg(1)?,
+                    limit: limit.map_or(Ok(0), |w| parse_u(w))? as u32,
+                };
+                at_revision(words, query)?
+            }
+            "range" => {
+                let limit = words.get(3).filter(|w| !w.starts_with("rev="));
+                let query = Query::Range {
+                    range: key_range(words.get(1), words.get(2))?,
                     limit: limit.map_or(Ok(0), |w| parse_u(w))? as u32,
                 };
                 at_revision(words, query)?
@@ -432,6 +469,7 @@ fn txn_op(command: Command) -> Result<TxnOp, String> {
         Command::Cas { key, expected, new } => TxnOp::Cas { key, expected, new },
         Command::Read(Query::Get { key }) => TxnOp::Get { key },
         Command::Read(Query::Scan { prefix, limit }) => TxnOp::Scan { prefix, limit },
+        Command::Read(Query::Range { range, limit }) => TxnOp::Range { range, limit },
         other => return Err(format!("{} cannot run in a transaction", other.name())),
     })
 }
@@ -456,9 +494,16 @@ fn compare(word: &str) -> Result<Compare, String> {
     } else {
         return Err(format!("bad compare operator in {word:?}"));
     };
-    let (key, prefix) = match key.strip_suffix('*') {
-        Some(prefix) => (prefix, true),
-        None => (key, false),
+    let (key, scope) = match (key.strip_suffix('*'), key.split_once("..")) {
+        (Some(prefix), _) => (prefix, KeyScope::Prefix),
+        (None, Some((start, ""))) => (start, KeyScope::Range { end: None }),
+        (None, Some((start, end))) => (
+            start,
+            KeyScope::Range {
+                end: Some(end.as_bytes().to_vec()),
+            },
+        ),
+        (None, None) => (key, KeyScope::Key),
     };
     let target = match target {
         "value" => CompareTarget::Value(value.as_bytes().to_vec()),
@@ -466,13 +511,23 @@ fn compare(word: &str) -> Result<Compare, String> {
         "create" => CompareTarget::CreateRevision(parse_u(value)?),
         "mod" => CompareTarget::ModRevision(parse_u(value)?),
         "exists" => CompareTarget::Exists(value == "true"),
+        "lease" => CompareTarget::Lease((value != "-").then(|| value.to_string())),
         other => return Err(format!("unknown compare target {other}")),
     };
     Ok(Compare {
         key: key.as_bytes().to_vec(),
-        prefix,
+        scope,
         target,
         op,
+    })
+}
+
+/// A key range from its START and END words (END `-`: no end).
+fn key_range(start: Option<&&str>, end: Option<&&str>) -> Result<KeyRange, String> {
+    let start = start.ok_or("a range needs a start")?.as_bytes().to_vec();
+    Ok(match *end.ok_or("a range needs an end (or -)")? {
+        "-" => KeyRange::from_key(start),
+        end => KeyRange::new(start, end.as_bytes().to_vec()),
     })
 }
 
@@ -545,6 +600,18 @@ fn render_reply(reply: &Reply) -> String {
                 let _ = write!(out, " {}={}", bytes(&kv.key), bytes(&kv.value));
             }
             let _ = write!(out, " more={more}");
+            out
+        }
+        Reply::Range {
+            entries,
+            more,
+            count,
+        } => {
+            let mut out = String::from("range");
+            for kv in entries {
+                let _ = write!(out, " {}={}", bytes(&kv.key), bytes(&kv.value));
+            }
+            let _ = write!(out, " more={more} count={count}");
             out
         }
         Reply::LeaseGranted {

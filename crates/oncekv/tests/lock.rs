@@ -10,8 +10,8 @@ mod support;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use oncekv_client::{
-    Client, ClientOptions, Command, Compare, CompareOp, CompareTarget, EarlierSends, Lock, Reply,
-    SessionOptions, Txn, TxnOp,
+    Client, ClientOptions, Command, Compare, CompareOp, CompareTarget, EarlierSends, KeyScope,
+    Lock, Reply, SessionOptions, Txn, TxnOp,
 };
 use std::io::BufRead as _;
 use std::path::{Path, PathBuf};
@@ -142,7 +142,7 @@ async fn a_retried_acquire_is_the_same_ownership_and_a_second_contender_waits() 
     let txn = Txn {
         compare: vec![Compare {
             key: held.key.clone(),
-            prefix: false,
+            scope: KeyScope::Key,
             target: CompareTarget::CreateRevision(0),
             op: CompareOp::Equal,
         }],

@@ -32,7 +32,8 @@ impl Txn {
     }
 }
 
-/// What a compare looks at: one key, or every key under a prefix.
+/// What a compare looks at: one key, every key under a prefix, or every
+/// key in a range.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum KeyRange {
@@ -40,6 +41,38 @@ pub enum KeyRange {
     Key(Bytes),
     /// Every key starting with these bytes.
     Prefix(Bytes),
+    /// Every key from `start` up to `end` (excluded), or from `start` on.
+    Range {
+        /// The first key.
+        start: Bytes,
+        /// The first key after the range; `None`: no end.
+        #[serde(default)]
+        end: Option<Bytes>,
+    },
+}
+
+impl KeyRange {
+    /// Whether `key` is one it names.
+    pub fn contains(&self, key: &[u8]) -> bool {
+        match self {
+            Self::Key(k) => k.as_slice() == key,
+            Self::Prefix(prefix) => key.starts_with(prefix.as_slice()),
+            Self::Range { start, end } => in_span(start, end.as_ref(), key),
+        }
+    }
+}
+
+/// Whether `key` is at or after `start` and before `end` (if any).
+pub fn in_span(start: &Bytes, end: Option<&Bytes>, key: &[u8]) -> bool {
+    key >= start.as_slice() && end.is_none_or(|end| key < end.as_slice())
+}
+
+/// A range in words: `[start, end)`, or `[start, ...)` without an end.
+fn span_words(start: &Bytes, end: Option<&Bytes>) -> String {
+    match end {
+        Some(end) => format!("[{start}, {end})"),
+        None => format!("[{start}, ...)"),
+    }
 }
 
 impl fmt::Display for KeyRange {
@@ -47,6 +80,7 @@ impl fmt::Display for KeyRange {
         match self {
             Self::Key(key) => write!(f, "{key}"),
             Self::Prefix(prefix) => write!(f, "{prefix}*"),
+            Self::Range { start, end } => f.write_str(&span_words(start, end.as_ref())),
         }
     }
 }
@@ -98,6 +132,8 @@ pub enum CompareTarget {
     CreateRevision(u64),
     /// The revision that last changed the key.
     ModRevision(u64),
+    /// The name of the key's lease (`None`: no lease, below every name).
+    Lease(Option<String>),
     /// Whether the key exists (`false < true`).
     Exists(bool),
 }
@@ -124,6 +160,12 @@ impl fmt::Display for Compare {
             }
             CompareTarget::ModRevision(n) => write!(f, "mod_revision({}) {symbol} {n}", self.range),
             CompareTarget::Exists(b) => write!(f, "exists({}) {symbol} {b}", self.range),
+            CompareTarget::Lease(name) => write!(
+                f,
+                "lease({}) {symbol} {}",
+                self.range,
+                name.as_deref().unwrap_or("none")
+            ),
         }
     }
 }
@@ -183,6 +225,31 @@ pub enum TxnOp {
         /// The value written.
         new: Bytes,
     },
+    /// Read every key from `start` up to `end` (or on).
+    GetRange {
+        /// The first key.
+        start: Bytes,
+        /// The first key after the range; `None`: no end.
+        #[serde(default)]
+        end: Option<Bytes>,
+    },
+    /// Remove every key from `start` up to `end` (or on).
+    DeleteRange {
+        /// The first key.
+        start: Bytes,
+        /// The first key after the range; `None`: no end.
+        #[serde(default)]
+        end: Option<Bytes>,
+    },
+    /// Set `key`, which must exist (the transaction is refused otherwise),
+    /// to `value`, or keep its value (`None`).
+    PutExisting {
+        /// The key.
+        key: Bytes,
+        /// The value written; `None`: the key keeps its value.
+        #[serde(default)]
+        value: Option<Bytes>,
+    },
 }
 
 impl TxnOp {
@@ -198,12 +265,18 @@ impl TxnOp {
                 | (Self::Append { .. }, TxnOpResult::Append { .. })
                 | (Self::Incr { .. }, TxnOpResult::Incr { .. })
                 | (Self::Cas { .. }, TxnOpResult::Cas { .. })
+                | (Self::GetRange { .. }, TxnOpResult::GetPrefix { .. })
+                | (Self::DeleteRange { .. }, TxnOpResult::DeletePrefix { .. })
+                | (Self::PutExisting { .. }, TxnOpResult::Put { .. })
         )
     }
 
     /// Whether it only reads.
     pub fn is_read(&self) -> bool {
-        matches!(self, Self::Get { .. } | Self::GetPrefix { .. })
+        matches!(
+            self,
+            Self::Get { .. } | Self::GetPrefix { .. } | Self::GetRange { .. }
+        )
     }
 }
 
@@ -220,6 +293,14 @@ impl fmt::Display for TxnOp {
             Self::Cas { key, expected, new } => match expected {
                 Some(expected) => write!(f, "cas {key} {expected} -> {new}"),
                 None => write!(f, "cas {key} absent -> {new}"),
+            },
+            Self::GetRange { start, end } => write!(f, "get {}", span_words(start, end.as_ref())),
+            Self::DeleteRange { start, end } => {
+                write!(f, "delete {}", span_words(start, end.as_ref()))
+            }
+            Self::PutExisting { key, value } => match value {
+                Some(value) => write!(f, "put existing {key} {value}"),
+                None => write!(f, "put existing {key} (value kept)"),
             },
         }
     }
@@ -238,7 +319,7 @@ pub struct KeyValue {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum TxnOpResult {
-    /// `Put`: the previous value.
+    /// `Put` and `PutExisting`: the previous value.
     Put {
         /// The value before, if any.
         #[serde(default)]
@@ -250,7 +331,7 @@ pub enum TxnOpResult {
         #[serde(default)]
         previous: Option<Bytes>,
     },
-    /// `DeletePrefix`: how many keys were removed.
+    /// `DeletePrefix` and `DeleteRange`: how many keys were removed.
     DeletePrefix {
         /// The count.
         deleted: u64,
@@ -261,7 +342,7 @@ pub enum TxnOpResult {
         #[serde(default)]
         value: Option<Bytes>,
     },
-    /// `GetPrefix`: the keys present under the prefix, in key order.
+    /// `GetPrefix` and `GetRange`: the keys present there, in key order.
     GetPrefix {
         /// The keys and values.
         #[serde(default)]

@@ -4,7 +4,8 @@
 use super::{ConvertError, Result, command_from_wire, command_to_wire};
 use crate::v1;
 use oncekv_state::{
-    Command, Compare, CompareOp, CompareTarget, Event, KeyMeta, KeyValue, Rejection, Txn, TxnOp,
+    Command, Compare, CompareOp, CompareTarget, Event, KeyMeta, KeyRange, KeyScope, KeyValue,
+    Rejection, Txn, TxnOp, Update,
 };
 
 /// Revisions for the wire.
@@ -79,13 +80,47 @@ fn compare_to_wire(compare: &Compare) -> v1::Compare {
         CompareTarget::CreateRevision(n) => Target::CreateRevision(*n),
         CompareTarget::ModRevision(n) => Target::ModRevision(*n),
         CompareTarget::Exists(exists) => Target::Exists(*exists),
+        CompareTarget::Lease(name) => Target::Lease(v1::LeaseTarget { name: name.clone() }),
+    };
+    let (prefix, range_end) = match &compare.scope {
+        KeyScope::Key => (false, None),
+        KeyScope::Prefix => (true, None),
+        KeyScope::Range { end } => (false, Some(v1::RangeEnd { end: end.clone() })),
     };
     v1::Compare {
         key: compare.key.clone(),
-        prefix: compare.prefix,
+        prefix,
         op: op.into(),
         target: Some(target),
+        range_end,
     }
+}
+
+/// Which keys a compare or a watch of `key` addresses, from the wire's
+/// `prefix` and `range_end` (which wins when set).
+pub fn scope_from_wire(prefix: bool, range_end: Option<v1::RangeEnd>) -> KeyScope {
+    match (range_end, prefix) {
+        (Some(range_end), _) => KeyScope::Range { end: range_end.end },
+        (None, true) => KeyScope::Prefix,
+        (None, false) => KeyScope::Key,
+    }
+}
+
+/// A key range for the wire.
+pub(super) fn key_range_to_wire(range: &KeyRange) -> v1::KeyRange {
+    v1::KeyRange {
+        start: range.start.clone(),
+        end: range.end.clone(),
+    }
+}
+
+/// A key range from the wire.
+pub(super) fn key_range_from_wire(range: Option<v1::KeyRange>) -> Result<KeyRange> {
+    let range = range.ok_or(ConvertError::Missing("range.keys"))?;
+    Ok(KeyRange {
+        start: range.start,
+        end: range.end,
+    })
 }
 
 fn compare_from_wire(compare: v1::Compare) -> Result<Compare> {
@@ -106,10 +141,11 @@ fn compare_from_wire(compare: v1::Compare) -> Result<Compare> {
         Target::CreateRevision(n) => CompareTarget::CreateRevision(n),
         Target::ModRevision(n) => CompareTarget::ModRevision(n),
         Target::Exists(exists) => CompareTarget::Exists(exists),
+        Target::Lease(lease) => CompareTarget::Lease(lease.name),
     };
     Ok(Compare {
         key: compare.key,
-        prefix: compare.prefix,
+        scope: scope_from_wire(compare.prefix, compare.range_end),
         target,
         op,
     })
@@ -117,16 +153,28 @@ fn compare_from_wire(compare: v1::Compare) -> Result<Compare> {
 
 fn op_to_wire(op: &TxnOp) -> Result<v1::TxnOp> {
     use v1::txn_op::Kind;
-    let kind = match op.as_command() {
-        None => {
-            let TxnOp::DeletePrefix { prefix } = op else {
-                return Err(ConvertError::Internal("txn op"));
+    let kind = match (op, op.as_command()) {
+        (TxnOp::DeletePrefix { prefix }, _) => Kind::DeletePrefix(v1::Delete {
+            key: prefix.clone(),
+        }),
+        (TxnOp::DeleteRange { range }, _) => Kind::DeleteRange(key_range_to_wire(range)),
+        (TxnOp::PutExisting { key, value, lease }, _) => {
+            let (keep_lease, lease) = match lease {
+                Update::Keep => (true, None),
+                Update::Set(lease) => (false, lease.clone()),
             };
-            Kind::DeletePrefix(v1::Delete {
-                key: prefix.clone(),
+            Kind::PutExisting(v1::PutExisting {
+                key: key.clone(),
+                value: match value {
+                    Update::Keep => None,
+                    Update::Set(value) => Some(value.clone()),
+                },
+                keep_lease,
+                lease,
             })
         }
-        Some(command) => match command_to_wire(&command)?.kind {
+        (_, None) => return Err(ConvertError::Internal("txn op")),
+        (_, Some(command)) => match command_to_wire(&command)?.kind {
             Some(v1::command::Kind::Put(put)) => Kind::Put(put),
             Some(v1::command::Kind::Delete(delete)) => Kind::Delete(delete),
             Some(v1::command::Kind::Append(append)) => Kind::Append(append),
@@ -138,6 +186,9 @@ fn op_to_wire(op: &TxnOp) -> Result<v1::TxnOp> {
             Some(v1::command::Kind::Read(v1::Query {
                 kind: Some(v1::query::Kind::Scan(scan)),
             })) => Kind::Scan(scan),
+            Some(v1::command::Kind::Read(v1::Query {
+                kind: Some(v1::query::Kind::Range(range)),
+            })) => Kind::Range(range),
             _ => return Err(ConvertError::Internal("txn op")),
         },
     };
@@ -150,6 +201,23 @@ fn op_from_wire(op: v1::TxnOp) -> Result<TxnOp> {
     let read = |kind| v1::command::Kind::Read(v1::Query { kind: Some(kind) });
     let command = match op.kind.ok_or(ConvertError::Missing("txn_op.kind"))? {
         Kind::DeletePrefix(delete) => return Ok(TxnOp::DeletePrefix { prefix: delete.key }),
+        Kind::DeleteRange(range) => {
+            return Ok(TxnOp::DeleteRange {
+                range: key_range_from_wire(Some(range))?,
+            });
+        }
+        Kind::PutExisting(put) => {
+            return Ok(TxnOp::PutExisting {
+                key: put.key,
+                value: put.value.map_or(Update::Keep, Update::Set),
+                lease: if put.keep_lease {
+                    Update::Keep
+                } else {
+                    Update::Set(put.lease)
+                },
+            });
+        }
+        Kind::Range(range) => command(read(v1::query::Kind::Range(range)))?,
         Kind::Put(put) => command(v1::command::Kind::Put(put))?,
         Kind::Delete(delete) => command(v1::command::Kind::Delete(delete))?,
         Kind::Append(append) => command(v1::command::Kind::Append(append))?,
@@ -166,7 +234,8 @@ fn op_from_wire(op: v1::TxnOp) -> Result<TxnOp> {
         Command::Cas { key, expected, new } => TxnOp::Cas { key, expected, new },
         Command::Read(oncekv_state::Query::Get { key }) => TxnOp::Get { key },
         Command::Read(oncekv_state::Query::Scan { prefix, limit }) => TxnOp::Scan { prefix, limit },
-        // A get or scan at a past revision cannot run inside a transaction.
+        Command::Read(oncekv_state::Query::Range { range, limit }) => TxnOp::Range { range, limit },
+        // A read at a past revision cannot run inside a transaction.
         _ => return Err(ConvertError::OutOfRange { field: "txn_op" }),
     })
 }
@@ -225,6 +294,7 @@ pub(super) fn rejection_to_wire(rejection: &Rejection) -> Option<v1::rejection::
             max: *max,
         }),
         Rejection::TxnConflict { key } => Kind::TxnConflict(v1::Name { name: key.clone() }),
+        Rejection::KeyNotFound { key } => Kind::KeyNotFound(v1::Name { name: key.clone() }),
         _ => return None,
     })
 }
@@ -247,6 +317,7 @@ pub(super) fn rejection_from_wire(kind: v1::rejection::Kind) -> Option<Rejection
             max: length.max,
         },
         Kind::TxnConflict(name) => Rejection::TxnConflict { key: name.name },
+        Kind::KeyNotFound(name) => Rejection::KeyNotFound { key: name.name },
         _ => return None,
     })
 }

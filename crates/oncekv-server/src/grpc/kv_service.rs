@@ -255,7 +255,7 @@ impl Kv for KvService {
         };
         let spec = WatchSpec {
             key: request.key,
-            prefix: request.prefix,
+            scope: oncekv_proto::convert::scope_from_wire(request.prefix, request.range_end),
             start_revision: request.start_revision,
             previous: request.previous,
             progress_interval: interval,

@@ -6,10 +6,15 @@
 use super::state_machine_store::{SharedState, StateMachineStore};
 use super::type_config::{Applied, Executed, NodeId, NodeInfo, Proposal, Raft, TypeConfig};
 use openraft::LinearizerOption;
-use openraft::error::{ClientWriteError, InitializeError, RaftError};
+use openraft::alias::LogIdOf;
+use openraft::error::{
+    ChangeMembershipError, ClientWriteError, InitializeError, PreconditionFailed, RaftError,
+};
 use openraft::errors::LinearizableReadError;
 use openraft::storage::RaftLogStorage;
-use openraft::{ChangeMembers, Config, RaftNetworkFactory, ServerState, SnapshotPolicy};
+use openraft::{
+    ChangeMembers, Config, Precondition, RaftNetworkFactory, ServerState, SnapshotPolicy,
+};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -188,6 +193,62 @@ pub struct RaftStatus {
     /// On the leader: each follower's last matched log index (`None` for
     /// nothing yet); empty elsewhere.
     pub replication: Vec<(NodeId, Option<u64>)>,
+}
+
+/// Which membership a change was decided on: the log id of the entry
+/// that stored it ([`Consensus::membership`]). A change guarded by it
+/// ([`Consensus::change_member_if`]) is proposed only while that is still
+/// the membership, so a change made in between is never overwritten.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MembershipVersion(Option<LogIdOf<TypeConfig>>);
+
+/// The membership as this node sees it, read at one instant.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MembershipView {
+    /// The members.
+    pub members: Vec<MemberStatus>,
+    /// Which membership this is.
+    pub version: MembershipVersion,
+    /// This node's last log index.
+    pub last_log_index: Option<u64>,
+    /// On the leader: itself and the members that acknowledged a heartbeat
+    /// or an append within the last maximum election timeout (those that
+    /// are running and reachable); `None` elsewhere.
+    pub reachable: Option<BTreeSet<NodeId>>,
+}
+
+/// A change of one member, made by [`Consensus::change_member_if`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MemberChange {
+    /// Adds a learner, without waiting for it to run or catch up (one
+    /// entry).
+    AddLearner {
+        /// Its id.
+        id: NodeId,
+        /// Its addresses.
+        info: NodeInfo,
+    },
+    /// Makes a learner a voter, without waiting for it to catch up (a
+    /// joint entry, then a uniform one).
+    Promote {
+        /// Its id.
+        id: NodeId,
+    },
+}
+
+/// Why a guarded membership change was not made.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum MemberChangeError {
+    /// The membership is no longer the one the change was decided on, or
+    /// another change is still being committed: nothing was proposed;
+    /// decide again on the current membership.
+    #[error(
+        "the membership changed, or is changing, since the change was decided ({0}); nothing was proposed"
+    )]
+    Changed(String),
+    /// The write failed as [`WriteError`] says.
+    #[error(transparent)]
+    Write(#[from] WriteError),
 }
 
 /// The node's consensus engine.
@@ -626,6 +687,120 @@ impl Consensus {
             .await
             .map_err(write_error_after_proposing)?;
         Ok(())
+    }
+
+    /// The membership, its version, this node's last log index and, on
+    /// the leader, which members are reachable, read together.
+    pub fn membership(&self) -> MembershipView {
+        let metrics = self.raft.metrics();
+        let metrics = openraft::async_runtime::WatchReceiver::borrow_watched(&metrics);
+        let stored = &metrics.membership_config;
+        let membership = stored.membership();
+        let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
+        let members = membership
+            .nodes()
+            .map(|(id, info)| MemberStatus {
+                id: *id,
+                info: info.clone(),
+                voter: voters.contains(id),
+            })
+            .collect();
+        let within = Duration::from_millis(self.raft.config().election_timeout_max);
+        let reachable = metrics.heartbeat.as_ref().map(|acknowledged| {
+            acknowledged
+                .iter()
+                .filter(|(_, at)| {
+                    at.as_ref()
+                        .is_some_and(|at| openraft::Instant::elapsed(&**at) <= within)
+                })
+                .map(|(id, _)| *id)
+                .chain([self.id])
+                .collect()
+        });
+        MembershipView {
+            members,
+            version: MembershipVersion(*stored.log_id()),
+            last_log_index: metrics.last_log_index,
+            reachable,
+        }
+    }
+
+    /// Makes `change` if the membership is still `decided_on`. Refusals
+    /// made before anything was proposed: [`MemberChangeError::Changed`]
+    /// (decide again), or [`WriteError::NotLeader`] for a learner's entry.
+    /// A promotion is two entries, so once openraft has it, a failure is
+    /// [`WriteError::Unavailable`] (it may be partly made).
+    pub async fn change_member_if(
+        &self,
+        change: MemberChange,
+        decided_on: &MembershipVersion,
+    ) -> Result<(), MemberChangeError> {
+        self.leading()?;
+        let guard = Precondition::LastMembershipLogId {
+            last_membership_log_id: decided_on.0,
+        };
+        let (members, single_entry) = match change {
+            MemberChange::AddLearner { id, info } => {
+                (ChangeMembers::AddNodes(BTreeMap::from([(id, info)])), true)
+            }
+            MemberChange::Promote { id } => {
+                (ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
+            }
+        };
+        let written = self.raft.change_membership_if(members, true, [guard]).await;
+        let error = match written {
+            Ok(_) => return Ok(()),
+            Err(error) => error,
+        };
+        // Refused before the first entry: the guard failed (the first
+        // entry's guard is the one given; a second entry's names the joint
+        // entry), or another change is not committed yet.
+        if let RaftError::APIError(api) = &error {
+            match api {
+                ClientWriteError::PreconditionFailed(
+                    PreconditionFailed::LastMembershipLogIdMismatch { expected, .. },
+                ) if *expected == decided_on.0 => {
+                    return Err(MemberChangeError::Changed(api.to_string()));
+                }
+                ClientWriteError::ChangeMembershipError(
+                    ChangeMembershipError::InProgress(_)
+                    | ChangeMembershipError::UncommittedLeaderLog(_),
+                ) => return Err(MemberChangeError::Changed(api.to_string())),
+                _ => {}
+            }
+        }
+        Err(MemberChangeError::Write(if single_entry {
+            write_error(error)
+        } else {
+            write_error_after_proposing(error)
+        }))
+    }
+
+    /// Asks this node, the leader, to hand leadership to voter `to` (which
+    /// takes it if its log is up to date); [`Consensus::wait_for_leader`]
+    /// tells when it has. A node that does not lead refuses before asking.
+    pub async fn transfer_leader(&self, to: NodeId) -> Result<(), WriteError> {
+        self.leading()?;
+        self.raft
+            .trigger()
+            .transfer_leader(to)
+            .await
+            .map_err(|fatal| WriteError::Unavailable(fatal.to_string()))
+    }
+
+    /// Waits until this node sees `leader` lead, for at most three maximum
+    /// election timeouts; whether it did.
+    pub async fn wait_for_leader(&self, leader: NodeId) -> bool {
+        let timeout =
+            Duration::from_millis(self.raft.config().election_timeout_max).saturating_mul(3);
+        self.raft
+            .wait(Some(timeout))
+            .metrics(
+                |metrics| metrics.current_leader == Some(leader),
+                "the leadership transfer",
+            )
+            .await
+            .is_ok()
     }
 
     /// Whether enough bytes were applied since the last snapshot that one

@@ -171,7 +171,10 @@ pub(super) fn reply_fields(reply: &Reply, fields: &mut Map<String, Value>) -> (S
                 )
             }
         }
-        Reply::Scan { entries, more } => {
+        Reply::Scan { entries, more } | Reply::Range { entries, more, .. } => {
+            if let Reply::Range { count, .. } = reply {
+                fields.insert("count".into(), json!(count));
+            }
             let list: Vec<Value> = entries
                 .iter()
                 .map(|kv| {

@@ -23,7 +23,7 @@
 //! backslashes); `#` starts a comment line.
 
 use anyhow::{Context as _, anyhow, bail};
-use oncekv_client::{Compare, CompareOp, CompareTarget, Txn, TxnOp};
+use oncekv_client::{Compare, CompareOp, CompareTarget, KeyScope, Txn, TxnOp};
 
 /// Parses a transaction in the text format above.
 pub fn parse(text: &str) -> anyhow::Result<Txn> {
@@ -97,13 +97,13 @@ fn compare(line: &str) -> anyhow::Result<Compare> {
         }),
         other => bail!("unknown compare target {other:?} (value, version, create, mod, exists)"),
     };
-    let (key, prefix) = match key.strip_suffix('*') {
-        Some(prefix) => (prefix.to_string(), true),
-        None => (key, false),
+    let (key, scope) = match key.strip_suffix('*') {
+        Some(prefix) => (prefix.to_string(), KeyScope::Prefix),
+        None => (key, KeyScope::Key),
     };
     Ok(Compare {
         key: key.into_bytes(),
-        prefix,
+        scope,
         target,
         op,
     })
@@ -197,7 +197,7 @@ mod tests {
              del --prefix old/\ncas --absent k v\n",
         )
         .expect("parses");
-        assert!(txn.compare[0].prefix);
+        assert_eq!(txn.compare[0].scope, KeyScope::Prefix);
         assert_eq!(txn.compare[0].key, b"dir/".to_vec());
         assert_eq!(
             txn.success[0],

@@ -36,7 +36,7 @@
 //! any later reply or final value.
 
 use super::{Change, Revisions};
-use crate::record::{Bytes, Op, OpRecord, Outcome, Record, Reply, TxnOp, TxnOpResult};
+use crate::record::{Bytes, KeyRange, Op, OpRecord, Outcome, Record, Reply, TxnOp, TxnOpResult};
 use crate::record::{DedupKey, OpId, WatchKind};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -347,6 +347,26 @@ fn under(key: &Bytes, prefix: &Bytes) -> bool {
     key.0.starts_with(&prefix.0)
 }
 
+/// Whether some key from `start` up to `end` (or on) is under `prefix`.
+fn range_reaches(start: &Bytes, end: Option<&Bytes>, prefix: &Bytes) -> bool {
+    // The keys under the prefix run from it up to its successor: the
+    // prefix with its last byte below 0xff incremented (none: to the end).
+    let mut successor = prefix.0.clone();
+    while successor.last() == Some(&0xff) {
+        successor.pop();
+    }
+    let successor = match successor.pop() {
+        Some(last) => {
+            successor.push(last.saturating_add(1));
+            Some(successor)
+        }
+        None => None,
+    };
+    let starts_before_prefix_ends = successor.is_none_or(|successor| start.0 < successor);
+    let ends_after_prefix_starts = end.is_none_or(|end| prefix.0 < end.0);
+    starts_before_prefix_ends && ends_after_prefix_starts
+}
+
 /// The keys under `prefix` that `op` may write, in any branch (`None`: it
 /// writes none).
 fn reach(op: &Op, prefix: &Bytes) -> Option<Reach> {
@@ -368,7 +388,8 @@ fn reach(op: &Op, prefix: &Bytes) -> Option<Reach> {
                     | TxnOp::Delete { key }
                     | TxnOp::Append { key, .. }
                     | TxnOp::Incr { key, .. }
-                    | TxnOp::Cas { key, .. } => {
+                    | TxnOp::Cas { key, .. }
+                    | TxnOp::PutExisting { key, .. } => {
                         if under(key, prefix) {
                             keys.insert(key.clone());
                         }
@@ -378,7 +399,12 @@ fn reach(op: &Op, prefix: &Bytes) -> Option<Reach> {
                             return Some(Reach::Any);
                         }
                     }
-                    TxnOp::Get { .. } | TxnOp::GetPrefix { .. } => {}
+                    TxnOp::DeleteRange { start, end } => {
+                        if range_reaches(start, end.as_ref(), prefix) {
+                            return Some(Reach::Any);
+                        }
+                    }
+                    TxnOp::Get { .. } | TxnOp::GetPrefix { .. } | TxnOp::GetRange { .. } => {}
                 }
             }
         }
@@ -437,9 +463,23 @@ fn writes(op: &Op, reply: &Reply, prefix: &Bytes) -> Option<Vec<Write>> {
                     (TxnOp::Cas { key, expected, new }, TxnOpResult::Cas { swapped, current }) => {
                         swap(key, expected, new, *swapped, current)
                     }
+                    (TxnOp::PutExisting { key, value }, TxnOpResult::Put { previous }) => {
+                        // A kept value is the one before.
+                        let effect = match value.clone().or_else(|| previous.clone()) {
+                            Some(value) => Effect::Set(value),
+                            None => Effect::Opaque,
+                        };
+                        write(key, effect, Before::Value(previous.clone()))
+                    }
                     (TxnOp::Get { .. }, TxnOpResult::Get { .. })
-                    | (TxnOp::GetPrefix { .. }, TxnOpResult::GetPrefix { .. })
-                    | (TxnOp::DeletePrefix { .. }, TxnOpResult::DeletePrefix { .. }) => continue,
+                    | (
+                        TxnOp::GetPrefix { .. } | TxnOp::GetRange { .. },
+                        TxnOpResult::GetPrefix { .. },
+                    )
+                    | (
+                        TxnOp::DeletePrefix { .. } | TxnOp::DeleteRange { .. },
+                        TxnOpResult::DeletePrefix { .. },
+                    ) => continue,
                     _ => return None,
                 });
             }
@@ -648,7 +688,7 @@ impl<'a> Evidence<'a> {
 struct AppendOnly {
     appended: BTreeSet<Bytes>,
     otherwise: BTreeSet<Bytes>,
-    deleted_prefixes: Vec<Bytes>,
+    deleted: Vec<KeyRange>,
 }
 
 impl AppendOnly {
@@ -656,7 +696,7 @@ impl AppendOnly {
         let mut only = AppendOnly {
             appended: BTreeSet::new(),
             otherwise: BTreeSet::new(),
-            deleted_prefixes: Vec::new(),
+            deleted: Vec::new(),
         };
         for op in &record.ops {
             match &op.op {
@@ -678,13 +718,22 @@ impl AppendOnly {
                             TxnOp::Put { key, .. }
                             | TxnOp::Delete { key }
                             | TxnOp::Incr { key, .. }
-                            | TxnOp::Cas { key, .. } => {
+                            | TxnOp::Cas { key, .. }
+                            | TxnOp::PutExisting { key, .. } => {
                                 only.otherwise.insert(key.clone());
                             }
                             TxnOp::DeletePrefix { prefix } => {
-                                only.deleted_prefixes.push(prefix.clone());
+                                only.deleted.push(KeyRange::Prefix(prefix.clone()));
                             }
-                            TxnOp::Get { .. } | TxnOp::GetPrefix { .. } => {}
+                            TxnOp::DeleteRange { start, end } => {
+                                only.deleted.push(KeyRange::Range {
+                                    start: start.clone(),
+                                    end: end.clone(),
+                                });
+                            }
+                            TxnOp::Get { .. }
+                            | TxnOp::GetPrefix { .. }
+                            | TxnOp::GetRange { .. } => {}
                         }
                     }
                 }
@@ -697,10 +746,7 @@ impl AppendOnly {
     fn holds(&self, key: &Bytes) -> bool {
         self.appended.contains(key)
             && !self.otherwise.contains(key)
-            && !self
-                .deleted_prefixes
-                .iter()
-                .any(|prefix| key.0.starts_with(&prefix.0))
+            && !self.deleted.iter().any(|range| range.contains(&key.0))
     }
 
     /// Whether `suffix` appended to `key` is missing from its final value,

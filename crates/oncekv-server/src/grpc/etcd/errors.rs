@@ -5,9 +5,14 @@
 //!
 //! "Unavailable" promises what it promises natively: nothing was
 //! proposed ("not leader", "no leader"). A write that may have been
-//! proposed answers etcd's "request timed out" with DEADLINE_EXCEEDED, a
-//! code etcd's clients never resend a write on.
+//! proposed answers etcd's "request timed out" with UNKNOWN: etcd's Go
+//! client resends a call on UNAVAILABLE only when it is a read, but on a
+//! DEADLINE_EXCEEDED from the server it resends any call, writes included,
+//! while its own deadline lasts; on UNKNOWN it resends nothing. (Its
+//! errors are matched by text, so "request timed out" still reads as
+//! etcd's `ErrTimeout`.)
 
+use crate::auth::AuthError;
 use crate::raft::consensus::WriteError;
 use oncekv_state::{InvalidRequest, Outcome, Overload, Rejection};
 use tonic::{Code, Status};
@@ -47,12 +52,84 @@ pub(super) enum EtcdError {
     LeaseExists,
     /// A lease TTL over the node's maximum.
     LeaseTtlTooLarge,
+    /// A put keeping a key's value or lease found no such key.
+    KeyNotFound,
+    /// A put keeping the key's value carried a value.
+    ValueProvided,
+    /// A put keeping the key's lease carried a lease.
+    LeaseProvided,
+    /// A watch of a range whose end is not above its start.
+    EmptyWatchRange,
+    /// A Lock's key was deleted (its lease expired or was revoked) before
+    /// the lock was acquired.
+    SessionExpired,
+    /// The election's leader key is not held (any more) at the revision
+    /// given.
+    ElectionNotLeader,
+    /// The election has no leader.
+    ElectionNoLeader,
+    /// A Proclaim or Resign without its leader key.
+    MissingLeaderKey,
     /// The idempotency key was used for another request.
     KeyReused,
     /// A form of a request oncekv does not serve (what).
     Unsupported(String),
     /// A request refused for the reason given.
     Invalid(String),
+    /// Authentication is enforced and the call named no user.
+    UserEmpty,
+    /// A role without a name.
+    RoleEmpty,
+    /// A user of that name exists.
+    UserExists,
+    /// No user of that name exists.
+    UserNotFound,
+    /// A role of that name exists.
+    RoleExists,
+    /// No role of that name exists.
+    RoleNotFound,
+    /// Wrong user name or password.
+    AuthFailed,
+    /// A login while authentication is not enforced.
+    AuthNotEnabled,
+    /// Enforcing authentication without a user named `root`.
+    RootUserNotExist,
+    /// Enforcing authentication while `root` lacks the root role.
+    RootRoleNotExist,
+    /// Taking from a user a role it does not hold.
+    RoleNotGranted,
+    /// Taking from a role a permission it does not grant.
+    PermissionNotGranted,
+    /// A permission grant without the permission.
+    PermissionNotGiven,
+    /// A change that would leave nobody able to manage authentication, or
+    /// that the root role does not take.
+    InvalidAuthMgmt,
+    /// No member has that ID.
+    MemberNotFound,
+    /// Another member has that peer URL.
+    PeerUrlExists,
+    /// A member's URLs that do not parse (or none).
+    MemberBadUrls,
+    /// A promotion of a member that is not a learner.
+    MemberNotLearner,
+    /// A promotion of a learner that is not caught up with the leader.
+    LearnerNotReady,
+    /// A membership change after which too few voters would be running to
+    /// make a quorum.
+    NotEnoughStartedMembers,
+    /// A leadership transfer to no member, or to a learner.
+    BadLeaderTransferee,
+    /// A leadership transfer that did not complete in time (it may still).
+    LeaderTransferTimeout,
+    /// A voter added as a learner whose promotion failed (why), perhaps
+    /// before it was made.
+    AddedAsLearnerOnly {
+        /// Its id.
+        id: u64,
+        /// Why it was not promoted.
+        why: String,
+    },
 }
 
 impl EtcdError {
@@ -95,7 +172,7 @@ impl EtcdError {
             }
             EtcdError::NotLeader => fixed(Code::Unavailable, "etcdserver: not leader"),
             EtcdError::NoLeader => fixed(Code::Unavailable, "etcdserver: no leader"),
-            EtcdError::Timeout => fixed(Code::DeadlineExceeded, "etcdserver: request timed out"),
+            EtcdError::Timeout => fixed(Code::Unknown, "etcdserver: request timed out"),
             EtcdError::LeaseNotFound => {
                 fixed(Code::NotFound, "etcdserver: requested lease not found")
             }
@@ -104,6 +181,26 @@ impl EtcdError {
             }
             EtcdError::LeaseTtlTooLarge => {
                 fixed(Code::OutOfRange, "etcdserver: too large lease TTL")
+            }
+            EtcdError::KeyNotFound => fixed(Code::InvalidArgument, "etcdserver: key not found"),
+            EtcdError::ValueProvided => {
+                fixed(Code::InvalidArgument, "etcdserver: value is provided")
+            }
+            EtcdError::LeaseProvided => {
+                fixed(Code::InvalidArgument, "etcdserver: lease is provided")
+            }
+            // etcd's watch answers this as a cancellation's reason, not a
+            // status.
+            EtcdError::EmptyWatchRange => {
+                fixed(Code::InvalidArgument, "mvcc: watcher range is empty")
+            }
+            // etcd answers these four with its recipes' own errors, which
+            // reach the wire with gRPC's UNKNOWN code.
+            EtcdError::SessionExpired => fixed(Code::Unknown, "mutex: session is expired"),
+            EtcdError::ElectionNotLeader => fixed(Code::Unknown, "election: not leader"),
+            EtcdError::ElectionNoLeader => fixed(Code::Unknown, "election: no leader"),
+            EtcdError::MissingLeaderKey => {
+                fixed(Code::Unknown, "\"leader\" field must be provided")
             }
             EtcdError::KeyReused => fixed(
                 Code::FailedPrecondition,
@@ -114,6 +211,93 @@ impl EtcdError {
                 format!("oncekv: {what} is not served (see docs/etcd-compatibility.md)"),
             ),
             EtcdError::Invalid(why) => (Code::InvalidArgument, format!("oncekv: {why}")),
+            EtcdError::UserEmpty => fixed(Code::InvalidArgument, "etcdserver: user name is empty"),
+            EtcdError::RoleEmpty => fixed(Code::InvalidArgument, "etcdserver: role name is empty"),
+            EtcdError::UserExists => fixed(
+                Code::FailedPrecondition,
+                "etcdserver: user name already exists",
+            ),
+            EtcdError::UserNotFound => {
+                fixed(Code::FailedPrecondition, "etcdserver: user name not found")
+            }
+            EtcdError::RoleExists => fixed(
+                Code::FailedPrecondition,
+                "etcdserver: role name already exists",
+            ),
+            EtcdError::RoleNotFound => {
+                fixed(Code::FailedPrecondition, "etcdserver: role name not found")
+            }
+            EtcdError::AuthFailed => fixed(
+                Code::InvalidArgument,
+                "etcdserver: authentication failed, invalid user ID or password",
+            ),
+            EtcdError::AuthNotEnabled => fixed(
+                Code::FailedPrecondition,
+                "etcdserver: authentication is not enabled",
+            ),
+            EtcdError::RootUserNotExist => fixed(
+                Code::FailedPrecondition,
+                "etcdserver: root user does not exist",
+            ),
+            EtcdError::RootRoleNotExist => fixed(
+                Code::FailedPrecondition,
+                "etcdserver: root user does not have root role",
+            ),
+            EtcdError::RoleNotGranted => fixed(
+                Code::FailedPrecondition,
+                "etcdserver: role is not granted to the user",
+            ),
+            EtcdError::PermissionNotGranted => fixed(
+                Code::FailedPrecondition,
+                "etcdserver: permission is not granted to the role",
+            ),
+            EtcdError::PermissionNotGiven => {
+                fixed(Code::InvalidArgument, "etcdserver: permission not given")
+            }
+            EtcdError::InvalidAuthMgmt => {
+                fixed(Code::InvalidArgument, "etcdserver: invalid auth management")
+            }
+            EtcdError::MemberNotFound => fixed(Code::NotFound, "etcdserver: member not found"),
+            EtcdError::PeerUrlExists => fixed(
+                Code::FailedPrecondition,
+                "etcdserver: Peer URLs already exists",
+            ),
+            EtcdError::MemberBadUrls => fixed(
+                Code::InvalidArgument,
+                "etcdserver: given member URLs are invalid",
+            ),
+            EtcdError::MemberNotLearner => fixed(
+                Code::FailedPrecondition,
+                "etcdserver: can only promote a learner member",
+            ),
+            EtcdError::LearnerNotReady => fixed(
+                Code::FailedPrecondition,
+                "etcdserver: can only promote a learner member which is in sync with leader",
+            ),
+            // etcd's server maps these two to errors that are not gRPC
+            // statuses, which reach the wire with the UNKNOWN code.
+            EtcdError::NotEnoughStartedMembers => fixed(
+                Code::Unknown,
+                "etcdserver: re-configuration failed due to not enough started members",
+            ),
+            EtcdError::LeaderTransferTimeout => fixed(
+                Code::Unknown,
+                "etcdserver: request timed out, leader transfer took too long",
+            ),
+            EtcdError::BadLeaderTransferee => fixed(
+                Code::FailedPrecondition,
+                "etcdserver: bad leader transferee",
+            ),
+            // Not a code etcd's clients resend a call on: resent, the add
+            // would be refused (its peer URL is taken) and the id lost.
+            EtcdError::AddedAsLearnerOnly { id, why } => (
+                Code::Unknown,
+                format!(
+                    "oncekv: member {id:x} (node {id}) was added as a learner, and making \
+                     it a voter failed ({why}), perhaps before it was done: list the \
+                     members, then promote it or remove it"
+                ),
+            ),
         }
     }
 
@@ -132,6 +316,13 @@ impl EtcdError {
             Rejection::LeaseNotFound { .. } => EtcdError::LeaseNotFound,
             Rejection::LeaseExists { .. } => EtcdError::LeaseExists,
             Rejection::TooManyLeases { .. } => EtcdError::TooManyRequests("leases"),
+            Rejection::KeyNotFound { .. } => EtcdError::KeyNotFound,
+            Rejection::UserExists { .. } => EtcdError::UserExists,
+            Rejection::UserNotFound { .. } => EtcdError::UserNotFound,
+            Rejection::RoleExists { .. } => EtcdError::RoleExists,
+            Rejection::RoleNotFound { .. } => EtcdError::RoleNotFound,
+            Rejection::PermissionNotFound => EtcdError::PermissionNotGranted,
+            Rejection::NoAdmin | Rejection::BuiltInRole => EtcdError::InvalidAuthMgmt,
             other => EtcdError::Invalid(other.to_string()),
         }
     }
@@ -175,6 +366,12 @@ pub(super) fn error_of(error: WriteError) -> EtcdError {
         }
         WriteError::Invalid(why) => EtcdError::Invalid(why.to_string()),
         WriteError::Overloaded(what) => EtcdError::TooManyRequests(what),
+        // etcd's answer to a call naming no user while authentication is
+        // enforced; a token that does not check out is "invalid", which
+        // makes etcd's clients log in again.
+        WriteError::Unauthenticated(why) if why == AuthError::Missing.to_string() => {
+            EtcdError::UserEmpty
+        }
         WriteError::Unauthenticated(_) => EtcdError::InvalidAuthToken,
         WriteError::PermissionDenied(_) => EtcdError::PermissionDenied,
         WriteError::Refused(why) => EtcdError::Invalid(why),
@@ -193,7 +390,9 @@ mod tests {
     #[test]
     fn maybe_proposed_is_never_unavailable() {
         let status = status_of(WriteError::Unavailable("raft stopped".into()));
-        assert_eq!(status.code(), Code::DeadlineExceeded);
+        // Neither UNAVAILABLE nor DEADLINE_EXCEEDED: etcd's Go client
+        // resends a write on the latter.
+        assert_eq!(status.code(), Code::Unknown);
         assert_eq!(status.message(), "etcdserver: request timed out");
         let status = status_of(WriteError::NotLeader {
             leader_id: Some(2),
@@ -231,5 +430,83 @@ mod tests {
         let empty = Rejection::KeyLength { bytes: 0, max: 9 };
         let status: Status = EtcdError::of_rejection(&empty).into();
         assert_eq!(status.message(), "etcdserver: key is not provided");
+    }
+
+    #[test]
+    fn membership_refusals_take_etcds_texts_and_codes() {
+        for (error, code, text) in [
+            (
+                EtcdError::MemberNotFound,
+                Code::NotFound,
+                "etcdserver: member not found",
+            ),
+            (
+                EtcdError::PeerUrlExists,
+                Code::FailedPrecondition,
+                "etcdserver: Peer URLs already exists",
+            ),
+            (
+                EtcdError::MemberNotLearner,
+                Code::FailedPrecondition,
+                "etcdserver: can only promote a learner member",
+            ),
+            (
+                EtcdError::NotEnoughStartedMembers,
+                Code::Unknown,
+                "etcdserver: re-configuration failed due to not enough started members",
+            ),
+            (
+                EtcdError::BadLeaderTransferee,
+                Code::FailedPrecondition,
+                "etcdserver: bad leader transferee",
+            ),
+        ] {
+            let status: Status = error.into();
+            assert_eq!((status.code(), status.message()), (code, text));
+        }
+        let half: Status = EtcdError::AddedAsLearnerOnly {
+            id: 26,
+            why: "no quorum".into(),
+        }
+        .into();
+        // Not a code clientv3 resends a call on.
+        assert_eq!(half.code(), Code::Unknown);
+        assert!(half.message().contains("member 1a (node 26)"), "{half:?}");
+    }
+
+    #[test]
+    fn auth_refusals_take_etcds_texts_and_codes() {
+        let exists = Rejection::UserExists { name: "a".into() };
+        let status: Status = EtcdError::of_rejection(&exists).into();
+        assert_eq!(
+            (status.code(), status.message()),
+            (
+                Code::FailedPrecondition,
+                "etcdserver: user name already exists"
+            )
+        );
+        let status: Status = EtcdError::of_rejection(&Rejection::PermissionNotFound).into();
+        assert_eq!(
+            status.message(),
+            "etcdserver: permission is not granted to the role"
+        );
+        let missing = status_of(WriteError::Unauthenticated(AuthError::Missing.to_string()));
+        assert_eq!(
+            (missing.code(), missing.message()),
+            (Code::InvalidArgument, "etcdserver: user name is empty")
+        );
+        let stale = status_of(WriteError::Unauthenticated(AuthError::BadToken.to_string()));
+        assert_eq!(
+            (stale.code(), stale.message()),
+            (Code::Unauthenticated, "etcdserver: invalid auth token")
+        );
+        let status: Status = EtcdError::AuthFailed.into();
+        assert_eq!(
+            (status.code(), status.message()),
+            (
+                Code::InvalidArgument,
+                "etcdserver: authentication failed, invalid user ID or password"
+            )
+        );
     }
 }

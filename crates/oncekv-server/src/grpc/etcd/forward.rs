@@ -9,7 +9,7 @@
 //! What the follower answers when forwarding fails keeps the API's
 //! promise: the leader could not be reached at all, nothing was sent
 //! ("not leader", UNAVAILABLE); the connection failed after the call was
-//! sent, it may apply ("request timed out", DEADLINE_EXCEEDED). A node
+//! sent, it may apply ("request timed out", UNKNOWN). A node
 //! whose client port is on TLS does not forward (it would need a client
 //! certificate of its own): it answers "not leader", which etcd's clients
 //! retry on another endpoint.

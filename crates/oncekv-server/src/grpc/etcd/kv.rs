@@ -1,15 +1,16 @@
-//! `etcdserverpb.KV` onto the node: Range as a get or a prefix scan (past
-//! revisions through the history), Put, DeleteRange, Txn and Compact as
-//! the node's commands, proposed and deduplicated as native ones are. A
-//! write whose etcd response needs what the key held before (`prev_kv`)
-//! reads it in the same transaction, so the answer is exact and a retry
-//! replays it whole.
+//! `etcdserverpb.KV` onto the node: Range as a get or a read of a key
+//! range with its count (past revisions through the history), Put,
+//! DeleteRange, Txn and Compact as the node's commands, proposed and
+//! deduplicated as native ones are. A write whose etcd response needs what
+//! the key held before (`prev_kv`) reads it in the same transaction, so the
+//! answer is exact and a retry replays it whole; a put that keeps the key's
+//! value or lease (`ignore_value`, `ignore_lease`) takes them from the
+//! state when it applies.
 //!
-//! Keys are addressed as etcd addresses them, by `key` and `range_end`;
-//! oncekv serves one key (`range_end` empty) and a prefix (`range_end` the
-//! prefix's successor, or `key` and `range_end` both `\0` for every key).
-//! Other ranges, sorting by anything but the key, revision filters and
-//! leases on keys answer UNIMPLEMENTED for now.
+//! Keys are addressed as etcd addresses them, by `key` and `range_end`:
+//! one key (`range_end` empty), every key from `key` up to `range_end`
+//! (a prefix is the range up to its successor), or every key from `key` on
+//! (`range_end` `\0`). Nested transactions answer UNIMPLEMENTED.
 
 use super::errors::{EtcdError, error_of};
 use super::forward::{Route, answered};
@@ -25,8 +26,10 @@ use oncekv_proto::etcd::etcdserverpb::{
     ResponseOp, TxnRequest, TxnResponse, request_op, response_op,
 };
 use oncekv_proto::etcd::mvccpb::KeyValue as EtcdKeyValue;
-use oncekv_state::{Command, KeyMeta, Outcome, Query, Reply, Request};
-use oncekv_state::{Compare, CompareOp, CompareTarget as Target, Txn, TxnOp};
+use oncekv_state::{
+    Command, KeyMeta, KeyRange, KeyScope, Outcome, Query, Reply, Request, prefix_end,
+};
+use oncekv_state::{Compare, CompareOp, CompareTarget as Target, Txn, TxnOp, Update};
 use std::collections::BTreeMap;
 use tonic::{Response, Status};
 
@@ -35,12 +38,19 @@ use tonic::{Response, Status};
 pub(super) enum Keys {
     /// One key.
     One(Vec<u8>),
-    /// Every key under a prefix (empty: every key).
+    /// Every key under a prefix (empty: every key): the range up to the
+    /// prefix's successor, as `--prefix` sends it.
     Prefix(Vec<u8>),
+    /// Every key in any other range.
+    Range(KeyRange),
 }
 
 impl Keys {
-    /// The keys `key` and `range_end` address, as etcd reads them.
+    /// The keys `key` and `range_end` address, as etcd reads them: one key
+    /// without an end; a prefix when the end is the key's successor as a
+    /// prefix (or `key` and `range_end` are both `\0`: every key); every
+    /// key from `key` on with the end `\0`; else every key from `key` up
+    /// to the end (none if it is not above `key`).
     pub(super) fn of(key: &[u8], range_end: &[u8]) -> Result<Keys, EtcdError> {
         if range_end.is_empty() {
             if key.is_empty() {
@@ -51,24 +61,41 @@ impl Keys {
         if key == [0] && range_end == [0] {
             return Ok(Keys::Prefix(Vec::new()));
         }
-        if prefix_end(key) == range_end {
+        let successor = prefix_end(key);
+        if successor.as_deref().unwrap_or(&[0]) == range_end {
             return Ok(Keys::Prefix(key.to_vec()));
         }
         if range_end == [0] {
-            return Err(EtcdError::Unsupported(
-                "a range from a key to the end (--from-key)".to_string(),
-            ));
+            return Ok(Keys::Range(KeyRange::from_key(key)));
         }
-        Err(EtcdError::Unsupported(
-            "a range other than one key or a prefix".to_string(),
-        ))
+        Ok(Keys::Range(KeyRange::new(key, range_end)))
     }
 
+    /// The keys as a range.
+    fn range(&self) -> KeyRange {
+        match self {
+            Keys::One(key) => KeyRange::one(key.as_slice()),
+            Keys::Prefix(prefix) => KeyRange::prefix(prefix.as_slice()),
+            Keys::Range(range) => range.clone(),
+        }
+    }
+
+    /// The first key and the scope from it, as compares and watches name
+    /// keys.
+    pub(super) fn scoped(self) -> (Vec<u8>, KeyScope) {
+        match self {
+            Keys::One(key) => (key, KeyScope::Key),
+            Keys::Prefix(prefix) => (prefix, KeyScope::Prefix),
+            Keys::Range(KeyRange { start, end }) => (start, KeyScope::Range { end }),
+        }
+    }
+
+    /// The read of them (a range answers its count too).
     fn query(&self, limit: u32) -> Query {
         match self {
             Keys::One(key) => Query::Get { key: key.clone() },
-            Keys::Prefix(prefix) => Query::Scan {
-                prefix: prefix.clone(),
+            Keys::Prefix(_) | Keys::Range(_) => Query::Range {
+                range: self.range(),
                 limit,
             },
         }
@@ -77,8 +104,8 @@ impl Keys {
     fn read_op(&self, limit: u32) -> TxnOp {
         match self {
             Keys::One(key) => TxnOp::Get { key: key.clone() },
-            Keys::Prefix(prefix) => TxnOp::Scan {
-                prefix: prefix.clone(),
+            Keys::Prefix(_) | Keys::Range(_) => TxnOp::Range {
+                range: self.range(),
                 limit,
             },
         }
@@ -90,22 +117,11 @@ impl Keys {
             Keys::Prefix(prefix) => TxnOp::DeletePrefix {
                 prefix: prefix.clone(),
             },
+            Keys::Range(range) => TxnOp::DeleteRange {
+                range: range.clone(),
+            },
         }
     }
-}
-
-/// The end of the range of keys under `prefix` (etcd's `GetPrefixRangeEnd`):
-/// the prefix with its last byte below `0xff` incremented and what follows
-/// dropped; `\0` (every key from it on) when there is no such byte.
-fn prefix_end(prefix: &[u8]) -> Vec<u8> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    vec![0]
 }
 
 /// What a Range asks of each returned pair.
@@ -233,28 +249,42 @@ fn key_value(key: Vec<u8>, value: Vec<u8>, meta: KeyMeta, shape: Shape) -> EtcdK
     }
 }
 
-/// The pairs a get or scan reply holds, in etcd's terms, and whether more
-/// match beyond the limit.
-fn pairs_of(reply: Reply, shape: Shape) -> Result<(Vec<EtcdKeyValue>, bool), EtcdError> {
+/// The pairs a read answered, in etcd's terms.
+struct Pairs {
+    kvs: Vec<EtcdKeyValue>,
+    /// Whether more match beyond the limit.
+    more: bool,
+    /// How many match in all.
+    count: u64,
+}
+
+/// The pairs a get or range reply holds.
+fn pairs_of(reply: Reply, shape: Shape) -> Result<Pairs, EtcdError> {
     match reply {
-        Reply::Get { value, meta } => Ok((
-            value
+        Reply::Get { value, meta } => {
+            let kvs: Vec<EtcdKeyValue> = value
                 .zip(meta)
-                .map(|(value, meta)| Vec::from([(value, meta)]))
-                .unwrap_or_default()
+                .map(|(value, meta)| key_value(Vec::new(), value, meta, shape))
                 .into_iter()
-                .map(|(value, meta)| (Vec::new(), value, meta))
-                .map(|(key, value, meta)| key_value(key, value, meta, shape))
-                .collect(),
-            false,
-        )),
-        Reply::Scan { entries, more } => Ok((
-            entries
+                .collect();
+            Ok(Pairs {
+                count: kvs.len() as u64,
+                kvs,
+                more: false,
+            })
+        }
+        Reply::Range {
+            entries,
+            more,
+            count,
+        } => Ok(Pairs {
+            kvs: entries
                 .into_iter()
                 .map(|kv| key_value(kv.key, kv.value, kv.meta, shape))
                 .collect(),
             more,
-        )),
+            count,
+        }),
         Reply::Rejected(rejection) => Err(EtcdError::of_rejection(&rejection)),
         other => Err(EtcdError::Invalid(format!("unexpected reply {other:?}"))),
     }
@@ -268,7 +298,7 @@ fn leases_of(
     asked: &Keys,
 ) -> BTreeMap<Vec<u8>, i64> {
     let keys: Vec<&[u8]> = match (reply, asked) {
-        (Reply::Scan { entries, .. }, _) => entries.iter().map(|kv| kv.key.as_slice()).collect(),
+        (Reply::Range { entries, .. }, _) => entries.iter().map(|kv| kv.key.as_slice()).collect(),
         (Reply::Get { value: Some(_), .. }, Keys::One(key)) => vec![key.as_slice()],
         _ => Vec::new(),
     };
@@ -285,23 +315,23 @@ fn leases_of(
 }
 
 /// A Range response from a reply to `parts`' query.
-fn range_response(
-    reply: Reply,
-    parts: &RangeParts,
-    count_all: Option<usize>,
-) -> Result<RangeResponse, EtcdError> {
-    let (mut kvs, mut more) = pairs_of(reply, parts.shape)?;
+fn range_response(reply: Reply, parts: &RangeParts) -> Result<RangeResponse, EtcdError> {
+    let Pairs {
+        mut kvs,
+        mut more,
+        count,
+    } = pairs_of(reply, parts.shape)?;
     if let Keys::One(key) = &parts.keys {
         for kv in &mut kvs {
             kv.key.clone_from(key);
         }
     }
     // etcd counts every key in the range, before filters and the limit.
-    let count = count_all.unwrap_or(kvs.len());
     if parts.arrange.needs_all() {
         if more {
             return Err(EtcdError::Unsupported(format!(
-                "sorting or filtering more than the node's scan maximum of {count} keys"
+                "sorting or filtering more keys than the node's scan maximum ({} of {count})",
+                kvs.len()
             )));
         }
         parts.arrange.apply(&mut kvs);
@@ -324,11 +354,7 @@ fn range_response(
 
 /// A compare in the node's terms.
 fn compare_of(compare: &EtcdCompare) -> Result<Compare, EtcdError> {
-    let keys = Keys::of(&compare.key, &compare.range_end)?;
-    let (key, prefix) = match keys {
-        Keys::One(key) => (key, false),
-        Keys::Prefix(prefix) => (prefix, true),
-    };
+    let (key, scope) = Keys::of(&compare.key, &compare.range_end)?.scoped();
     let op = match compare.result() {
         CompareResult::Equal => CompareOp::Equal,
         CompareResult::NotEqual => CompareOp::NotEqual,
@@ -344,16 +370,23 @@ fn compare_of(compare: &EtcdCompare) -> Result<Compare, EtcdError> {
         }
         (CompareTarget::Mod, Some(TargetUnion::ModRevision(n))) => Target::ModRevision(number(n)?),
         (CompareTarget::Value, Some(TargetUnion::Value(value))) => Target::Value(value),
+        // A key's lease is its lease's name, whose order is its etcd ID's
+        // (16 hex digits); 0 is no lease.
+        (CompareTarget::Lease, Some(TargetUnion::Lease(id))) => match id {
+            0 => Target::Lease(None),
+            id if id > 0 => Target::Lease(Some(lease_name(id))),
+            id => {
+                return Err(EtcdError::Invalid(format!(
+                    "a compare against lease ID {id}"
+                )));
+            }
+        },
         // An unset target compares against its zero value, as etcd does.
         (CompareTarget::Version, None) => Target::Version(0),
         (CompareTarget::Create, None) => Target::CreateRevision(0),
         (CompareTarget::Mod, None) => Target::ModRevision(0),
         (CompareTarget::Value, None) => Target::Value(Vec::new()),
-        (CompareTarget::Lease, _) => {
-            return Err(EtcdError::Unsupported(
-                "a compare on a key's lease".to_string(),
-            ));
-        }
+        (CompareTarget::Lease, None) => Target::Lease(None),
         (target, Some(_)) => {
             return Err(EtcdError::Invalid(format!(
                 "a {} compare with a value of another kind",
@@ -363,7 +396,7 @@ fn compare_of(compare: &EtcdCompare) -> Result<Compare, EtcdError> {
     };
     Ok(Compare {
         key,
-        prefix,
+        scope,
         target,
         op,
     })
@@ -406,11 +439,7 @@ impl OpPlan {
                         key: put.key.clone(),
                     });
                 }
-                ops.push(TxnOp::Put {
-                    key: put.key.clone(),
-                    value: put.value.clone(),
-                    lease: lease_of(put),
-                });
+                ops.push(put_op(put));
                 Ok(OpPlan::Put {
                     prev_kv: put.prev_kv,
                     key: put.key.clone(),
@@ -448,11 +477,11 @@ impl OpPlan {
         };
         Ok(match self {
             OpPlan::Range(parts) => {
-                response_op::Response::ResponseRange(range_response(next()?, parts, None)?)
+                response_op::Response::ResponseRange(range_response(next()?, parts)?)
             }
             OpPlan::Put { prev_kv, key } => {
                 let prev_kv = if *prev_kv {
-                    let (mut kvs, _) = pairs_of(next()?, Shape::default())?;
+                    let Pairs { mut kvs, .. } = pairs_of(next()?, Shape::default())?;
                     kvs.pop().map(|mut kv| {
                         kv.key.clone_from(key);
                         kv
@@ -469,7 +498,7 @@ impl OpPlan {
             OpPlan::Delete { prev_kv, keys } => {
                 let mut prev_kvs = Vec::new();
                 if *prev_kv {
-                    (prev_kvs, _) = pairs_of(next()?, Shape::default())?;
+                    prev_kvs = pairs_of(next()?, Shape::default())?.kvs;
                     if let Keys::One(key) = keys {
                         for kv in &mut prev_kvs {
                             kv.key.clone_from(key);
@@ -491,9 +520,16 @@ impl OpPlan {
     }
 }
 
+/// The checks etcd makes of a put before proposing it, in its order.
 fn check_put(put: &PutRequest) -> Result<(), EtcdError> {
     if put.key.is_empty() {
         return Err(EtcdError::EmptyKey);
+    }
+    if put.ignore_value && !put.value.is_empty() {
+        return Err(EtcdError::ValueProvided);
+    }
+    if put.ignore_lease && put.lease != 0 {
+        return Err(EtcdError::LeaseProvided);
     }
     if put.lease < 0 {
         return Err(EtcdError::Invalid(format!(
@@ -501,12 +537,32 @@ fn check_put(put: &PutRequest) -> Result<(), EtcdError> {
             put.lease
         )));
     }
-    if put.ignore_value || put.ignore_lease {
-        return Err(EtcdError::Unsupported(
-            "ignore_value and ignore_lease".to_string(),
-        ));
-    }
     Ok(())
+}
+
+/// The node's operation a put is: a plain put, or one of an existing key
+/// keeping its value or its lease (refused when the key is absent).
+fn put_op(put: &PutRequest) -> TxnOp {
+    if !(put.ignore_value || put.ignore_lease) {
+        return TxnOp::Put {
+            key: put.key.clone(),
+            value: put.value.clone(),
+            lease: lease_of(put),
+        };
+    }
+    TxnOp::PutExisting {
+        key: put.key.clone(),
+        value: if put.ignore_value {
+            Update::Keep
+        } else {
+            Update::Set(put.value.clone())
+        },
+        lease: if put.ignore_lease {
+            Update::Keep
+        } else {
+            Update::Set(lease_of(put))
+        },
+    }
 }
 
 /// The node's lease a put attaches its key to.
@@ -683,24 +739,7 @@ impl Kv for EtcdApi {
             })
             .await
             .map_err(|error| Status::from(error_of(error)))?;
-        // A limited scan that stopped short counts every match with a
-        // second read (within the node's scan maximum).
-        let count_all = match (&reply, &parts.keys) {
-            (Reply::Scan { more: true, .. }, Keys::Prefix(_)) => {
-                let all = match query {
-                    Query::At { revision, .. } => Query::At {
-                        revision,
-                        query: Box::new(parts.keys.query(0)),
-                    },
-                    _ => parts.keys.query(0),
-                };
-                let (reply, _) = self.read(&request, &all, true).await?;
-                let (pairs, _) = pairs_of(reply, Shape::default())?;
-                Some(pairs.len())
-            }
-            _ => None,
-        };
-        let mut response = range_response(reply, &parts, count_all)?;
+        let mut response = range_response(reply, &parts)?;
         for kv in &mut response.kvs {
             kv.lease = leases.get(&kv.key).copied().unwrap_or(0);
         }
@@ -719,7 +758,9 @@ impl Kv for EtcdApi {
         let put = request.get_ref();
         check_put(put)?;
         let (key, value, lease) = (put.key.clone(), put.value.clone(), lease_of(put));
-        if put.prev_kv {
+        // A put that needs the key's previous pair, value or lease runs as
+        // a transaction that reads or keeps them when it applies.
+        if put.prev_kv || put.ignore_value || put.ignore_lease {
             let op = request_op::Request::RequestPut(put.clone());
             let (response, revision) = self.one_op(&request, op).await?;
             let response_op::Response::ResponsePut(mut response) = response else {
@@ -746,16 +787,17 @@ impl Kv for EtcdApi {
             let request = self.forwarded(request);
             return answered(self.leader_kv(channel).delete_range(request).await);
         }
-        // The previous pairs of a prefix come from one scan, so a delete of
-        // more keys than a scan holds could not answer them all: refused
+        // The previous pairs of a range come from one read, so a delete of
+        // more keys than a read holds could not answer them all: refused
         // before anything is proposed.
         let delete = request.get_ref();
         if delete.prev_kv
-            && let Keys::Prefix(prefix) = Keys::of(&delete.key, &delete.range_end)?
+            && let keys @ (Keys::Prefix(_) | Keys::Range(_)) =
+                Keys::of(&delete.key, &delete.range_end)?
         {
-            let scan = Query::Scan { prefix, limit: 0 };
-            let (reply, _) = self.read(&request, &scan, false).await?;
-            if matches!(reply, Reply::Scan { more: true, .. }) {
+            let read = keys.query(0);
+            let (reply, _) = self.read(&request, &read, false).await?;
+            if matches!(reply, Reply::Range { more: true, .. }) {
                 return Err(EtcdError::Unsupported(
                     "prev_kv on a delete of more keys than the node's scan maximum".to_string(),
                 )
@@ -825,27 +867,78 @@ mod tests {
     use super::*;
 
     #[test]
-    fn prefix_ends_are_etcds() {
-        assert_eq!(prefix_end(b"abc"), b"abd");
-        assert_eq!(prefix_end(b"a\xff"), b"b");
-        assert_eq!(prefix_end(b"\xff\xff"), b"\0");
-        assert_eq!(prefix_end(b""), b"\0");
+    fn keys_are_one_a_prefix_or_a_range() {
+        assert_eq!(Keys::of(b"a", b""), Ok(Keys::One(b"a".to_vec())));
+        assert_eq!(Keys::of(b"a", b"b"), Ok(Keys::Prefix(b"a".to_vec())));
+        assert_eq!(
+            Keys::of(b"a\xff", b"b"),
+            Ok(Keys::Prefix(b"a\xff".to_vec()))
+        );
+        assert_eq!(Keys::of(b"\0", b"\0"), Ok(Keys::Prefix(Vec::new())));
+        assert_eq!(Keys::of(b"\xff", b"\0"), Ok(Keys::Prefix(b"\xff".to_vec())));
+        assert_eq!(
+            Keys::of(b"b", b"\0"),
+            Ok(Keys::Range(KeyRange::from_key(b"b".to_vec())))
+        );
+        assert_eq!(
+            Keys::of(b"a", b"c"),
+            Ok(Keys::Range(KeyRange::new(b"a".to_vec(), b"c".to_vec())))
+        );
+        assert_eq!(Keys::of(b"", b""), Err(EtcdError::EmptyKey));
     }
 
     #[test]
-    fn keys_are_one_a_prefix_or_refused() {
-        assert_eq!(Keys::of(b"a", b""), Ok(Keys::One(b"a".to_vec())));
-        assert_eq!(Keys::of(b"a", b"b"), Ok(Keys::Prefix(b"a".to_vec())));
-        assert_eq!(Keys::of(b"\0", b"\0"), Ok(Keys::Prefix(Vec::new())));
-        assert_eq!(Keys::of(b"", b""), Err(EtcdError::EmptyKey));
-        assert!(matches!(
-            Keys::of(b"a", b"\0"),
-            Err(EtcdError::Unsupported(_))
-        ));
-        assert!(matches!(
-            Keys::of(b"a", b"c"),
-            Err(EtcdError::Unsupported(_))
-        ));
+    fn puts_keeping_value_or_lease_are_checked_as_etcd_checks_them() {
+        let put = |value: &[u8], lease, ignore_value, ignore_lease| PutRequest {
+            key: b"k".to_vec(),
+            value: value.to_vec(),
+            lease,
+            ignore_value,
+            ignore_lease,
+            ..PutRequest::default()
+        };
+        assert_eq!(
+            check_put(&put(b"v", 0, true, false)),
+            Err(EtcdError::ValueProvided)
+        );
+        assert_eq!(
+            check_put(&put(b"", 7, false, true)),
+            Err(EtcdError::LeaseProvided)
+        );
+        assert_eq!(check_put(&put(b"", 0, true, true)), Ok(()));
+        assert_eq!(
+            put_op(&put(b"", 7, true, false)),
+            TxnOp::PutExisting {
+                key: b"k".to_vec(),
+                value: Update::Keep,
+                lease: Update::Set(Some(lease_name(7))),
+            }
+        );
+        assert_eq!(
+            put_op(&put(b"v", 0, false, true)),
+            TxnOp::PutExisting {
+                key: b"k".to_vec(),
+                value: Update::Set(b"v".to_vec()),
+                lease: Update::Keep,
+            }
+        );
+    }
+
+    #[test]
+    fn lease_compares_name_the_lease() {
+        let compare = |id| EtcdCompare {
+            key: b"k".to_vec(),
+            target: CompareTarget::Lease as i32,
+            target_union: Some(TargetUnion::Lease(id)),
+            ..EtcdCompare::default()
+        };
+        let target = |id| compare_of(&compare(id)).map(|c| c.target);
+        assert_eq!(target(0), Ok(Target::Lease(None)));
+        assert_eq!(target(9), Ok(Target::Lease(Some(lease_name(9)))));
+        assert!(matches!(target(-1), Err(EtcdError::Invalid(_))));
+        // The names order as the IDs do.
+        assert!(lease_name(0x0f) < lease_name(0x10));
+        assert!(lease_name(0x10) < lease_name(i64::MAX));
     }
 
     #[test]

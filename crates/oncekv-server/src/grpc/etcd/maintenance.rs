@@ -6,25 +6,34 @@
 //! and succeeds; Snapshot, a backup taken on the leader (as `oncekv
 //! snapshot save` takes it) streamed in chunks and ended by the SHA-256 of
 //! all of it, as etcd ends its own (`oncekv snapshot restore` reads the
-//! file `etcdctl snapshot save` writes). Like the native status and alarms, they need the admin
-//! role while authentication is enforced.
+//! file `etcdctl snapshot save` writes); Hash, this member's state digest
+//! (the whole state machine: keys, leases, sessions, users) folded to 32
+//! bits; HashKV, a CRC-32 of the keys as they were at a revision (each
+//! key with its value, lease and revisions, in key order), which members
+//! at that revision answer alike; MoveLeader, a leadership transfer
+//! through openraft, on the leader only (etcd's rule). Like the native
+//! status and alarms, they need the admin role while authentication is
+//! enforced.
 
 use super::errors::{EtcdError, error_of};
 use super::forward::{Route, answered};
 use super::{EtcdApi, credentials_of};
+use crate::raft::consensus::WriteError;
 use oncekv_proto::etcd::etcdserverpb::alarm_request::AlarmAction;
 use oncekv_proto::etcd::etcdserverpb::maintenance_client::MaintenanceClient;
 use oncekv_proto::etcd::etcdserverpb::maintenance_server::Maintenance;
 use oncekv_proto::etcd::etcdserverpb::{
     AlarmMember, AlarmRequest, AlarmResponse, AlarmType, DefragmentRequest, DefragmentResponse,
-    SnapshotRequest, SnapshotResponse, StatusRequest, StatusResponse,
+    HashKvRequest, HashKvResponse, HashRequest, HashResponse, MoveLeaderRequest,
+    MoveLeaderResponse, SnapshotRequest, SnapshotResponse, StatusRequest, StatusResponse,
 };
+use oncekv_state::{Command, StateMachine, StoredValue};
+use std::collections::BTreeMap;
 use tonic::codegen::BoxStream;
+use tonic::{Response, Status};
 
 /// Bytes per chunk of a streamed snapshot.
 const SNAPSHOT_CHUNK_BYTES: usize = 1024 * 1024;
-use oncekv_state::Command;
-use tonic::{Response, Status};
 
 /// The etcd version the node reports by default: the release whose API
 /// (as far as it reaches) the node serves. Clients gate features on it
@@ -135,6 +144,82 @@ impl Maintenance for EtcdApi {
         }))
     }
 
+    async fn hash(
+        &self,
+        request: tonic::Request<HashRequest>,
+    ) -> Result<Response<HashResponse>, Status> {
+        self.node
+            .require_admin(&credentials_of(&request), "the hash")
+            .map_err(|error| Status::from(error_of(error)))?;
+        let (applied, digest) = self.node.state_digest().await;
+        Ok(Response::new(HashResponse {
+            header: Some(self.header(applied.map_or(0, |index| index.0))),
+            hash: fold_to_32_bits(digest),
+        }))
+    }
+
+    async fn hash_kv(
+        &self,
+        request: tonic::Request<HashKvRequest>,
+    ) -> Result<Response<HashKvResponse>, Status> {
+        self.node
+            .require_admin(&credentials_of(&request), "the hash")
+            .map_err(|error| Status::from(error_of(error)))?;
+        let asked = super::revision_from_wire(request.get_ref().revision);
+        // A copy costs a few pointers; the hash is computed from it off
+        // the async threads while applies go on.
+        let state = self.node.consensus().state_copy();
+        let hashed = tokio::task::spawn_blocking(move || kv_hash(&state, asked))
+            .await
+            .map_err(|error| Status::internal(format!("oncekv: hashing failed: {error}")))?
+            .map_err(|rejection| Status::from(EtcdError::of_rejection(&rejection)))?;
+        Ok(Response::new(HashKvResponse {
+            header: Some(self.header(hashed.applied)),
+            hash: hashed.hash,
+            compact_revision: hashed.compacted.map_or(-1, super::revision_to_wire),
+            hash_revision: super::revision_to_wire(hashed.revision),
+        }))
+    }
+
+    async fn move_leader(
+        &self,
+        request: tonic::Request<MoveLeaderRequest>,
+    ) -> Result<Response<MoveLeaderResponse>, Status> {
+        self.node
+            .require_admin(&credentials_of(&request), "moving the leader")
+            .map_err(|error| Status::from(error_of(error)))?;
+        let consensus = self.node.consensus();
+        // etcd serves it on the leader only (its clients find the leader
+        // first); nothing is forwarded.
+        match consensus.leading() {
+            Ok(_) => {}
+            Err(WriteError::NotLeader { .. }) => return Err(EtcdError::NotLeader.into()),
+            Err(error) => return Err(error_of(error).into()),
+        }
+        let target = request.get_ref().target_id;
+        let transferee = consensus
+            .membership()
+            .members
+            .into_iter()
+            .find(|member| member.id == target);
+        if !transferee.is_some_and(|member| member.voter) {
+            return Err(EtcdError::BadLeaderTransferee.into());
+        }
+        if target != self.node.id() {
+            consensus
+                .transfer_leader(target)
+                .await
+                .map_err(|error| Status::from(error_of(error)))?;
+            if !consensus.wait_for_leader(target).await {
+                return Err(EtcdError::LeaderTransferTimeout.into());
+            }
+        }
+        let applied = self.node.status().raft.applied_index.unwrap_or(0);
+        Ok(Response::new(MoveLeaderResponse {
+            header: Some(self.header(applied)),
+        }))
+    }
+
     async fn snapshot(
         &self,
         request: tonic::Request<SnapshotRequest>,
@@ -182,5 +267,162 @@ impl Maintenance for EtcdApi {
             })
         });
         Ok(Response::new(Box::pin(futures_util::stream::iter(chunks))))
+    }
+}
+
+/// A 64-bit digest as etcd's 32-bit hash: its halves XORed.
+fn fold_to_32_bits(digest: u64) -> u32 {
+    let [a, b, c, d, e, f, g, h] = digest.to_be_bytes();
+    u32::from_be_bytes([a, b, c, d]) ^ u32::from_be_bytes([e, f, g, h])
+}
+
+/// A hash of the keys at a revision ([`kv_hash`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct KvHash {
+    /// The hash.
+    hash: u32,
+    /// The revision it was taken at.
+    revision: u64,
+    /// The history's compacted revision, if any was compacted.
+    compacted: Option<u64>,
+    /// The state's applied index.
+    applied: u64,
+}
+
+/// The CRC-32 of the keys of `state` as they were at revision `asked` (0:
+/// now, the applied index): each live key with its value, lease and
+/// revisions, in key order, every field framed by its length. Refused as
+/// reads at that revision are (compacted, or in the future).
+fn kv_hash(state: &StateMachine, asked: u64) -> Result<KvHash, oncekv_state::Rejection> {
+    let applied = state.last_applied().map_or(0, |index| index.0);
+    let revision = if asked == 0 { applied } else { asked };
+    let kv = state.kv();
+    kv.check_readable(revision, applied)?;
+    // What each key changed after `revision` was then (absent: `None`),
+    // from its first later change.
+    let mut then: BTreeMap<&[u8], Option<&StoredValue>> = BTreeMap::new();
+    if let Some(after) = revision.checked_add(1) {
+        for event in kv.history().since(after)? {
+            then.entry(event.key.as_slice())
+                .or_insert(event.previous.as_deref());
+        }
+    }
+    let mut hasher = crc32fast::Hasher::new();
+    let mut add = |key: &[u8], stored: &StoredValue| {
+        let frame = |hasher: &mut crc32fast::Hasher, bytes: &[u8]| {
+            hasher.update(&(bytes.len() as u64).to_le_bytes());
+            hasher.update(bytes);
+        };
+        frame(&mut hasher, key);
+        frame(&mut hasher, &stored.value);
+        match &stored.lease {
+            Some(lease) => {
+                hasher.update(&[1]);
+                frame(&mut hasher, lease.as_bytes());
+            }
+            None => hasher.update(&[0]),
+        }
+        let meta = &stored.meta;
+        for number in [meta.create_revision, meta.mod_revision, meta.version] {
+            hasher.update(&number.to_le_bytes());
+        }
+    };
+    // The keys now, with those changed since replaced by what they were:
+    // a merge of two key-ordered sequences.
+    let mut now = kv.iter().peekable();
+    let mut changed = then.into_iter().peekable();
+    loop {
+        let from_then = match (now.peek(), changed.peek()) {
+            (None, None) => break,
+            (Some(_), None) => false,
+            (None, Some(_)) => true,
+            (Some((current, _)), Some((key, _))) => *key <= current.as_slice(),
+        };
+        if !from_then {
+            if let Some((key, stored)) = now.next() {
+                add(key, stored);
+            }
+            continue;
+        }
+        if let Some((key, was)) = changed.next() {
+            if now
+                .peek()
+                .is_some_and(|(current, _)| current.as_slice() == key)
+            {
+                now.next();
+            }
+            if let Some(stored) = was {
+                add(key, stored);
+            }
+        }
+    }
+    let compacted = kv.history().compacted();
+    Ok(KvHash {
+        hash: hasher.finalize(),
+        revision,
+        compacted: (compacted > 0).then_some(compacted),
+        applied,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oncekv_state::{ClusterTime, Entry, Limits, LogIndex, Rejection, Request};
+
+    #[test]
+    fn a_digest_folds_to_32_bits() {
+        assert_eq!(fold_to_32_bits(0x0000_0001_0000_0002), 3);
+        assert_eq!(fold_to_32_bits(0xffff_ffff_ffff_ffff), 0);
+    }
+
+    fn apply(machine: &mut StateMachine, index: u64, command: Command) {
+        machine.apply(&Entry {
+            index: LogIndex(index),
+            time: ClusterTime(0),
+            principal: None,
+            request: Request::plain(command),
+        });
+    }
+
+    fn put(key: &str, value: &str) -> Command {
+        Command::Put {
+            key: key.as_bytes().to_vec(),
+            value: value.as_bytes().to_vec(),
+            lease: None,
+        }
+    }
+
+    #[test]
+    fn the_keys_at_a_past_revision_hash_as_they_did_then() {
+        let mut machine = StateMachine::new(Limits::default());
+        apply(&mut machine, 1, put("a", "1"));
+        apply(&mut machine, 2, put("b", "1"));
+        apply(&mut machine, 3, put("d", "1"));
+        let then = kv_hash(&machine, 0).expect("a hash now");
+        assert_eq!((then.revision, then.applied, then.compacted), (3, 3, None));
+        // Changed, deleted, created, before and after the others in key
+        // order.
+        apply(&mut machine, 4, put("a", "2"));
+        apply(&mut machine, 5, Command::Delete { key: b"b".to_vec() });
+        apply(&mut machine, 6, put("c", "1"));
+        apply(&mut machine, 7, put("0", "1"));
+        apply(&mut machine, 8, put("d", "2"));
+        let now = kv_hash(&machine, 0).expect("a hash now");
+        assert_ne!(now.hash, then.hash);
+        assert_eq!(kv_hash(&machine, 3).map(|past| past.hash), Ok(then.hash));
+        assert_eq!(kv_hash(&machine, 8).map(|same| same.hash), Ok(now.hash));
+        assert!(matches!(
+            kv_hash(&machine, 9),
+            Err(Rejection::FutureRevision { .. })
+        ));
+        apply(&mut machine, 9, Command::Compact { revision: 5 });
+        assert!(matches!(
+            kv_hash(&machine, 3),
+            Err(Rejection::Compacted { .. })
+        ));
+        let at_compaction = kv_hash(&machine, 5).expect("the compacted revision");
+        assert_eq!(at_compaction.compacted, Some(5));
+        assert_eq!(kv_hash(&machine, 9).map(|same| same.hash), Ok(now.hash));
     }
 }

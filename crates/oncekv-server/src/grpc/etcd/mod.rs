@@ -1,5 +1,6 @@
 //! etcd's v3 API on the client port: [`EtcdApi`] answers etcd's services
-//! (`etcdserverpb.KV`, `Watch`, `Lease`, `Cluster`, `Maintenance`) as an adapter onto the
+//! (`etcdserverpb.KV`, `Watch`, `Lease`, `Cluster`, `Maintenance`,
+//! `Auth`; `v3lockpb.Lock`, `v3electionpb.Election`) as an adapter onto the
 //! node's own commands, queries and state, so an etcd `Put` and a native
 //! PUT of one key see each other at one revision. Revisions are the
 //! node's (log indexes: they only grow, but not one by one).
@@ -17,11 +18,14 @@
 //! (`forward`); watches and serializable reads are served by any member
 //! from its applied state.
 
+mod auth;
 mod cluster;
+mod election;
 mod errors;
 mod forward;
 mod kv;
 mod lease;
+mod lock;
 mod maintenance;
 mod watch;
 
@@ -29,11 +33,14 @@ use crate::auth::Credentials;
 use crate::node::Node;
 use oncekv_proto::IDEMPOTENCY_KEY_METADATA;
 use oncekv_proto::etcd::etcdserverpb::ResponseHeader;
+use oncekv_proto::etcd::etcdserverpb::auth_server::AuthServer;
 use oncekv_proto::etcd::etcdserverpb::cluster_server::ClusterServer;
 use oncekv_proto::etcd::etcdserverpb::kv_server::KvServer;
 use oncekv_proto::etcd::etcdserverpb::lease_server::LeaseServer;
 use oncekv_proto::etcd::etcdserverpb::maintenance_server::MaintenanceServer;
 use oncekv_proto::etcd::etcdserverpb::watch_server::WatchServer;
+use oncekv_proto::etcd::v3electionpb::election_server::ElectionServer;
+use oncekv_proto::etcd::v3lockpb::lock_server::LockServer;
 use oncekv_state::{IdempotencyKey, Origin, Principal};
 use std::sync::Arc;
 use tonic::Status;
@@ -112,6 +119,27 @@ impl EtcdApi {
     /// The Maintenance service.
     pub fn maintenance_server(&self, message_bytes_max: usize) -> MaintenanceServer<EtcdApi> {
         MaintenanceServer::new(self.clone())
+            .max_decoding_message_size(message_bytes_max)
+            .max_encoding_message_size(message_bytes_max)
+    }
+
+    /// The Lock service (`v3lockpb.Lock`).
+    pub fn lock_server(&self, message_bytes_max: usize) -> LockServer<EtcdApi> {
+        LockServer::new(self.clone())
+            .max_decoding_message_size(message_bytes_max)
+            .max_encoding_message_size(message_bytes_max)
+    }
+
+    /// The Election service (`v3electionpb.Election`).
+    pub fn election_server(&self, message_bytes_max: usize) -> ElectionServer<EtcdApi> {
+        ElectionServer::new(self.clone())
+            .max_decoding_message_size(message_bytes_max)
+            .max_encoding_message_size(message_bytes_max)
+    }
+
+    /// The Auth service.
+    pub fn auth_server(&self, message_bytes_max: usize) -> AuthServer<EtcdApi> {
+        AuthServer::new(self.clone())
             .max_decoding_message_size(message_bytes_max)
             .max_encoding_message_size(message_bytes_max)
     }

@@ -1,11 +1,13 @@
 //! `etcdserverpb.Watch` onto the node's watches: one bidirectional stream
 //! multiplexes any number of watches, each a native watch
-//! ([`Node::watch`](crate::node::Node::watch)) of one key or a prefix
-//! whose messages are turned into etcd's responses under its watch ID:
+//! ([`Node::watch`](crate::node::Node::watch)) of one key or a key range
+//! (a prefix is one) whose messages are turned into etcd's responses under its watch ID:
 //! created, events (with `prev_kv` and the NOPUT / NODELETE filters),
 //! progress notices (with `progress_notify`), and cancellation (asked for,
 //! or from the node: a compacted start revision answers
-//! `compact_revision`, as etcd's does).
+//! `compact_revision`, as etcd's does; a range whose end is not above its
+//! start is refused as etcd refuses it, created and cancelled at once
+//! under watch ID -1).
 //!
 //! A progress request is answered with the lowest revision every watch of
 //! the stream has sent everything up to (watch ID -1), so the promise it
@@ -143,14 +145,10 @@ impl EtcdApi {
         principal: Option<&Principal>,
         outbox: Outbox,
     ) -> Result<(JoinHandle<()>, Arc<AtomicU64>), EtcdError> {
-        let keys = Keys::of(&create.key, &create.range_end)?;
-        let (key, prefix) = match keys {
-            Keys::One(key) => (key, false),
-            Keys::Prefix(prefix) => (prefix, true),
-        };
+        let (key, scope) = Keys::of(&create.key, &create.range_end)?.scoped();
         let spec = WatchSpec {
             key,
-            prefix,
+            scope,
             start_revision: revision_from_wire(create.start_revision),
             previous: create.prev_kv,
             progress_interval: PROGRESS_INTERVAL_DEFAULT,
@@ -238,6 +236,17 @@ impl EtcdApi {
     ) -> Result<(), ()> {
         let response = match request.request_union {
             Some(RequestUnion::CreateRequest(create)) => {
+                if let Ok(Keys::Range(range)) = Keys::of(&create.key, &create.range_end)
+                    && range.is_empty()
+                {
+                    // etcd refuses an empty range before it picks an ID.
+                    let status = tonic::Status::from(EtcdError::EmptyWatchRange);
+                    let mut response = self.watch_response(-1, 0);
+                    response.created = true;
+                    response.canceled = true;
+                    response.cancel_reason = status.message().to_string();
+                    return outbox.send(Ok(response)).await.map_err(drop);
+                }
                 let asked = create.watch_id;
                 let id = crate::sync::lock(watches).id_for(asked);
                 let Some(id) = id else {

@@ -22,50 +22,11 @@ use oncekv_proto::etcd::etcdserverpb::auth_client::AuthClient;
 use oncekv_proto::etcd::etcdserverpb::{
     AuthRoleAddRequest, AuthStatusRequest, AuthenticateRequest,
 };
-use std::io::{BufRead, Write};
+use std::io::BufRead;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use support::etcdctl::{Run, answering, etcdctl};
 use support::{Cluster, Dependency, FAST, eventually, exclusive, missing_dependency};
-
-/// What one `etcdctl` run printed, and its exit code.
-#[derive(Debug, PartialEq, Eq)]
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-/// Runs `etcdctl ARGS` against `endpoint`, `stdin` given.
-fn etcdctl(endpoint: &str, args: &[&str], stdin: &str) -> Run {
-    let mut child = Command::new("etcdctl")
-        .env("ETCDCTL_API", "3")
-        .args(["--endpoints", endpoint, "--command-timeout", "10s"])
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run etcdctl");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(stdin.as_bytes())
-        .expect("write stdin");
-    let output = child.wait_with_output().expect("etcdctl output");
-    // The client's retry warnings are JSON log lines with times in them;
-    // the error it ends with is what is compared.
-    let stderr = String::from_utf8_lossy(&output.stderr)
-        .lines()
-        .filter(|line| !line.starts_with("{\"level\""))
-        .collect::<Vec<_>>()
-        .join("\n");
-    Run {
-        code: output.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr,
-    }
-}
 
 /// `text` with the response header of each JSON line dropped (its ids,
 /// term and revision differ between two servers) and `endpoint` named
@@ -306,16 +267,6 @@ fn lines_until(endpoint: &str, args: &[&str], last: &str) -> Vec<String> {
         "etcdctl {args:?} on {endpoint} printed {seen:?}"
     );
     seen
-}
-
-/// Waits until `endpoint` answers `etcdctl get`.
-async fn answering(endpoint: &str) {
-    let endpoint = endpoint.to_string();
-    eventually(Duration::from_secs(30), "etcdctl to be answered", || {
-        let endpoint = endpoint.clone();
-        async move { (etcdctl(&endpoint, &["get", "ready"], "").code == 0).then_some(()) }
-    })
-    .await;
 }
 
 /// Whether `etcdctl` is on PATH; reports its absence for `test`.

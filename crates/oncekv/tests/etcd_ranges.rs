@@ -16,7 +16,6 @@
 
 mod support;
 
-use oncekv_harness::testing::{EtcdProcess, on_path};
 use oncekv_proto::etcd::etcdserverpb::compare::{CompareResult, CompareTarget, TargetUnion};
 use oncekv_proto::etcd::etcdserverpb::kv_client::KvClient;
 use oncekv_proto::etcd::etcdserverpb::lease_client::LeaseClient;
@@ -26,130 +25,12 @@ use oncekv_proto::etcd::etcdserverpb::{
     Compare, LeaseGrantRequest, PutRequest, RangeRequest, RequestOp, TxnRequest,
     WatchCreateRequest, WatchRequest, request_op, response_op,
 };
-use std::collections::HashMap;
-use std::io::{BufRead, Write};
+use std::io::BufRead;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use support::{Cluster, Dependency, FAST, eventually, exclusive, missing_dependency};
+use support::etcdctl::{Normaliser, Run, answering, etcdctl, is_lease_id, reference};
+use support::{Cluster, FAST, exclusive};
 use tonic::transport::Channel;
-
-/// What one `etcdctl` run printed, and its exit code.
-#[derive(Debug, PartialEq, Eq)]
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-/// Runs `etcdctl ARGS` against `endpoint` with `stdin`, and stops it if it
-/// has not ended within 30 s (a watch the server does not end).
-fn etcdctl(endpoint: &str, args: &[&str], stdin: &str) -> Run {
-    let mut child = Command::new("etcdctl")
-        .env("ETCDCTL_API", "3")
-        .args(["--endpoints", endpoint, "--command-timeout", "10s"])
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run etcdctl");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(stdin.as_bytes())
-        .expect("write stdin");
-    let pid = child.id();
-    let (done, finished) = std::sync::mpsc::channel::<()>();
-    let guard = std::thread::spawn(move || {
-        if finished.recv_timeout(Duration::from_secs(30)).is_err() {
-            // Still running: end it (only this child, by its id).
-            let _ = Command::new("kill").arg(pid.to_string()).status();
-        }
-    });
-    let output = child.wait_with_output().expect("etcdctl output");
-    let _ = done.send(());
-    let _ = guard.join();
-    // The client's own retry warnings are JSON log lines with times in
-    // them; the error it ends with is what is compared.
-    let stderr = String::from_utf8_lossy(&output.stderr)
-        .lines()
-        .filter(|line| !line.starts_with("{\"level\""))
-        .collect::<Vec<_>>()
-        .join("\n");
-    Run {
-        code: output.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr,
-    }
-}
-
-/// Rewrites what legitimately differs between two servers: the header is
-/// dropped, each key revision becomes its rank among those seen so far in
-/// the transcript (both servers give later writes higher revisions), and
-/// each lease ID its rank among the leases seen.
-#[derive(Default)]
-struct Normaliser {
-    ranks: HashMap<String, usize>,
-    leases: HashMap<String, usize>,
-}
-
-/// Whether `word` is a lease ID as etcdctl prints it (16 hex digits).
-fn is_lease_id(word: &str) -> bool {
-    word.len() == 16 && word.bytes().all(|b| b.is_ascii_hexdigit())
-}
-
-impl Normaliser {
-    fn rank(ranks: &mut HashMap<String, usize>, seen: String) -> usize {
-        let next = ranks.len() + 1;
-        *ranks.entry(seen).or_insert(next)
-    }
-
-    fn json(&mut self, value: &mut serde_json::Value) {
-        match value {
-            serde_json::Value::Object(map) => {
-                map.remove("header");
-                for (name, field) in map.iter_mut() {
-                    if name == "create_revision" || name == "mod_revision" {
-                        let rank = Self::rank(&mut self.ranks, field.to_string());
-                        *field = serde_json::Value::String(format!("r{rank}"));
-                    } else if name == "lease" && field.as_i64().is_some_and(|id| id > 0) {
-                        let hex = format!("{:016x}", field.as_i64().unwrap_or(0));
-                        let rank = Self::rank(&mut self.leases, hex);
-                        *field = serde_json::Value::String(format!("lease-{rank}"));
-                    } else {
-                        self.json(field);
-                    }
-                }
-            }
-            serde_json::Value::Array(items) => items.iter_mut().for_each(|item| self.json(item)),
-            _ => {}
-        }
-    }
-
-    fn text(&mut self, text: &str) -> String {
-        text.lines()
-            .map(|line| {
-                if let Ok(mut value) = serde_json::from_str::<serde_json::Value>(line) {
-                    self.json(&mut value);
-                    return value.to_string();
-                }
-                line.split(' ')
-                    .map(|word| {
-                        if is_lease_id(word) {
-                            let rank = Self::rank(&mut self.leases, word.to_string());
-                            format!("lease-{rank}")
-                        } else {
-                            word.to_string()
-                        }
-                    })
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            })
-            .collect::<Vec<_>>()
-            .join("\n")
-    }
-}
 
 /// One step of the script.
 enum Step {
@@ -370,29 +251,6 @@ fn watch_until(endpoint: &str, args: &[&str], last: &str) -> Vec<String> {
         "etcdctl watch {args:?} on {endpoint} printed {seen:?}"
     );
     seen
-}
-
-/// Waits until `endpoint` answers `etcdctl get`.
-async fn answering(endpoint: &str) {
-    let endpoint = endpoint.to_string();
-    eventually(Duration::from_secs(30), "etcdctl to be answered", || {
-        let endpoint = endpoint.clone();
-        async move { (etcdctl(&endpoint, &["get", "ready"], "").code == 0).then_some(()) }
-    })
-    .await;
-}
-
-/// The prerequisites, or `None` once their absence is reported.
-fn reference(test: &str) -> Option<EtcdProcess> {
-    if on_path("etcdctl").is_none() {
-        missing_dependency(test, Dependency::Etcdctl, "no etcdctl binary on PATH");
-        return None;
-    }
-    let etcd = EtcdProcess::start();
-    if etcd.is_none() {
-        missing_dependency(test, Dependency::Etcd, "no etcd binary on PATH");
-    }
-    etcd
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -51,3 +51,4 @@ impl std::ops::DerefMut for Cluster {
         &mut self.0
     }
 }
+pub mod etcdctl;

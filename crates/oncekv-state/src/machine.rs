@@ -653,6 +653,16 @@ impl StateMachine {
             Command::Compact { revision } => {
                 let current = self.last_applied.map_or(0, |i| i.0);
                 let history = self.kv.history_mut();
+                // As etcd: compacting at or below what is compacted
+                // already is refused (once anything is).
+                let compacted = history.compacted();
+                if compacted > 0 && *revision <= compacted {
+                    let rejection = Rejection::Compacted {
+                        revision: *revision,
+                        compacted,
+                    };
+                    return Outcome::Applied(Reply::Rejected(rejection));
+                }
                 if *revision > current {
                     let rejection = Rejection::FutureRevision {
                         revision: *revision,

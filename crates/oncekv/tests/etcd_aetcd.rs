@@ -52,11 +52,6 @@ const EXPECTED_TO_DIFFER: &[(&str, &str)] = &[
         "a transaction inside a transaction's branch is not served yet (UNIMPLEMENTED)",
     ),
     (
-        "tests.integration.test_kv::test_compact",
-        "compacting again at the compacted revision succeeds, doing nothing; etcd refuses it \
-         with `mvcc: required revision has been compacted`",
-    ),
-    (
         "tests.integration.test_watch::test_watch_key_with_revision_compacted",
         "a watch from the compacted revision itself is refused as compacted (compaction drops \
          the events at that revision); etcd refuses only revisions below it and replays the \

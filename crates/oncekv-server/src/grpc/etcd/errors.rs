@@ -387,6 +387,33 @@ pub fn status_of(error: WriteError) -> Status {
 mod tests {
     use super::*;
 
+    /// The compatibility guide lists every text of the table: each quoted
+    /// `etcdserver: `, `mvcc: `, `mutex: ` or `election: ` text above the
+    /// tests must appear in it, in backquotes.
+    #[test]
+    fn the_compatibility_guide_lists_every_text() {
+        let source = include_str!("errors.rs");
+        let table = source.split("#[cfg(test)]").next().unwrap_or(source);
+        let guide = include_str!("../../../../../docs/etcd-compatibility.md");
+        let guide = guide.split_whitespace().collect::<Vec<_>>().join(" ");
+        let mut texts = 0;
+        for (at, _) in table.match_indices('"') {
+            let rest = &table[at + 1..];
+            let Some(end) = rest.find('"') else { continue };
+            let text = &rest[..end];
+            let etcds = ["etcdserver: ", "mvcc: ", "mutex: ", "election: "];
+            if !etcds.iter().any(|prefix| text.starts_with(prefix)) || text.contains('{') {
+                continue;
+            }
+            texts += 1;
+            assert!(
+                guide.contains(&format!("`{text}`")),
+                "docs/etcd-compatibility.md does not list `{text}`"
+            );
+        }
+        assert!(texts > 20, "only {texts} texts found in the table");
+    }
+
     #[test]
     fn maybe_proposed_is_never_unavailable() {
         let status = status_of(WriteError::Unavailable("raft stopped".into()));

@@ -13,7 +13,7 @@ use oncekv_proto::convert::{self, CallFailure, failure_from_wire};
 use oncekv_proto::v1::{self, AuthenticateRequest, ExecuteRequest, ReadRequest};
 use oncekv_state::{ADMIN_ROLE, AuthCommand, Command, Outcome, Query, Reply, Request, TokenKey};
 use std::time::Duration;
-use support::{FAST, connect, exclusive};
+use support::{FAST, connect, eventually, exclusive};
 
 const ELECTION: Duration = Duration::from_secs(20);
 
@@ -139,6 +139,18 @@ async fn a_lagging_follower_sends_an_unknown_user_to_the_leader() {
         .expect("a follower");
     let follower = node(follower_id);
     let root = login(leader, "root", "root-pw").await;
+    // The follower has applied the enabling of authentication before it
+    // is cut off (else it would judge bob's reads with it still off): it
+    // refuses a serializable read with a token it cannot check.
+    eventually(
+        ELECTION,
+        "the follower to enforce authentication",
+        || async {
+            let read = read_failure(follower, b"k", true, "not-a-token").await;
+            matches!(read, Some(CallFailure::Unauthenticated(_))).then_some(())
+        },
+    )
+    .await;
 
     // The follower is cut off; the leader and the other follower add bob.
     let others: Vec<u64> = cluster

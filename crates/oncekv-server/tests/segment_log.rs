@@ -1,9 +1,10 @@
 //! Crash safety of the segment log, through its API and its files: what
 //! was made durable is there after reopening; a torn tail (what a crash in
-//! the middle of a write leaves) is cut off and the log goes on; damage to
-//! what was synced (a flipped bit in any complete frame, a segment without
-//! its magic, a missing segment) refuses to open, with a typed error naming
-//! the file and the offset, and leaves the files as they are.
+//! the middle of a write leaves, beyond what the segment's end record says
+//! was synced) is cut off and the log goes on; damage to what was synced (a
+//! flipped bit in any complete frame, a segment without its magic, a
+//! missing segment) refuses to open, with a typed error naming the file and
+//! the offset, and leaves the files as they are.
 
 use oncekv_server::raft::segment_log::{DamageKind, LogDamage, SegmentLog};
 use oncekv_server::raft::type_config::TypeConfig;
@@ -15,8 +16,11 @@ use openraft::vote::RaftLeaderId;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
-/// Bytes of the segment magic, and of a frame header (the seal is one).
+/// Bytes of the segment magic, of the segment header (the magic and the
+/// two slots of the end record; frames start after it), and of a frame
+/// header (the seal is one).
 const MAGIC_BYTES: usize = 8;
+const SEGMENT_HEADER_BYTES: usize = 1024;
 const HEADER_BYTES: usize = 12;
 /// The sector size the log assumes a disk writes whole.
 const SECTOR_BYTES: usize = 512;
@@ -64,10 +68,12 @@ fn segment(dir: &Path) -> PathBuf {
 }
 
 /// The extents of a segment's frames with a body (seals left out), read
-/// the way the module doc lays them out: the magic, then frames of
-/// `[length u32][body crc u32][header crc u32][body]`.
+/// the way the module doc lays them out: the header (the magic `oncekvL3`
+/// and the end record), then frames of `[length u32][body crc u32][header
+/// crc u32][body]`.
 fn data_frames(bytes: &[u8]) -> Vec<Range<usize>> {
-    let mut at = MAGIC_BYTES;
+    assert!(bytes.starts_with(b"oncekvL3"));
+    let mut at = SEGMENT_HEADER_BYTES;
     let mut frames = Vec::new();
     while at + HEADER_BYTES <= bytes.len() {
         let length = u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes")) as usize;
@@ -164,31 +170,49 @@ async fn reopen_restores_entries_truncation_purge_and_vote() {
 /// Appends `1..=last` one entry per write (a frame each), closes the log,
 /// and returns the segment's bytes: the frames, then the seal.
 async fn one_frame_per_entry(dir: &Path, last: u64) -> Vec<u8> {
+    one_frame_per_entry_in_flight(dir, last).await.0
+}
+
+/// As [`one_frame_per_entry`], and the segment's header as it was before
+/// the last write: its end record says the frames before it were synced.
+/// With it, the last write is what a power loss while it was written can
+/// leave (the record after it never reached the disk), so it may be torn.
+async fn one_frame_per_entry_in_flight(dir: &Path, last: u64) -> (Vec<u8>, Vec<u8>) {
     let mut log = SegmentLog::open(dir).expect("open");
+    let mut header = Vec::new();
     for index in 1..=last {
+        header = std::fs::read(segment(dir)).expect("segment")[..SEGMENT_HEADER_BYTES].to_vec();
         append(&mut log, blanks(1, index..=index)).await;
     }
     drop(log);
-    std::fs::read(segment(dir)).expect("segment")
+    (std::fs::read(segment(dir)).expect("segment"), header)
+}
+
+/// `bytes` with `header` in place of their own.
+fn with_header(header: &[u8], bytes: &[u8]) -> Vec<u8> {
+    [header, &bytes[SEGMENT_HEADER_BYTES..]].concat()
 }
 
 #[tokio::test]
 async fn a_torn_tail_is_cut_off_at_every_byte_and_the_log_goes_on() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let whole = one_frame_per_entry(dir.path(), 3).await;
+    let (whole, before) = one_frame_per_entry_in_flight(dir.path(), 3).await;
     let path = segment(dir.path());
     let last = data_frames(&whole)[2].clone();
     let seal = whole[last.end..].to_vec();
     assert_eq!(seal.len(), HEADER_BYTES, "the log ends with its seal");
+    // The last write in flight: the end record from before it.
+    let in_flight = with_header(&before, &whole);
     for cut in last.start..whole.len() {
-        std::fs::write(&path, &whole[..cut]).expect("tear");
-        let (kept, sealed_end) = if cut < last.end {
-            (vec![1, 2], last.start)
+        std::fs::write(&path, &in_flight[..cut]).expect("tear");
+        // Once its frame is whole, opening syncs it and records it again.
+        let (kept, sealed_end, header) = if cut < last.end {
+            (vec![1, 2], last.start, &before[..])
         } else {
-            (vec![1, 2, 3], last.end)
+            (vec![1, 2, 3], last.end, &whole[..SEGMENT_HEADER_BYTES])
         };
         assert_eq!(open_indexes(dir.path()).await, kept, "cut at byte {cut}");
-        let mut expected = whole[..sealed_end].to_vec();
+        let mut expected = with_header(header, &whole[..sealed_end]);
         expected.extend_from_slice(&seal);
         assert_eq!(
             std::fs::read(&path).expect("segment"),
@@ -197,7 +221,7 @@ async fn a_torn_tail_is_cut_off_at_every_byte_and_the_log_goes_on() {
         );
     }
     // The log goes on after a cut.
-    std::fs::write(&path, &whole[..last.start + 5]).expect("tear");
+    std::fs::write(&path, &in_flight[..last.start + 5]).expect("tear");
     {
         let mut log = SegmentLog::open(dir.path()).expect("open torn");
         append(&mut log, blanks(2, 3..=4)).await;
@@ -222,17 +246,18 @@ async fn garbage_or_zeroes_after_the_last_frame_are_cut() {
 /// After a power loss the disk may hold the end of the last write but not
 /// its middle (sectors reach the disk in any order until the sync; one
 /// that never did reads as zeros). That write was never synced, so there
-/// is no seal after it: it is cut as a torn tail, whole.
+/// is no seal after it, and the end record is the one before it: it is
+/// cut as a torn tail, whole.
 #[tokio::test]
 async fn a_last_write_whose_sectors_never_reached_the_disk_is_cut_whole() {
     let dir = tempfile::tempdir().expect("tempdir");
-    one_frame_per_entry(dir.path(), 2).await;
+    let before = one_frame_per_entry(dir.path(), 2).await[..SEGMENT_HEADER_BYTES].to_vec();
     {
         let mut log = SegmentLog::open(dir.path()).expect("open");
         append(&mut log, blanks(1, 3..=800)).await;
     }
     let path = segment(dir.path());
-    let sealed = std::fs::read(&path).expect("segment");
+    let sealed = with_header(&before, &std::fs::read(&path).expect("segment"));
     let unsealed = &sealed[..sealed.len() - HEADER_BYTES];
     let last = data_frames(unsealed)[2].clone();
     assert!(last.len() > 4 * SECTOR_BYTES, "the write spans sectors");

@@ -22,14 +22,73 @@ pub enum LogDamage {
         /// What is wrong with it.
         kind: DamageKind,
     },
-    /// A segment does not start with the segment magic.
+    /// A segment does not start with a segment magic.
     #[error(
-        "log segment {} does not start with the log segment magic \"oncekvL2\": it is damaged or not a log segment, and the log does not open: rebuild this node from its peers (docs/operations.md)",
+        "log segment {} does not start with the log segment magic \"oncekvL3\" (or \"oncekvL2\", of earlier versions): it is damaged or not a log segment, and the log does not open: rebuild this node from its peers (docs/operations.md)",
         file.display()
     )]
     NoMagic {
         /// The segment file.
         file: PathBuf,
+    },
+    /// A segment's header (its magic and end record) is damaged or
+    /// missing, or its end record contradicts the file.
+    #[error(
+        "log segment {} has a damaged or missing header: {why}. The log does not open: rebuild this node from its peers (docs/operations.md)",
+        file.display()
+    )]
+    Header {
+        /// The segment file.
+        file: PathBuf,
+        /// What is wrong.
+        why: String,
+    },
+    /// A segment ends before the end its end record says was synced:
+    /// synced, acknowledged writes are gone (the file was truncated or
+    /// overwritten). Never a torn write, which only ever lies beyond it.
+    #[error(
+        "log segment {} ends before its synced end: its end record says it was synced through byte {synced_bytes} ({}), but its intact frames end at byte {found_bytes} ({}; the file is {file_bytes} bytes long). Synced, acknowledged writes are gone (the file was truncated or overwritten): that is not what a crash leaves, so nothing was cut and the log does not open: rebuild this node from its peers (docs/operations.md)",
+        file.display(),
+        entries_through(*synced_index),
+        entries_through(*found_index)
+    )]
+    SyncedEndMissing {
+        /// The segment file.
+        file: PathBuf,
+        /// The end record's synced end.
+        synced_bytes: u64,
+        /// The end record's last index.
+        synced_index: Option<u64>,
+        /// Where the segment's intact frames end.
+        found_bytes: u64,
+        /// The highest entry index in them.
+        found_index: Option<u64>,
+        /// The size of the file.
+        file_bytes: u64,
+    },
+    /// The last segment is closed: the log went on in a segment that is
+    /// gone.
+    #[error(
+        "log segment {} was closed and continued in {} (its end record says so, durably), but {} is missing: the end of the log is gone, with acknowledged entries, so the log does not open: rebuild this node from its peers (docs/operations.md)",
+        file.display(),
+        missing.display(),
+        missing.display()
+    )]
+    SuccessorMissing {
+        /// The closed segment, the last one present.
+        file: PathBuf,
+        /// The segment it continued in.
+        missing: PathBuf,
+    },
+    /// The log directory holds a vote but no segment: a node that voted
+    /// always has a log.
+    #[error(
+        "log segments missing: {} has a vote but no segment (a log's first segment is created before the node ever votes): acknowledged entries may be gone, so the log does not open: rebuild this node from its peers (docs/operations.md)",
+        dir.display()
+    )]
+    NoSegments {
+        /// The log directory.
+        dir: PathBuf,
     },
     /// Segments are missing between or before the ones present.
     #[error(
@@ -59,6 +118,14 @@ pub enum LogDamage {
         /// What is wrong.
         why: String,
     },
+}
+
+/// "entries up to index N", or "no entry".
+fn entries_through(index: Option<u64>) -> String {
+    match index {
+        Some(index) => format!("entries up to index {index}"),
+        None => "no entry".to_string(),
+    }
 }
 
 impl From<LogDamage> for io::Error {

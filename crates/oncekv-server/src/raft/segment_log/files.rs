@@ -1,5 +1,6 @@
 //! The log's files: cutting a torn tail, creating segments, finding
-//! missing ones, and the vote file.
+//! missing ones, and the vote file. (A missing end of the log is found
+//! from the segments' end records, in `end_record`.)
 
 use super::*;
 
@@ -26,13 +27,14 @@ pub(super) fn cut(path: &Path, length: u64) -> io::Result<()> {
     file.sync_all()
 }
 
-/// Creates segment `number` with its magic, durably.
+/// Creates segment `number` with its header (magic and first end
+/// record), durably.
 pub(super) fn create_segment(dir: &Path, number: u64) -> io::Result<File> {
     let mut file = crate::private_fs::options()
         .create_new(true)
         .write(true)
         .open(segment_path(dir, number))?;
-    file.write_all(SEGMENT_MAGIC)?;
+    file.write_all(&new_header(number))?;
     file.sync_data()?;
     sync_dir(dir)?;
     Ok(file)

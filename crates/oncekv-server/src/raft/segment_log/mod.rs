@@ -3,10 +3,12 @@
 //! # On disk
 //!
 //! A directory of numbered segment files (`0000000000.log`, then
-//! `0000000001.log`, ...) and a `vote` file. A segment starts with the
-//! magic `oncekvL2`, then holds frames, `[body length u32][body crc32
-//! u32][header crc32 u32][postcard records]` (little-endian; the header
-//! checksum covers the 8 bytes before it). A writer thread drains every
+//! `0000000001.log`, ...) and a `vote` file. A segment starts with a
+//! 1024-byte header: the magic `oncekvL3`, then the two slots of its **end
+//! record** (below), one in each of the first two 512-byte sectors. Frames
+//! follow, `[body length u32][body crc32 u32][header crc32 u32][postcard
+//! records]` (little-endian; the header checksum covers the 8 bytes before
+//! it). A writer thread drains every
 //! queued append, writes them as one frame and issues one `fdatasync`
 //! before any of their callbacks fire (group commit; a batch over 16 MiB
 //! becomes several frames, each synced before the next is written). A
@@ -30,17 +32,57 @@
 //! frame is written over it: that frame says the same by being there. So
 //! the high-water mark costs one small write per batch and no `fdatasync`.
 //!
+//! # The end record: the log's end is durable knowledge
+//!
+//! The seal sits at the end of the file, where a truncation takes it away.
+//! So, at the same moment (after the sync, before the callbacks), the
+//! writer also writes the segment's end record into its header: `[sequence
+//! u64][segment number u64][synced bytes u64][last index u64][flags u8: has
+//! an index, closed][zero x3][crc32 of the 36 bytes before]` (40 bytes):
+//! "this segment was synced through byte N, where its last synced frame
+//! ends, with entries up to index I". Like the seal it is written, not
+//! synced: one `pwrite` per batch, no `fdatasync` (the next batch's sync
+//! takes the header's page along). Written only after the sync it
+//! describes, the record on disk may be older than the frames after a
+//! power loss (a batch behind at most, as each sync flushes the one
+//! before), never newer; a process crash leaves the newest in the page
+//! cache. The sequence number's parity is the slot it goes to, and the
+//! newer of the two that check counts, so a torn write of one slot leaves
+//! the other, a batch older. A segment is closed (rolled) by creating the
+//! next one durably first, then writing and syncing the closing one's
+//! record with "closed: the log goes on in the next segment" (one more
+//! sync per 64 MiB), so a missing last segment is known from its
+//! predecessor. Opening the log syncs the last segment's intact frames and
+//! records them; a clean close (the log dropped) syncs the last record.
+//!
+//! Segments of the earlier format (`oncekvL2`: the magic, then frames; no
+//! end record) are read exactly as before. At open, an L2 last segment is
+//! synced and closed as it is, and the log goes on in a new L3 segment, so
+//! an upgraded node's new writes are covered from its first start. What
+//! the L2 segments hold is judged by the frame rules alone (below): they
+//! record no end.
+//!
 //! # Torn tail or damage
 //!
 //! A crash can only leave incomplete the one write in flight, at the very
-//! end of the last segment. Opening the log tells that **torn tail** (cut
-//! off, with a warning) from **damage** to what was synced (refused with a
-//! [`LogDamage`], carried as an [`io::Error`] of kind `InvalidData`, naming
-//! the file and the byte offset of the damaged frame):
+//! end of the last segment, beyond what its end record says was synced.
+//! Opening the log tells that **torn tail** (cut off, with a warning) from
+//! **damage** to what was synced (refused with a [`LogDamage`], carried as
+//! an [`io::Error`] of kind `InvalidData`, naming the file and the byte
+//! offset of the damaged frame, or what is missing):
 //!
-//! - The file ends inside a frame (fewer bytes than its header, or its
-//!   header's length, says) or inside the magic of a segment being created:
-//!   torn.
+//! - Frames before the synced end of a segment's newest end record were
+//!   synced: judged as in a segment that is not the last (anything wrong
+//!   is damage). A segment whose intact frames end before that synced end
+//!   (the file was truncated, at a frame boundary or inside a frame, or
+//!   overwritten), or hold a lower last index than the record's, is
+//!   refused ([`LogDamage::SyncedEndMissing`]): a torn tail is only ever
+//!   cut beyond the synced end. So is an end record that checks in
+//!   neither slot, names another segment, or whose synced end is not
+//!   where a frame ends ([`LogDamage::Header`]).
+//! - Beyond the synced end of the last segment (or anywhere in an L2 last
+//!   segment): the file ends inside a frame (fewer bytes than its header,
+//!   or its header's length, says): torn.
 //! - A complete frame (its header checks and its whole body is there) whose
 //!   body checksum does not match is damage if anything follows it in the
 //!   file (a seal, another frame, even a torn one: it was synced before any
@@ -52,19 +94,31 @@
 //!   never wrongly cut, if its checksums happen to look like one flipped
 //!   bit: odds of about its length in bits in 2^32 (1 in 500 000 for
 //!   a 1 KiB frame, 1 in 512 for a 1 MiB frame).
-//! - A header whose checksum does not match is torn if nothing intact
-//!   follows it (zeros, or the rest of the frame being written), and damage
-//!   if an intact frame or seal does, or if flipping one of its bits back
-//!   yields a header whose complete frame is intact.
+//! - A header whose checksum does not match is damage if flipping one of
+//!   its bits back yields a header whose complete frame is intact; beyond
+//!   the synced end of the last segment, it is torn if nothing intact
+//!   follows it (zeros, or the rest of the frame being written), and
+//!   damage if an intact frame or seal does.
 //! - Anything wrong in a segment that is not the last is damage.
+//! - The last segment ends inside its header (or magic): torn (a crash
+//!   while it was created, before anything was written to it), unless it
+//!   is known to have been whole and synced: its predecessor's end record
+//!   says the log went on in it, or it is the first segment left and the
+//!   log has a vote (a log's first segment is created, durably, before the
+//!   node ever votes) or a purge deleted the ones before it
+//!   ([`LogDamage::Header`]).
+//! - The last segment's end record says it is closed: the segment the log
+//!   went on in is gone ([`LogDamage::SuccessorMissing`]).
+//! - A vote but no segment at all ([`LogDamage::NoSegments`]).
 //!
 //! The search for intact frames after a bad header is one pass, linear in
 //! the bytes searched: a header's checksum is computed only where its length
 //! fits in the file, a body's only behind an intact header, and the body
 //! bytes checksummed are capped at the length searched (past the cap the
-//! damage is refused rather than the bytes rescanned).
+//! damage is refused rather than the bytes rescanned). Numbers read from
+//! disk (lengths, end records) are checked, never trusted in arithmetic.
 //!
-//! A segment that does not start with the magic is refused, as is a gap in
+//! A segment that does not start with a magic is refused, as is a gap in
 //! the segment numbers, or a first segment missing while nothing was purged
 //! that far: nothing is ever silently skipped, and a node whose log cannot
 //! be trusted refuses to start rather than rejoin from a snapshot with
@@ -72,9 +126,23 @@
 //! it from its peers). A refused log is left as it is: a torn tail is cut
 //! only once the whole log is known to open. Then the last segment is
 //! synced (frames a crash left written but unsynced become durable before
-//! anything follows them) and sealed. Not detectable here: whole segments
-//! lost at the end of the log, or whole frames lost with their seal at the
-//! end of the last segment; nothing after them is left to tell.
+//! anything follows them), recorded and sealed.
+//!
+//! Still not detectable here, for want of anything left to tell:
+//!
+//! - After a power loss (not a process crash) the end record on disk may
+//!   be one batch behind the frames: a truncation of exactly that last
+//!   batch, at its frame boundary, made before the node starts again,
+//!   passes.
+//! - Everything lost together: all segments and the vote file deleted (the
+//!   data directory's identity file is no proof of a log: it is written
+//!   before the log's first segment is created), or a segment truncated
+//!   with its end record rewritten to match.
+//! - In L2 segments, which record no end: an L2 segment cut at a frame
+//!   boundary, or, right after an upgrade, the L3 segments after the last
+//!   L2 one deleted (the L2 segment does not say it was closed).
+//! - A damaged newest slot of an end record: the older copy counts, a
+//!   batch less protected.
 //!
 //! [`SegmentLog::open_inline`] writes on the caller's task instead of a
 //! thread (same files, same order, one sync per write), for deterministic
@@ -96,8 +164,6 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock, mpsc};
 
 /// Segments are closed once they exceed this size.
 const SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
-/// The first bytes of every segment.
-const SEGMENT_MAGIC: &[u8; 8] = b"oncekvL2";
 /// Frame header: body length, body checksum, checksum of those 8 bytes.
 const HEADER_BYTES: usize = 12;
 /// A batch is cut into frames of about this size, each synced before the
@@ -116,12 +182,14 @@ type LogId = LogIdOf<TypeConfig>;
 type Vote = VoteOf<TypeConfig>;
 
 mod damage;
+mod end_record;
 mod files;
 mod frame;
 mod scan;
 mod writer;
 
 pub use damage::{DamageKind, LogDamage};
+use end_record::*;
 use files::*;
 use frame::*;
 use scan::*;
@@ -277,6 +345,7 @@ impl SegmentLog {
             ..Memory::default()
         };
         let mut closed = Vec::new();
+        let mut found = Vec::new();
         let mut tail = None;
         for (position, number) in numbers.iter().copied().enumerate() {
             let last = position + 1 == numbers.len();
@@ -288,6 +357,15 @@ impl SegmentLog {
                 }
                 drop(memory.replay(record));
             }
+            found.push(FoundSegment {
+                number,
+                end: segment.end,
+                frames_end: segment.trailing_seal.unwrap_or(segment.intact_end),
+                intact_end: segment.intact_end,
+                file_bytes,
+                max,
+                synced_end_is_frame_end: segment.synced_end_is_frame_end,
+            });
             if last {
                 tail = Some(Tail {
                     number,
@@ -296,6 +374,7 @@ impl SegmentLog {
                     trailing_seal: segment.trailing_seal,
                     torn: segment.torn,
                     file_bytes,
+                    end: segment.end,
                 });
             } else {
                 closed.push((number, max));
@@ -306,13 +385,14 @@ impl SegmentLog {
         {
             check_nothing_missing_before(dir, first, &memory)?;
         }
+        check_ends(dir, &found, memory.vote.is_some())?;
         // The log opens: only now is anything cut.
         if let Some(tail) = &tail {
             cut_torn_tail(dir, tail)?;
         }
         let segments = match tail {
             Some(tail) if tail.intact_end > 0 => Segments::resume(dir, closed, tail)?,
-            // Empty, or cut inside its magic: it starts again.
+            // Empty, or cut inside its header: it starts again.
             Some(tail) => {
                 std::fs::remove_file(segment_path(dir, tail.number))?;
                 Segments::create(dir, closed, tail.number)?
@@ -532,8 +612,7 @@ mod tests {
     /// (seals included) starts and ends, for a segment written by this
     /// module.
     fn frames(bytes: &[u8]) -> Vec<(std::ops::Range<usize>, usize)> {
-        assert!(bytes.starts_with(SEGMENT_MAGIC));
-        let mut at = SEGMENT_MAGIC.len();
+        let mut at = Format::of(bytes).expect("a magic").frames_start();
         let mut out = Vec::new();
         while at < bytes.len() {
             let header = parse_header(header_bytes_at(bytes, at).expect("a header"))
@@ -634,21 +713,28 @@ mod tests {
         assert_eq!(single_flipped_bit(body.len(), written, found), None);
     }
 
-    /// A segment's bytes after `write`s of one frame per group, unsealed
-    /// if `unsealed`, with the frames' extents (the seal excluded).
+    /// A segment's bytes after `write`s of one frame per group, with the
+    /// frames' extents (the seal excluded). `in_flight`: as a power loss
+    /// while the last group was written may leave it: without the seal
+    /// after it, and with the end record written before it (the one after
+    /// it never reached the disk), so the last frame may be torn.
     fn written_log(
         groups: &[std::ops::RangeInclusive<u64>],
-        unsealed: bool,
+        in_flight: bool,
     ) -> (Vec<u8>, Vec<(std::ops::Range<usize>, usize)>) {
         let dir = tempfile::tempdir().expect("tempdir");
+        let path = segment_path(dir.path(), 0);
         let (_, mut segments) = SegmentLog::replay(dir.path()).expect("open");
+        let mut header_before_last = Vec::new();
         for group in groups {
+            header_before_last = std::fs::read(&path).expect("segment")[..FRAMES_START].to_vec();
             write(&mut segments, group.clone());
         }
-        let mut bytes = std::fs::read(segment_path(dir.path(), 0)).expect("segment");
+        let mut bytes = std::fs::read(&path).expect("segment");
         assert!(bytes.ends_with(&seal()));
-        if unsealed {
+        if in_flight {
             bytes.truncate(bytes.len() - HEADER_BYTES);
+            bytes[..FRAMES_START].copy_from_slice(&header_before_last);
         }
         let data_frames = frames(&bytes)
             .into_iter()
@@ -708,7 +794,7 @@ mod tests {
                         }
                     }
                 }
-                for byte in 0..SEGMENT_MAGIC.len() {
+                for byte in 0..MAGIC_BYTES {
                     let mut damaged = bytes.clone();
                     damaged[byte] ^= 0x04;
                     assert!(matches!(
@@ -720,8 +806,9 @@ mod tests {
         }
     }
 
-    /// The same through real files, for a few cuts: the file is cut, then
-    /// sealed, and appends go on after it.
+    /// The same through real files, for a few cuts of a write in flight
+    /// (the end record before it): the file is cut, then sealed, and
+    /// appends go on after it.
     #[test]
     fn a_torn_log_is_cut_sealed_and_goes_on() {
         let (bytes, data_frames) = written_log(&seeded_groups(9, 3), true);
@@ -829,7 +916,8 @@ mod tests {
     #[test]
     fn a_32_mib_segment_of_frame_like_headers_is_judged_in_linear_work() {
         let size = 32 * 1024 * 1024;
-        let mut bytes = SEGMENT_MAGIC.to_vec();
+        // An L2 segment: frames right after the magic.
+        let mut bytes = SEGMENT_MAGIC_L2.to_vec();
         bytes.extend_from_slice(&[0xAB; HEADER_BYTES]); // a damaged header
         while bytes.len() + HEADER_BYTES <= size {
             let body = size - bytes.len() - HEADER_BYTES;
@@ -837,7 +925,7 @@ mod tests {
             bytes.extend_from_slice(&frame_header(body, 0xDEAD_BEEF));
         }
         bytes.resize(size, 0x5A);
-        let from = SEGMENT_MAGIC.len() + 1;
+        let from = MAGIC_BYTES + 1;
         let (following, cost) = search_intact_after(&bytes, from);
         assert_eq!(following, Following::TooManyCandidates);
         assert!(cost.body_bytes_checked <= (size - from) as u64, "{cost:?}");
@@ -858,6 +946,8 @@ mod tests {
     fn damage_at_the_start_of_a_32_mib_segment_is_refused() {
         let (mut bytes, data_frames) = written_log(&[1..=1], false);
         bytes.truncate(bytes.len() - HEADER_BYTES);
+        // Beyond the synced end too: the end record before the frame.
+        bytes[..FRAMES_START].copy_from_slice(&new_header(0));
         let first = data_frames[0].0.clone();
         let body = noise(3, 1024 * 1024);
         while bytes.len() < 32 * 1024 * 1024 {
@@ -880,9 +970,13 @@ mod tests {
     }
 
     #[test]
-    fn a_segment_cut_off_inside_its_magic_starts_again() {
+    fn a_segment_cut_off_inside_its_header_starts_again() {
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::write(segment_path(dir.path(), 0), &SEGMENT_MAGIC[..3]).expect("write");
+        let (memory, _) = SegmentLog::replay(dir.path()).expect("open");
+        assert!(memory.entries.is_empty());
+        // So is one cut inside its end record.
+        std::fs::write(segment_path(dir.path(), 0), &new_header(0)[..100]).expect("write");
         let (memory, mut segments) = SegmentLog::replay(dir.path()).expect("open");
         assert!(memory.entries.is_empty());
         write(&mut segments, 1..=1);
@@ -909,8 +1003,8 @@ mod tests {
     /// entries each; returns the segments.
     fn rolled(dir: &Path, count: u64) -> Segments {
         let (_, mut segments) = SegmentLog::replay(dir).expect("open");
-        // The magic, then frames of 17 bytes: closed after the second.
-        segments.segment_bytes = 30;
+        // The header, then frames of 17 bytes: closed after the second.
+        segments.segment_bytes = FRAMES_START as u64 + 30;
         for index in 1..=count {
             write(&mut segments, index..=index);
         }
@@ -980,5 +1074,450 @@ mod tests {
         let first = segment_numbers(dir.path()).expect("segments")[0];
         std::fs::remove_file(segment_path(dir.path(), first)).expect("delete");
         assert_eq!(missing(dir.path()), (0, first));
+    }
+
+    /// The refusal an open of `dir` ends with.
+    fn refusal(dir: &Path) -> (LogDamage, String) {
+        let error = SegmentLog::replay(dir).err().expect("refused");
+        assert_eq!(error.kind(), io::ErrorKind::InvalidData, "{error}");
+        let damage = error
+            .get_ref()
+            .and_then(|inner| inner.downcast_ref::<LogDamage>())
+            .unwrap_or_else(|| panic!("not a LogDamage: {error}"))
+            .clone();
+        (damage, error.to_string())
+    }
+
+    /// The newest end record in the segment file at `path`.
+    fn end_of(path: &Path) -> EndRecord {
+        newest_end(&std::fs::read(path).expect("segment")).expect("an end record")
+    }
+
+    fn vote(dir: &Path) {
+        write_vote(dir, &Vote::new(1, 1)).expect("vote");
+    }
+
+    #[test]
+    fn every_synced_batch_is_recorded_in_the_segment_and_closing_makes_it_durable() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = segment_path(dir.path(), 0);
+        let (_, mut segments) = SegmentLog::replay(dir.path()).expect("open");
+        assert_eq!(end_of(&path), EndRecord::created(0));
+        write(&mut segments, 1..=2);
+        write(&mut segments, 3..=3);
+        let bytes = std::fs::read(&path).expect("segment");
+        let last = frames(&bytes)
+            .into_iter()
+            .rfind(|(_, records)| *records > 0)
+            .expect("frames")
+            .0;
+        let end = end_of(&path);
+        assert_eq!(
+            (end.sequence, end.synced_bytes, end.last_index, end.closed),
+            (2, last.end as u64, Some(3), false)
+        );
+        // Both slots hold a record: the one before it is still whole.
+        let older = EndRecord::decode(
+            bytes[SLOT_OFFSETS[1]..].first_chunk().expect("slot B"),
+            SLOT_OFFSETS[1],
+        )
+        .expect("slot B checks");
+        assert_eq!((older.sequence, older.last_index), (1, Some(2)));
+        // A vote alone syncs no frame: no new record.
+        let (mut only_vote, mut reply) = pending_write(Vec::new(), None, None);
+        only_vote.vote = Some(Vote::new(1, 1));
+        assert!(write_and_complete(&mut segments, vec![only_vote]));
+        reply.try_recv().expect("completed").expect("durable");
+        assert_eq!(end_of(&path), end);
+        // Zeros are no record (a slot never written).
+        assert!(EndRecord::decode(&[0; SLOT_BYTES], SLOT_OFFSETS[1]).is_none());
+        // The wrong slot for its parity is none either.
+        assert!(EndRecord::decode(&end.encode(), SLOT_OFFSETS[1]).is_none());
+    }
+
+    /// Truncating the last segment below what its end record says was
+    /// synced, at a frame boundary or inside a frame, sealed or not, is
+    /// refused naming the file and both ends, and cuts nothing.
+    #[test]
+    fn a_last_segment_truncated_below_its_synced_end_is_refused() {
+        let (bytes, data_frames) = written_log(&[1..=2, 3..=3, 4..=6], false);
+        let last = data_frames.last().expect("frames").0.clone();
+        let middle = data_frames[1].0.clone();
+        for (cut, kept_index) in [
+            (last.start, Some(3)),
+            (last.start + 5, Some(3)),
+            (last.end - 1, Some(3)),
+            (middle.start, Some(2)),
+            (middle.end, Some(3)),
+            (FRAMES_START + 3, None),
+            (FRAMES_START, None),
+        ] {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let path = segment_path(dir.path(), 0);
+            std::fs::write(&path, &bytes[..cut]).expect("truncate");
+            let (damage, message) = refusal(dir.path());
+            let frames_end = data_frames
+                .iter()
+                .map(|(extent, _)| extent.end)
+                .filter(|end| *end <= cut)
+                .max()
+                .unwrap_or(FRAMES_START);
+            assert_eq!(
+                damage,
+                LogDamage::SyncedEndMissing {
+                    file: path.clone(),
+                    synced_bytes: last.end as u64,
+                    synced_index: Some(6),
+                    found_bytes: frames_end as u64,
+                    found_index: kept_index,
+                    file_bytes: cut as u64,
+                },
+                "cut at {cut}"
+            );
+            assert!(
+                message.contains(&path.display().to_string())
+                    && message.contains(&format!("synced through byte {}", last.end))
+                    && message.contains(&format!("the file is {cut} bytes long")),
+                "{message}"
+            );
+            assert_eq!(
+                std::fs::read(&path).expect("segment"),
+                bytes[..cut],
+                "a refused log is left as it is"
+            );
+        }
+    }
+
+    /// What lies beyond the recorded synced end is a write in flight: a
+    /// torn tail there is still cut.
+    #[test]
+    fn a_torn_tail_beyond_the_synced_end_is_still_cut() {
+        let (bytes, data_frames) = written_log(&[1..=2, 3..=3], false);
+        let synced = data_frames.last().expect("frames").0.end;
+        let torn_frame = frame(std::iter::once(
+            encoded(&Record::Entry(blank_ent::<TypeConfig>(1, 1, 4))).as_slice(),
+        ))
+        .expect("frame");
+        for tail in [
+            torn_frame[..torn_frame.len() - 1].to_vec(),
+            torn_frame[..5].to_vec(),
+            vec![0; 700],
+        ] {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let path = segment_path(dir.path(), 0);
+            // Over the seal, as the next write goes.
+            let mut torn = bytes[..synced].to_vec();
+            torn.extend_from_slice(&tail);
+            std::fs::write(&path, &torn).expect("tear");
+            let (memory, _) = SegmentLog::replay(dir.path()).expect("a torn tail opens");
+            assert_eq!(entry_indexes(&memory), vec![1, 2, 3]);
+            assert_eq!(std::fs::read(&path).expect("segment"), bytes, "cut, sealed");
+        }
+    }
+
+    /// Within the synced end, what would be a torn write at the end of the
+    /// file is damage: a sector of zeros in a synced frame, a destroyed
+    /// header with nothing after it.
+    #[test]
+    fn within_the_synced_end_nothing_is_taken_for_a_torn_write() {
+        let (bytes, data_frames) = written_log(&[1..=1, 2..=400], false);
+        let last = data_frames.last().expect("frames").0.clone();
+        let unsealed = &bytes[..last.end];
+        let sector = (last.start + HEADER_BYTES).next_multiple_of(SECTOR_BYTES);
+        let mut zeros = unsealed.to_vec();
+        zeros[sector..sector + SECTOR_BYTES].fill(0);
+        assert!(matches!(
+            scan_segment(&zeros, true),
+            Err(SegmentFault::Frame { offset, kind: DamageKind::BodyChecksum }) if offset == last.start
+        ));
+        let mut header = unsealed.to_vec();
+        header[last.start..last.start + HEADER_BYTES].fill(0);
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(segment_path(dir.path(), 0), &header).expect("damage");
+        assert!(matches!(
+            refusal(dir.path()).0,
+            LogDamage::Frame { offset, kind: DamageKind::HeaderChecksum, .. } if offset == last.start as u64
+        ));
+    }
+
+    /// After a power loss the end record on disk may be older than the
+    /// frames (it is written after each sync, and synced by the next): the
+    /// frames after it are judged as before, and the log opens.
+    #[test]
+    fn an_older_end_record_after_a_power_loss_opens() {
+        // The last batch synced, its record lost; sealed or not.
+        let (in_flight, data_frames) = written_log(&[1..=2, 3..=3, 4..=5], true);
+        let last = data_frames.last().expect("frames").0.clone();
+        for bytes in [in_flight.clone(), [&in_flight[..], &seal()].concat()] {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let path = segment_path(dir.path(), 0);
+            std::fs::write(&path, &bytes).expect("write");
+            let (memory, _) = SegmentLog::replay(dir.path()).expect("opens");
+            assert_eq!(entry_indexes(&memory), vec![1, 2, 3, 4, 5]);
+            // Opening synced the frames, and records them now.
+            let end = end_of(&path);
+            assert_eq!(
+                (end.synced_bytes, end.last_index),
+                (last.end as u64, Some(5))
+            );
+        }
+        // The last batch torn (in flight), the record from before it.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = segment_path(dir.path(), 0);
+        std::fs::write(&path, &in_flight[..last.end - 3]).expect("tear");
+        let (memory, _) = SegmentLog::replay(dir.path()).expect("opens");
+        assert_eq!(entry_indexes(&memory), vec![1, 2, 3]);
+        // The newest record's slot torn: the other copy, older, counts.
+        let (bytes, _) = written_log(&[1..=2, 3..=3], false);
+        let newest = newest_end(&bytes).expect("a record");
+        let mut torn_slot = bytes.clone();
+        torn_slot[newest.offset() + 20] ^= 0xFF;
+        let older = newest_end(&torn_slot).expect("the other copy");
+        assert_eq!(older.sequence + 1, newest.sequence);
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(segment_path(dir.path(), 0), &torn_slot).expect("write");
+        let (memory, _) = SegmentLog::replay(dir.path()).expect("opens");
+        assert_eq!(entry_indexes(&memory), vec![1, 2, 3]);
+        // Neither copy checks: damage.
+        let mut both = torn_slot.clone();
+        both[older.offset() + 3] ^= 0x01;
+        std::fs::write(segment_path(dir.path(), 0), &both).expect("write");
+        let (damage, message) = refusal(dir.path());
+        assert!(matches!(damage, LogDamage::Header { .. }), "{message}");
+        assert!(
+            message.contains("neither copy of its end record checks"),
+            "{message}"
+        );
+    }
+
+    /// An end record promising more entries than the frames hold, or
+    /// written to another segment, or whose synced end is not where a frame
+    /// ends, is refused.
+    #[test]
+    fn an_end_record_the_frames_contradict_is_refused() {
+        let (bytes, _) = written_log(&[1..=2, 3..=3], false);
+        let newest = newest_end(&bytes).expect("a record");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = segment_path(dir.path(), 0);
+        let rewritten = |record: EndRecord| {
+            let mut out = bytes.clone();
+            out[record.offset()..record.offset() + SLOT_BYTES].copy_from_slice(&record.encode());
+            std::fs::write(&path, &out).expect("write");
+        };
+        rewritten(
+            newest
+                .next(newest.synced_bytes, Some(9), false)
+                .expect("next"),
+        );
+        assert!(matches!(
+            refusal(dir.path()).0,
+            LogDamage::SyncedEndMissing {
+                synced_index: Some(9),
+                found_index: Some(3),
+                ..
+            }
+        ));
+        rewritten(EndRecord {
+            segment: 7,
+            ..newest
+                .next(newest.synced_bytes, Some(3), false)
+                .expect("next")
+        });
+        let (_, message) = refusal(dir.path());
+        assert!(message.contains("0000000007.log"), "{message}");
+        rewritten(
+            newest
+                .next(newest.synced_bytes - 1, Some(3), false)
+                .expect("next"),
+        );
+        let (_, message) = refusal(dir.path());
+        assert!(message.contains("not where a frame ends"), "{message}");
+    }
+
+    #[test]
+    fn a_closed_segment_records_it_durably_and_its_lost_successor_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        drop(rolled(dir.path(), 4));
+        assert_eq!(
+            segment_numbers(dir.path()).expect("segments"),
+            vec![0, 1, 2]
+        );
+        let closed = end_of(&segment_path(dir.path(), 1));
+        assert!(closed.closed && closed.last_index == Some(4), "{closed:?}");
+        // The last segment deleted.
+        let last = segment_path(dir.path(), 2);
+        let kept = std::fs::read(&last).expect("segment");
+        std::fs::remove_file(&last).expect("delete");
+        let (damage, message) = refusal(dir.path());
+        assert_eq!(
+            damage,
+            LogDamage::SuccessorMissing {
+                file: segment_path(dir.path(), 1),
+                missing: last.clone(),
+            }
+        );
+        assert!(message.contains(&last.display().to_string()), "{message}");
+        // The last two.
+        std::fs::remove_file(segment_path(dir.path(), 1)).expect("delete");
+        assert!(matches!(
+            refusal(dir.path()).0,
+            LogDamage::SuccessorMissing { missing, .. } if missing == segment_path(dir.path(), 1)
+        ));
+        // Cut inside its header, after its predecessor was closed on it.
+        let dir = tempfile::tempdir().expect("tempdir");
+        drop(rolled(dir.path(), 4));
+        let last = segment_path(dir.path(), 2);
+        std::fs::write(&last, &kept[..40]).expect("truncate");
+        let (damage, message) = refusal(dir.path());
+        assert!(
+            matches!(damage, LogDamage::Header { file, .. } if file == last),
+            "{message}"
+        );
+        assert!(message.contains("0000000001.log was closed"), "{message}");
+    }
+
+    /// A crash while a segment is rolled, after the next one was created and
+    /// before the closing one said so: the next one may still be torn
+    /// inside its header, or deleted, and the log opens.
+    #[test]
+    fn a_crash_while_rolling_opens() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut segments = rolled(dir.path(), 2);
+        write(&mut segments, 3..=3);
+        drop(segments);
+        let closing = segment_path(dir.path(), 0);
+        assert!(end_of(&closing).closed);
+        // Segment 0 as it was before it was closed: its record before.
+        let mut bytes = std::fs::read(&closing).expect("segment");
+        let end = end_of(&closing);
+        bytes[end.offset()..end.offset() + SLOT_BYTES].fill(0);
+        std::fs::write(&closing, &bytes).expect("unclose");
+        assert!(!end_of(&closing).closed);
+        std::fs::write(segment_path(dir.path(), 1), &new_header(1)[..50]).expect("torn");
+        let (memory, _) = SegmentLog::replay(dir.path()).expect("opens");
+        assert_eq!(entry_indexes(&memory), vec![1, 2]);
+        std::fs::remove_file(segment_path(dir.path(), 1)).expect("delete");
+        let (memory, _) = SegmentLog::replay(dir.path()).expect("opens");
+        assert_eq!(entry_indexes(&memory), vec![1, 2]);
+    }
+
+    #[test]
+    fn a_vote_without_a_segment_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (_, mut segments) = SegmentLog::replay(dir.path()).expect("open");
+        write(&mut segments, 1..=1);
+        drop(segments);
+        vote(dir.path());
+        let only = segment_path(dir.path(), 0);
+        let bytes = std::fs::read(&only).expect("segment");
+        std::fs::remove_file(&only).expect("delete");
+        let (damage, message) = refusal(dir.path());
+        assert_eq!(
+            damage,
+            LogDamage::NoSegments {
+                dir: dir.path().to_path_buf()
+            }
+        );
+        assert!(
+            message.starts_with(&format!(
+                "log segments missing: {} has a vote but no segment",
+                dir.path().display()
+            )),
+            "{message}"
+        );
+        // Emptied, or cut inside its header: the same, under a vote.
+        for cut in [0, 3, 100] {
+            std::fs::write(&only, &bytes[..cut]).expect("truncate");
+            let (damage, message) = refusal(dir.path());
+            assert!(matches!(damage, LogDamage::Header { .. }), "{message}");
+            assert!(message.contains("the log has a vote"), "{message}");
+        }
+        // Without the vote (a crash while the log was first created), it
+        // starts again.
+        std::fs::remove_file(dir.path().join(VOTE_FILE)).expect("unvote");
+        let (memory, _) = SegmentLog::replay(dir.path()).expect("opens");
+        assert!(memory.entries.is_empty());
+    }
+
+    /// A log written before end records (`oncekvL2`: the magic, then
+    /// frames) opens and reads as it did; it goes on in a new L3 segment.
+    #[test]
+    fn an_l2_log_opens_and_goes_on_in_an_l3_segment() {
+        let mut l2 = SEGMENT_MAGIC_L2.to_vec();
+        let mut boundaries = Vec::new();
+        for group in [1..=2u64, 3..=3, 4..=5] {
+            let records: Vec<Vec<u8>> = group
+                .map(|index| encoded(&Record::Entry(blank_ent::<TypeConfig>(1, 1, index))))
+                .collect();
+            l2.extend(frame(records.iter().map(Vec::as_slice)).expect("frame"));
+            boundaries.push(l2.len());
+        }
+        l2.extend_from_slice(&seal());
+        let dir = tempfile::tempdir().expect("tempdir");
+        let old = segment_path(dir.path(), 0);
+        std::fs::write(&old, &l2).expect("write");
+        vote(dir.path());
+        let (memory, mut segments) = SegmentLog::replay(dir.path()).expect("open");
+        assert_eq!(entry_indexes(&memory), vec![1, 2, 3, 4, 5]);
+        assert_eq!(segments.current_number, 1, "a new segment");
+        assert_eq!(std::fs::read(&old).expect("segment"), l2, "left as it was");
+        write(&mut segments, 6..=6);
+        drop(segments);
+        let (memory, _) = SegmentLog::replay(dir.path()).expect("reopen");
+        assert_eq!(entry_indexes(&memory), (1..=6).collect::<Vec<_>>());
+        assert!(
+            std::fs::read(segment_path(dir.path(), 1))
+                .expect("segment")
+                .starts_with(SEGMENT_MAGIC)
+        );
+        // An L2 last segment records no end: cut at a frame boundary, it
+        // opens shorter, as before.
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(segment_path(dir.path(), 0), &l2[..boundaries[1]]).expect("write");
+        let (memory, _) = SegmentLog::replay(dir.path()).expect("open");
+        assert_eq!(entry_indexes(&memory), vec![1, 2, 3]);
+    }
+
+    /// End records are disk input: whatever numbers a checked one holds,
+    /// opening answers (opens or refuses) and never panics or overflows.
+    #[test]
+    fn end_records_with_any_numbers_never_panic() {
+        let (bytes, _) = written_log(&[1..=2, 3..=3], false);
+        let newest = newest_end(&bytes).expect("a record");
+        let extremes = [
+            0,
+            1,
+            FRAMES_START as u64 - 1,
+            bytes.len() as u64,
+            u64::MAX - 1,
+            u64::MAX,
+        ];
+        for sequence in [newest.sequence + 1, u64::MAX - 1, u64::MAX] {
+            for segment in [0, 1, u64::MAX] {
+                for synced_bytes in extremes {
+                    for last_index in [None, Some(0), Some(3), Some(u64::MAX)] {
+                        for closed in [false, true] {
+                            let record = EndRecord {
+                                sequence,
+                                segment,
+                                synced_bytes,
+                                last_index,
+                                closed,
+                            };
+                            let mut forged = bytes.clone();
+                            let at = record.offset();
+                            forged[at..at + SLOT_BYTES].copy_from_slice(&record.encode());
+                            let dir = tempfile::tempdir().expect("tempdir");
+                            std::fs::write(segment_path(dir.path(), 0), &forged).expect("write");
+                            vote(dir.path());
+                            if let Ok((memory, mut segments)) = SegmentLog::replay(dir.path()) {
+                                assert_eq!(entry_indexes(&memory), vec![1, 2, 3], "{record:?}");
+                                write(&mut segments, 4..=4);
+                            }
+                        }
+                    }
+                }
+            }
+        }
     }
 }

@@ -8,6 +8,9 @@ use super::*;
 pub(super) enum TornTail {
     /// It ends inside the magic: a crash while the segment was created.
     InsideMagic,
+    /// It ends inside an L3 segment's header (magic and end record): a
+    /// crash while the segment was created.
+    InsideHeader,
     /// It ends inside a frame: fewer bytes than a header, or than the
     /// header says.
     ShortFrame,
@@ -22,6 +25,7 @@ impl TornTail {
     pub(super) fn describe(self) -> &'static str {
         match self {
             TornTail::InsideMagic => "the file ends inside the segment magic",
+            TornTail::InsideHeader => "the file ends inside the segment header",
             TornTail::ShortFrame => "the file ends inside a frame",
             TornTail::BadHeader => {
                 "a frame header that does not check, with nothing intact after it"
@@ -43,13 +47,27 @@ pub(super) struct ScannedSegment {
     pub(super) trailing_seal: Option<usize>,
     /// The torn tail after `intact_end`, if there is one.
     pub(super) torn: Option<TornTail>,
+    /// Its newest valid end record (L3, with a whole header).
+    pub(super) end: Option<EndRecord>,
+    /// Whether a frame ends (or the frames start) exactly at the end
+    /// record's synced end: always, in a segment this module wrote.
+    pub(super) synced_end_is_frame_end: bool,
 }
 
 /// Why a segment's bytes are refused (the file is named by the caller).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum SegmentFault {
     NoMagic,
-    Frame { offset: usize, kind: DamageKind },
+    Frame {
+        offset: usize,
+        kind: DamageKind,
+    },
+    /// An L3 segment, not the last, that ends inside its header.
+    ShortHeader {
+        bytes: usize,
+    },
+    /// An L3 segment whose end record checks in neither slot.
+    NoEndRecord,
 }
 
 impl SegmentFault {
@@ -62,6 +80,16 @@ impl SegmentFault {
                 file: file.to_path_buf(),
                 offset: u64::try_from(offset).unwrap_or(u64::MAX),
                 kind,
+            },
+            SegmentFault::ShortHeader { bytes } => LogDamage::Header {
+                file: file.to_path_buf(),
+                why: format!(
+                    "the file ends inside its header ({bytes} bytes), and this is not the last segment"
+                ),
+            },
+            SegmentFault::NoEndRecord => LogDamage::Header {
+                file: file.to_path_buf(),
+                why: "neither copy of its end record checks".into(),
             },
         }
     }
@@ -76,27 +104,53 @@ pub(super) enum Judged {
 }
 
 /// Replays a segment's bytes; `last` if it is the last segment, the only
-/// one that may end in a torn tail. See the module doc for the rules.
+/// one that may end in a torn tail, and only beyond its end record's
+/// synced end. See the module doc for the rules. Whether that end is
+/// there is for the caller to judge ([`check_ends`]): this judges frames.
 pub(super) fn scan_segment(bytes: &[u8], last: bool) -> Result<ScannedSegment, SegmentFault> {
     let mut scanned = ScannedSegment {
         records: Vec::new(),
         intact_end: 0,
         trailing_seal: None,
         torn: None,
+        end: None,
+        synced_end_is_frame_end: false,
     };
-    if !bytes.starts_with(SEGMENT_MAGIC) {
-        if last && bytes.len() < SEGMENT_MAGIC.len() && SEGMENT_MAGIC.starts_with(bytes) {
+    let Some(format) = Format::of(bytes) else {
+        let inside_magic = bytes.len() < MAGIC_BYTES
+            && (SEGMENT_MAGIC.starts_with(bytes) || SEGMENT_MAGIC_L2.starts_with(bytes));
+        if last && inside_magic {
             if !bytes.is_empty() {
                 scanned.torn = Some(TornTail::InsideMagic);
             }
             return Ok(scanned);
         }
         return Err(SegmentFault::NoMagic);
+    };
+    let mut at = format.frames_start();
+    // Frames before the synced end were synced: judged as in a segment
+    // that is not the last (anything wrong is damage), unless the file is
+    // shorter than that end, which the caller refuses anyway (judged
+    // leniently here, to say where its intact frames end).
+    let mut synced_end = at;
+    if format == Format::L3 {
+        if bytes.len() < at {
+            if last {
+                scanned.torn = Some(TornTail::InsideHeader);
+                return Ok(scanned);
+            }
+            return Err(SegmentFault::ShortHeader { bytes: bytes.len() });
+        }
+        let end = newest_end(bytes).ok_or(SegmentFault::NoEndRecord)?;
+        synced_end = usize::try_from(end.synced_bytes).unwrap_or(usize::MAX);
+        scanned.end = Some(end);
     }
-    let mut at = SEGMENT_MAGIC.len();
+    let short = bytes.len() < synced_end;
     scanned.intact_end = at;
+    scanned.synced_end_is_frame_end = at == synced_end;
     while at < bytes.len() {
-        match judge_frame(bytes, at, last)? {
+        let may_tear = last && (short || at >= synced_end);
+        match judge_frame(bytes, at, may_tear)? {
             Judged::Intact { records, end } => {
                 if records.is_empty() {
                     scanned.trailing_seal = Some(at);
@@ -106,6 +160,9 @@ pub(super) fn scan_segment(bytes: &[u8], last: bool) -> Result<ScannedSegment, S
                 }
                 at = end;
                 scanned.intact_end = end;
+                if at == synced_end {
+                    scanned.synced_end_is_frame_end = true;
+                }
             }
             Judged::Torn(why) => {
                 scanned.torn = Some(why);
@@ -116,10 +173,11 @@ pub(super) fn scan_segment(bytes: &[u8], last: bool) -> Result<ScannedSegment, S
     Ok(scanned)
 }
 
-/// Judges the frame starting at `at` (inside `bytes`).
-pub(super) fn judge_frame(bytes: &[u8], at: usize, last: bool) -> Result<Judged, SegmentFault> {
+/// Judges the frame starting at `at` (inside `bytes`); `may_tear` if it
+/// may be a torn write (in the last segment, beyond the synced end).
+pub(super) fn judge_frame(bytes: &[u8], at: usize, may_tear: bool) -> Result<Judged, SegmentFault> {
     let damage = |kind| SegmentFault::Frame { offset: at, kind };
-    let short = if last {
+    let short = if may_tear {
         Ok(Judged::Torn(TornTail::ShortFrame))
     } else {
         Err(damage(DamageKind::Truncated))
@@ -128,7 +186,7 @@ pub(super) fn judge_frame(bytes: &[u8], at: usize, last: bool) -> Result<Judged,
         return short;
     };
     let Some(header) = parse_header(raw) else {
-        return judge_bad_header(bytes, at, raw, last);
+        return judge_bad_header(bytes, at, raw, may_tear);
     };
     let Some(body_at) = body_range(at, header.length).filter(|body| body.end <= bytes.len()) else {
         return short;
@@ -155,7 +213,7 @@ pub(super) fn judge_frame(bytes: &[u8], at: usize, last: bool) -> Result<Judged,
     // Anything after a frame (a seal, a frame, even a torn one) was written
     // after it was synced: only the very last bytes of the file can be a
     // write that never completed.
-    if last && end == bytes.len() && has_zero_sector(bytes, at, end) {
+    if may_tear && end == bytes.len() && has_zero_sector(bytes, at, end) {
         return Ok(Judged::Torn(TornTail::UnwrittenSector));
     }
     Err(damage(DamageKind::BodyChecksum))
@@ -166,18 +224,18 @@ pub(super) fn judge_bad_header(
     bytes: &[u8],
     at: usize,
     raw: &[u8; HEADER_BYTES],
-    last: bool,
+    may_tear: bool,
 ) -> Result<Judged, SegmentFault> {
     let damage = |kind| Err(SegmentFault::Frame { offset: at, kind });
-    if !last {
-        return damage(DamageKind::HeaderChecksum);
-    }
     if let Some((byte, bit)) = flipped_header_bit(bytes, at, raw) {
         let byte = at.saturating_add(byte);
         return damage(DamageKind::FlippedHeaderBit {
             byte: u64::try_from(byte).unwrap_or(u64::MAX),
             bit,
         });
+    }
+    if !may_tear {
+        return damage(DamageKind::HeaderChecksum);
     }
     match search_intact_after(bytes, at.saturating_add(1)).0 {
         Following::Nothing => Ok(Judged::Torn(TornTail::BadHeader)),

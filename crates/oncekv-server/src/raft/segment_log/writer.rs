@@ -1,5 +1,6 @@
 //! The writer's view of the segment files ([`Segments`]): group-committed
-//! frames, the seal after the last synced one, rolling and purging, and
+//! frames, the seal after the last synced one, the end record (how far the
+//! segment was synced, and whether it is closed), rolling and purging, and
 //! the writer thread ([`Background`]), which group-commits what is queued
 //! while a caller that finds it idle writes on its own thread.
 
@@ -25,6 +26,8 @@ pub(super) struct Segments {
     pub(super) failure: StorageFailure,
     /// Size a segment is closed at ([`SEGMENT_BYTES`]).
     pub(super) segment_bytes: u64,
+    /// The end record last written to the current segment.
+    pub(super) end: EndRecord,
 }
 
 /// The last segment as replayed, which the writer goes on with.
@@ -38,14 +41,18 @@ pub(super) struct Tail {
     pub(super) torn: Option<TornTail>,
     /// The size of the file as found.
     pub(super) file_bytes: usize,
+    /// Its newest end record; `None` for an L2 segment.
+    pub(super) end: Option<EndRecord>,
 }
 
 impl Segments {
-    /// Goes on with the replayed last segment, which holds at least the
-    /// magic: syncs it, then seals it.
+    /// Goes on with the replayed last segment, which holds at least its
+    /// header: syncs it, records its end, then seals it. An L2 segment
+    /// (no end record) is synced and closed instead, and the log goes on
+    /// in a new L3 segment after it.
     pub(super) fn resume(
         dir: &Path,
-        closed: Vec<(u64, Option<u64>)>,
+        mut closed: Vec<(u64, Option<u64>)>,
         tail: Tail,
     ) -> io::Result<Segments> {
         let current = OpenOptions::new()
@@ -55,6 +62,12 @@ impl Segments {
         // stopped between a write and its sync) become durable before
         // anything is written after them.
         current.sync_data()?;
+        let Some(recorded) = tail.end else {
+            drop(current);
+            let number = next_number(tail.number)?;
+            closed.push((tail.number, tail.max));
+            return Segments::create(dir, closed, number);
+        };
         let (end, sealed) = match tail.trailing_seal {
             Some(seal_at) => (seal_at, true),
             None => (tail.intact_end, false),
@@ -70,7 +83,10 @@ impl Segments {
             frame_target: FRAME_BYTES_TARGET,
             segment_bytes: SEGMENT_BYTES,
             failure: StorageFailure::default(),
+            end: recorded,
         };
+        // Everything intact is synced now: the end record says so.
+        segments.record_end(false)?;
         segments.seal()?;
         Ok(segments)
     }
@@ -87,11 +103,12 @@ impl Segments {
             current: create_segment(dir, number)?,
             current_number: number,
             current_max: None,
-            current_bytes: SEGMENT_MAGIC.len() as u64,
+            current_bytes: FRAMES_START as u64,
             sealed: false,
             frame_target: FRAME_BYTES_TARGET,
             segment_bytes: SEGMENT_BYTES,
             failure: StorageFailure::default(),
+            end: EndRecord::created(number),
         })
     }
 
@@ -107,12 +124,34 @@ impl Segments {
     /// Puts a seal after the last frame, written but not synced: everything
     /// before it is synced. Not in a segment without a frame, nor twice.
     pub(super) fn seal(&mut self) -> io::Result<()> {
-        if self.sealed || self.current_bytes <= SEGMENT_MAGIC.len() as u64 {
+        if self.sealed || self.current_bytes <= FRAMES_START as u64 {
             return Ok(());
         }
         self.current.seek(SeekFrom::Start(self.current_bytes))?;
         self.current.write_all(&seal())?;
         self.sealed = true;
+        Ok(())
+    }
+
+    /// Writes the current segment's end record into its next slot, not
+    /// synced: everything up to the last frame is synced, and the highest
+    /// entry index in it is `current_max`; `closed` if the log goes on in
+    /// the next segment. Nothing if that is what the last record says.
+    /// Written only after the sync it describes, it reaches the disk with
+    /// the next sync (or the kernel's writeback): after a power loss the
+    /// record there may be older than the frames, never newer.
+    pub(super) fn record_end(&mut self, closed: bool) -> io::Result<()> {
+        let unchanged = self.end.synced_bytes == self.current_bytes
+            && self.end.last_index == self.current_max
+            && self.end.closed == closed;
+        if unchanged {
+            return Ok(());
+        }
+        let next = self
+            .end
+            .next(self.current_bytes, self.current_max, closed)?;
+        next.write_to(&self.current)?;
+        self.end = next;
         Ok(())
     }
 
@@ -143,6 +182,8 @@ impl Segments {
             metrics::histogram!("oncekv_log_fsync_duration_seconds")
                 .record(syncing.elapsed().as_secs_f64());
         }
+        // One small write, no sync: how far this segment is synced.
+        self.record_end(false)?;
         // Votes go through the same queue as appends, so a vote never
         // becomes durable before appends submitted ahead of it.
         if let Some(vote) = batch.iter().rev().find_map(|write| write.vote) {
@@ -160,20 +201,19 @@ impl Segments {
     }
 
     pub(super) fn roll(&mut self) -> io::Result<()> {
-        // The segment number comes from a file name on disk.
-        let number = self.current_number.checked_add(1).ok_or_else(|| {
-            io::Error::other(format!(
-                "segment number {} is the last possible: no segment can follow it",
-                self.current_number
-            ))
-        })?;
+        let number = next_number(self.current_number)?;
         let file = create_segment(&self.dir, number)?;
+        // The next segment is durable: only now does the closing one say
+        // the log goes on there, durably, so that losing it is refused.
+        self.record_end(true)?;
+        self.current.sync_data()?;
         self.closed.push((self.current_number, self.current_max));
         self.current = file;
         self.current_number = number;
         self.current_max = None;
-        self.current_bytes = SEGMENT_MAGIC.len() as u64;
+        self.current_bytes = FRAMES_START as u64;
         self.sealed = false;
+        self.end = EndRecord::created(number);
         Ok(())
     }
 
@@ -193,6 +233,29 @@ impl Segments {
         }
         Ok(())
     }
+}
+
+impl Drop for Segments {
+    /// A clean stop makes the last end record durable, rather than leave
+    /// it to the kernel's writeback. Not after a failed write or sync: the
+    /// file is in an unknown state, and nothing more is claimed of it.
+    fn drop(&mut self) {
+        if self.failure.kind().is_none()
+            && let Err(error) = self.current.sync_data()
+        {
+            tracing::warn!(%error, "syncing the log's last segment on close failed");
+        }
+    }
+}
+
+/// The segment number after `number` (which comes from a file name on
+/// disk).
+fn next_number(number: u64) -> io::Result<u64> {
+    number.checked_add(1).ok_or_else(|| {
+        io::Error::other(format!(
+            "segment number {number} is the last possible: no segment can follow it"
+        ))
+    })
 }
 
 impl Done {

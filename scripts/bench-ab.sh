@@ -41,6 +41,11 @@ cleanup() {
 }
 trap cleanup EXIT
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# The peers share a token (`oncekv serve` requires one of a node of several,
+# or TLS). It is passed in the environment, which a binary older than
+# --peer-token-file ignores, so both binaries run the same way.
+token="$work/peer-token"
+(umask 077 && python3 -c 'import secrets; print(secrets.token_hex(32))' >"$token")
 
 # start VARIANT BIN ENV NODES ARGS: starts a cluster, sets endpoints_VARIANT_NODES.
 start() {
@@ -54,7 +59,7 @@ start() {
     done
     for id in $(seq "$nodes"); do
         # shellcheck disable=SC2086 # $env and $args are lists of words
-        env $env "$bin" serve --id "$id" --data-dir "$work/$variant$nodes/node$id" \
+        env ONCEKV_PEER_TOKEN_FILE="$token" $env "$bin" serve --id "$id" --data-dir "$work/$variant$nodes/node$id" \
             --listen-client "${client[$id]}" --listen-peer "${peer[$id]}" \
             --initial-cluster "$cluster" $args 2>"$work/$variant$nodes-node$id.log" &
         pids+=($!)

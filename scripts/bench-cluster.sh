@@ -21,12 +21,16 @@ cleanup() {
 }
 trap cleanup EXIT
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# The peers share a token, as `oncekv serve` requires of a node of several.
+token="$work/peer-token"
+"$bin" certs create-token --out "$token" >/dev/null
 declare -a client peer
 for id in 1 2 3; do client[$id]="127.0.0.1:$(port)"; peer[$id]="127.0.0.1:$(port)"; done
 cluster="1=${peer[1]}/${client[1]},2=${peer[2]}/${client[2]},3=${peer[3]}/${client[3]}"
 for id in 1 2 3; do
     "$bin" serve --id "$id" --data-dir "$work/node$id" --listen-client "${client[$id]}" \
-        --listen-peer "${peer[$id]}" --initial-cluster "$cluster" 2>"$work/node$id.log" &
+        --listen-peer "${peer[$id]}" --initial-cluster "$cluster" --peer-token-file "$token" \
+        2>"$work/node$id.log" &
     pids+=($!)
 done
 endpoints="${client[1]},${client[2]},${client[3]}"

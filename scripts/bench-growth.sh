@@ -40,7 +40,7 @@ work=${WORK:-$(mktemp -d)}
 export WORK=$work
 trap 'rm -rf "$work"' EXIT
 python3 - "$out" <<'PY'
-import json, os, re, shutil, signal, socket, statistics, subprocess, sys, time
+import json, os, re, secrets, shutil, signal, socket, statistics, subprocess, sys, time
 
 OUT = sys.argv[1]
 WORK = os.environ["WORK"]
@@ -58,6 +58,13 @@ SNAP_ENTRIES = os.environ["SNAPSHOT_AFTER_ENTRIES"]
 STEP = int(os.environ["STEP_TIMEOUT"])
 GIB = 1 << 30
 procs = []
+# The peers of every cluster share a token, as `oncekv serve` requires of a
+# node of several. It goes in the environment (ONCEKV_PEER_TOKEN_FILE), not
+# a flag, so binaries older than the flag (BINS) run as before.
+TOKEN = os.path.join(WORK, "peer-token")
+with open(os.open(TOKEN, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+    f.write(secrets.token_hex(32) + "\n")
+NODE_ENV = dict(os.environ, ONCEKV_PEER_TOKEN_FILE=TOKEN)
 
 
 def port():
@@ -122,7 +129,7 @@ class Node:
                 "--listen-metrics", self.metrics,
                 "--snapshot-after-entries", SNAP_ENTRIES] + limits + extra
         self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=open(self.dir + ".log", "ab"))
+                                     stderr=open(self.dir + ".log", "ab"), env=NODE_ENV)
         procs.append(self.proc)
 
     def kill(self):

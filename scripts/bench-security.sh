@@ -61,7 +61,8 @@ start_oncekv() {
     done
     [[ "$mode" != plain ]] && reach=("${tls_client[@]}")
     for id in 1 2 3; do
-        flags=()
+        # plain is the baseline with no protection at all (loopback only).
+        flags=(--insecure-peers)
         if [[ "$mode" != plain ]]; then
             flags=(--cert-file "$certs/node-$id.pem" --key-file "$certs/node-$id-key.pem"
                 --peer-cert-file "$certs/node-$id.pem" --peer-key-file "$certs/node-$id-key.pem"

@@ -65,6 +65,9 @@ cleanup() {
 }
 trap cleanup EXIT
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# The peers share a token, as `oncekv serve` requires of a node of several.
+token="$work/peer-token"
+"$bin" certs create-token --out "$token" >/dev/null
 
 # start_oncekv NAME NODES: sets endpoints_NAME.
 start_oncekv() {
@@ -78,7 +81,8 @@ start_oncekv() {
     done
     for id in $(seq "$nodes"); do
         "$bin" serve --id "$id" --data-dir "$work/$name/node$id" --listen-client "${client[$id]}" \
-            --listen-peer "${peer[$id]}" --initial-cluster "$cluster" 2>"$work/$name-node$id.log" &
+            --listen-peer "${peer[$id]}" --initial-cluster "$cluster" --peer-token-file "$token" \
+            2>"$work/$name-node$id.log" &
         pids+=($!)
     done
     for _ in $(seq 100); do

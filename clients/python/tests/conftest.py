@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import secrets
 import signal
 import socket
 import subprocess
@@ -158,6 +159,13 @@ class Cluster:
         self.folder = folder
         self.nodes = [Node(binary, i, folder) for i in range(1, size + 1)]
         initial = ",".join(f"{n.id}={n.peer}/{n.client}" for n in self.nodes)
+        # The peers share a token, as `oncekv serve` requires of a node of
+        # several (the Rust harness makes one the same way: 32 random
+        # bytes in hex, mode 0600).
+        self.peer_token = folder / "peer-token"
+        fd = os.open(self.peer_token, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as token:
+            token.write(secrets.token_hex(32) + "\n")
         for node in self.nodes:
             node.args = [
                 "serve",
@@ -166,6 +174,7 @@ class Cluster:
                 "--listen-client", node.client,
                 "--listen-peer", node.peer,
                 "--initial-cluster", initial,
+                "--peer-token-file", str(self.peer_token),
                 "--log", "info",
                 *FAST,
                 *(extra or []),

@@ -8,10 +8,14 @@
 //!   on as further names, usable as server and as client (peers dial each
 //!   other);
 //! - a client ([`create_client`]): `client-<name>.pem`,
-//!   `client-<name>-key.pem`, Common Name `<name>`, client use only.
+//!   `client-<name>-key.pem`, Common Name `<name>`, client use only;
+//! - a peer token ([`create_token`]): a shared cluster secret of 32 random
+//!   bytes in hex, for `oncekv serve --peer-token-file` (not a
+//!   certificate, but made and kept the same way).
 //!
-//! Key files are created `0600`. Nothing is overwritten: a file that
-//! exists is an error, and so the files of one call are all new.
+//! Key files and tokens are created `0600`. Nothing is overwritten (but a
+//! token with `force`): a file that exists is an error, and so the files
+//! of one call are all new.
 
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
@@ -271,10 +275,69 @@ pub fn create_cluster(dir: &Path, nodes: u64) -> Result<(), CertError> {
     Ok(())
 }
 
+/// Random bytes in a peer token ([`create_token`]), written as twice as
+/// many hex digits.
+pub const TOKEN_RANDOM_BYTES: usize = 32;
+
+/// Makes a peer token (`oncekv serve --peer-token-file`): writes
+/// [`TOKEN_RANDOM_BYTES`] random bytes, hex-encoded, and a newline to
+/// `path`, mode `0600`. An existing file is an error ([`CertError::Exists`])
+/// unless `force`, and then it is replaced, mode `0600` too.
+pub fn create_token(path: &Path, force: bool) -> Result<(), CertError> {
+    let secret: [u8; TOKEN_RANDOM_BYTES] = rand::random();
+    let text: String = secret
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .chain(["\n".to_string()])
+        .collect();
+    if !force {
+        return write_new(path, &text, 0o600);
+    }
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(io(path))?;
+    // An existing file keeps its mode when opened: make it private
+    // before the secret is in it.
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))
+        .map_err(io(path))?;
+    file.write_all(text.as_bytes()).map_err(io(path))?;
+    file.sync_all().map_err(io(path))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_token_is_64_private_hex_digits_and_replaced_only_when_forced() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("peer-token");
+        create_token(&path, false).expect("a token");
+        let mode =
+            |path: &Path| std::fs::metadata(path).expect("token").permissions().mode() & 0o777;
+        assert_eq!(mode(&path), 0o600);
+        let first = std::fs::read_to_string(&path).expect("token");
+        assert_eq!(first.len(), 65, "{first:?}");
+        assert!(first.ends_with('\n'));
+        assert!(first.trim().bytes().all(|b| b.is_ascii_hexdigit()));
+        assert!(matches!(
+            create_token(&path, false),
+            Err(CertError::Exists(_))
+        ));
+        assert_eq!(std::fs::read_to_string(&path).expect("token"), first);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        create_token(&path, true).expect("forced");
+        assert_eq!(mode(&path), 0o600);
+        let second = std::fs::read_to_string(&path).expect("token");
+        assert_eq!(second.len(), 65);
+        assert_ne!(first, second);
+    }
 
     #[test]
     fn a_ca_signs_nodes_and_clients_and_nothing_is_overwritten() {

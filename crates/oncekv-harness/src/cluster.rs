@@ -10,7 +10,11 @@
 //! With [`ClusterOptions::tls`], a CA and node certificates are made in
 //! the cluster's folder (`certs/`, [`crate::certs`]) and every node serves
 //! TLS on both ports; [`Cluster::connector`] and [`NodeProcess::tls`] are
-//! then how clients reach it.
+//! then how clients reach it. Otherwise the peers authenticate by a shared
+//! token made in the cluster's folder (`peer-token`,
+//! [`crate::certs::create_token`]; [`Cluster::peer_token_file`]), as
+//! `oncekv serve` requires of a node of several, unless
+//! [`ClusterOptions::insecure_peers`] asks for none.
 //!
 //! This is the one implementation of node processes: `oncekv verify`
 //! ([`crate::run`]) and the multi-process tests ([`crate::testing`]) both
@@ -53,7 +57,15 @@ pub struct ClusterOptions {
     /// (`--client-ca-file`); the cluster's own clients use
     /// `certs/client-harness.pem`.
     pub client_certificates: bool,
+    /// Start the nodes with `--insecure-peers`, their peers authenticated
+    /// neither by TLS nor by a token. Unset (the default), a cluster
+    /// without `tls` gets a token file in its folder (`peer-token`) and
+    /// every node `--peer-token-file` with it.
+    pub insecure_peers: bool,
 }
+
+/// The name of a cluster's peer token file, in its folder.
+pub const PEER_TOKEN_FILE: &str = "peer-token";
 
 /// The user name of the client certificate a TLS cluster's own clients
 /// present.
@@ -246,6 +258,8 @@ pub struct Cluster {
     exits: Vec<(NodeId, Option<i32>, String)>,
     /// How clients reach the nodes over TLS, when they serve TLS.
     tls: Option<oncekv_client::TlsConnector>,
+    /// The peer token file the nodes share, when they use one.
+    peer_token: Option<PathBuf>,
 }
 
 /// Makes a CA and the certificates of nodes `ids` in `<folder>/certs`
@@ -436,6 +450,13 @@ impl Cluster {
         } else {
             None
         };
+        let peer_token = if options.tls || options.insecure_peers {
+            None
+        } else {
+            let path = dir.path().join(PEER_TOKEN_FILE);
+            crate::certs::create_token(&path, false)?;
+            Some(path)
+        };
         let mut nodes = Vec::new();
         for ((&id, &(client, peer)), &proxy) in ids.iter().zip(&addresses).zip(&advertised) {
             let data_dir = dir.path().join(format!("node-{id}"));
@@ -462,6 +483,12 @@ impl Cluster {
             }
             if tls.is_some() {
                 args.extend(tls_args(dir.path(), id, options.client_certificates));
+            }
+            if let Some(token) = &peer_token {
+                args.extend(["--peer-token-file".into(), token.clone().into()]);
+            }
+            if options.insecure_peers {
+                args.push("--insecure-peers".into());
             }
             args.extend(options.extra_args.iter().map(OsString::from));
             if !options.dedup {
@@ -501,7 +528,15 @@ impl Cluster {
             partitions,
             exits: Vec::new(),
             tls,
+            peer_token,
         })
+    }
+
+    /// The peer token file the nodes share (in the cluster's folder), when
+    /// they authenticate peers by one: a node started to join them needs
+    /// `--peer-token-file` with it.
+    pub fn peer_token_file(&self) -> Option<&Path> {
+        self.peer_token.as_deref()
     }
 
     /// Where the cluster's certificates are (`certs/` in its folder: the
@@ -653,6 +688,7 @@ mod tests {
             folder_prefix: "oncekv-harness-test-".into(),
             tls: false,
             client_certificates: false,
+            insecure_peers: false,
         }
     }
 
@@ -695,11 +731,18 @@ mod tests {
                 Some(expected_initial.join(","))
             );
             assert_eq!(flag(node, "--heartbeat").as_deref(), Some("50ms"));
+            let token = cluster.peer_token_file().expect("a peer token");
+            assert!(token.starts_with(cluster.dir.path()));
+            assert_eq!(
+                flag(node, "--peer-token-file"),
+                Some(token.display().to_string())
+            );
             for absent in [
                 "--advertise-peer",
                 "--peer-source-ip",
                 "--log",
                 "--unsafe-no-dedup",
+                "--insecure-peers",
             ] {
                 assert!(!args(node).iter().any(|a| a == absent), "{absent}");
             }
@@ -737,6 +780,26 @@ mod tests {
                 args(node).last().map(String::as_str),
                 Some("--unsafe-no-dedup")
             );
+        }
+    }
+
+    #[test]
+    fn peers_share_a_private_token_unless_insecure_or_tls() {
+        use std::os::unix::fs::PermissionsExt;
+        let cluster = Cluster::plan(&options(2)).expect("plan");
+        let token = cluster.peer_token_file().expect("a token");
+        let mode = std::fs::metadata(token)
+            .expect("token")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let mut insecure = options(2);
+        insecure.insecure_peers = true;
+        let cluster = Cluster::plan(&insecure).expect("plan");
+        assert!(cluster.peer_token_file().is_none());
+        for node in &cluster.nodes {
+            assert!(args(node).iter().any(|a| a == "--insecure-peers"));
+            assert_eq!(flag(node, "--peer-token-file"), None);
         }
     }
 

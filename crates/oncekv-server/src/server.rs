@@ -10,7 +10,9 @@
 //! keep-alives; incoming peer snapshots are capped in size and spooled to
 //! `<data dir>/snapshot-incoming/`. A request message that does not decode
 //! is INVALID_ARGUMENT. The mechanisms are in [`crate::transport`] and
-//! [`crate::raft::peer_service`].
+//! [`crate::raft::peer_service`]. With a peer token
+//! ([`ServerConfig::peer_token`]), a peer call without it is answered
+//! UNAUTHENTICATED from its headers alone ([`crate::raft::peer_token`]).
 
 use crate::grpc::KvService;
 use crate::identity::{self, IdentityError};
@@ -18,6 +20,7 @@ use crate::node::{Node, NodeOptions};
 use crate::raft::consensus::{Consensus, ConsensusOptions, StartError};
 use crate::raft::network::{PEER_MESSAGE_BYTES_MAX, PeerConnector, PeerNetwork};
 use crate::raft::peer_service::SnapshotSpool;
+use crate::raft::peer_token::{PeerToken, PeerTokenCheck};
 use crate::raft::segment_log::SegmentLog;
 use crate::raft::state_machine_store::StateMachineStore;
 use crate::raft::type_config::{NodeId, NodeInfo};
@@ -36,6 +39,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_stream::Stream;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::server::Connected;
 
 /// Everything a node needs to run.
@@ -83,6 +87,13 @@ pub struct ServerConfig {
     /// every peer message checked against the caller's certificate; `None`:
     /// plaintext.
     pub peer_tls: Option<PeerTls>,
+    /// The cluster's shared peer secret: sent with every peer call, and
+    /// required of every call to the peer port (checked on its headers,
+    /// before its body is read; UNAUTHENTICATED otherwise); `None`: none.
+    /// With neither this nor `peer_tls`, peers are not authenticated
+    /// (`oncekv serve` allows that for a node of several only with
+    /// `--insecure-peers`).
+    pub peer_token: Option<PeerToken>,
     /// Whether disk writes (log appends, snapshots) run on the calling task
     /// instead of a writer thread: for deterministic simulation only, where
     /// every step must run inside the simulated runtime.
@@ -271,6 +282,7 @@ impl ServerConfig {
             peer_connector: None,
             client_tls: None,
             peer_tls: None,
+            peer_token: None,
             inline_disk_io: false,
             dedup: true,
         }
@@ -448,6 +460,7 @@ where
             source_ip: config.peer_source_ip,
             connector: config.peer_connector.clone(),
             tls: config.peer_tls.clone(),
+            token: config.peer_token.clone(),
             append: config.consensus.peer_append,
         },
         config.initial_cluster.clone(),
@@ -519,11 +532,12 @@ where
         .with_stop_signal(stopped.clone());
     let peer = grpc_server(&limits.peer, peer_tls, "peer")?
         .layer(limit_requests(limits.peer.in_flight_max, "peer"))
-        .add_service(
+        .add_service(InterceptedService::new(
             RaftPeerServer::new(peer_service)
                 .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
                 .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX),
-        )
+            PeerTokenCheck::new(config.peer_token.clone()),
+        ))
         .serve_with_incoming_shutdown(peer_incoming, signal(stopped.clone()));
     let reflection = crate::grpc::reflection_service()
         .map_err(|error| ServeError::Reflection(error.to_string()))?;
@@ -606,6 +620,7 @@ where
         client_tls = config.client_tls.is_some(),
         client_certificates = config.client_tls.as_ref().is_some_and(ServerTls::requires_client_certificate),
         peer_tls = config.peer_tls.is_some(),
+        peer_token = config.peer_token.is_some(),
         "node serving"
     );
     let peer = tokio::spawn(peer);

@@ -335,6 +335,38 @@ fn the_hand_encoded_vote_and_meta_of_the_process_tests_decode() {
     assert_eq!(meta, SnapshotMetaOf::<TypeConfig>::default());
 }
 
+/// `crates/oncekv/tests/peer_auth.rs` forges peer messages by hand (it
+/// has neither openraft nor postcard): a vote request of term 2^63 - 1
+/// from node 2, claiming a log of term 2^62 and a leadership transfer (so
+/// a node that admitted it would grant it, lease or not), and an append
+/// claiming leader 2. This keeps the bytes what they stand for.
+#[test]
+fn the_hand_encoded_forgeries_of_the_peer_auth_tests_decode() {
+    use openraft::raft::{AppendEntriesRequest, VoteRequest};
+    #[derive(serde::Deserialize, Debug, PartialEq)]
+    enum Kind {
+        Vote(VoteRequest<TypeConfig>),
+    }
+    let forged_term: u64 = (1 << 63) - 1;
+    let mut vote = vec![0];
+    vote.extend([0xff; 8]);
+    vote.extend([0x7f, 2, 0, 1]);
+    vote.extend([0x80; 8]);
+    vote.extend([0x40, 2, 1, 1]);
+    let Kind::Vote(decoded) = postcard::from_bytes::<Kind>(&vote).expect("a vote request");
+    let mut expected = VoteRequest::<TypeConfig>::new(
+        VoteOf::<TypeConfig>::new(forged_term, 2),
+        Some(log_id(1 << 62, 2, 1)),
+    );
+    expected.leadership_transfer = true;
+    assert_eq!(decoded, expected);
+    let append: AppendEntriesRequest<TypeConfig> =
+        postcard::from_bytes(&[100, 2, 1, 0, 0, 0]).expect("an append");
+    assert_eq!(append.vote, VoteOf::<TypeConfig>::new_committed(100, 2));
+    assert!(append.prev_log_id.is_none() && append.entries.is_empty());
+    assert!(append.leader_commit.is_none());
+}
+
 /// The shape of a vote message on the peer port (the node's own type is
 /// private to it; postcard encodes both alike).
 #[derive(serde::Serialize)]

@@ -25,6 +25,7 @@ use oncekv_harness::watchers;
 use oncekv_harness::workload::{self, ClientMode, WorkloadOptions};
 use oncekv_server::node::NodeOptions;
 use oncekv_server::raft::consensus::ConsensusOptions;
+use oncekv_server::raft::peer_token::PeerToken;
 use oncekv_server::raft::runtime::seed_thread_rng;
 use oncekv_server::raft::type_config::NodeInfo;
 use oncekv_server::server::{ServerConfig, serve};
@@ -45,6 +46,9 @@ use turmoil::net::TcpListener;
 pub const NODES: u64 = 3;
 const CLIENT_PORT: u16 = 7000;
 const PEER_PORT: u16 = 7001;
+/// The simulated cluster's shared peer secret (a fixed one: the run is a
+/// function of its seed).
+const SIM_PEER_TOKEN: &[u8] = b"oncekv-sim peer token, fixed so seeds replay";
 const PROXY_PORT_BASE: u16 = 8000;
 const CLIENT_HOST: &str = "clients";
 /// How long the cluster may take to elect its first leader.
@@ -184,6 +188,9 @@ fn node_config(id: u64, root: &Path, dedup: bool, connector: SimConnector) -> Se
         peer_connector: Some(Arc::new(connector)),
         client_tls: None,
         peer_tls: None,
+        // The simulated peers authenticate as real ones do: every peer
+        // call carries the cluster's token, checked before it is read.
+        peer_token: Some(PeerToken::from_secret(SIM_PEER_TOKEN)),
         inline_disk_io: true,
         dedup,
     }

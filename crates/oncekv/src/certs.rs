@@ -1,11 +1,14 @@
 //! `oncekv certs`: makes the certificates of a TLS cluster (a CA, one
 //! certificate per node, client certificates) as PEM files in a
-//! directory, with the one implementation in `oncekv_harness::certs`.
+//! directory, and the shared peer token of a cluster
+//! (`create-token`, for `oncekv serve --peer-token-file`), with the one
+//! implementation in `oncekv_harness::certs`.
 
 use crate::exit;
 use clap::{Args, Subcommand};
 use oncekv_harness::certs::{
-    CA_DAYS_DEFAULT, CertError, CertFiles, LEAF_DAYS_DEFAULT, create_ca, create_client, create_node,
+    CA_DAYS_DEFAULT, CertError, CertFiles, LEAF_DAYS_DEFAULT, create_ca, create_client,
+    create_node, create_token,
 };
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -22,7 +25,14 @@ A three-node cluster on one machine (see docs/security.md):
 
 Files: ca.pem, ca-key.pem, node-N.pem, node-N-key.pem, client-NAME.pem,
 client-NAME-key.pem. Key files are written mode 0600; keep ca-key.pem off
-the nodes. No file is ever overwritten: an existing one is an error.";
+the nodes. No file is ever overwritten: an existing one is an error.
+
+Or, or as well, a shared cluster secret that every peer message carries:
+  oncekv certs create-token --out peer-token
+  oncekv serve --id 1 --peer-token-file peer-token ...   (the same file on every node)
+The token is 32 random bytes in hex, mode 0600; copy it to every node over
+a channel you trust. Without TLS it crosses the network in clear: on a
+network others can watch, use it with peer TLS.";
 
 /// Flags of `oncekv certs`.
 #[derive(Debug, Args)]
@@ -74,37 +84,60 @@ enum CertsCommand {
         #[arg(long, default_value_t = LEAF_DAYS_DEFAULT)]
         days: u32,
     },
-}
-
-fn made(files: &CertFiles) {
-    sayln!("{}", files.cert.display());
-    sayln!("{}", files.key.display());
+    /// Make a cluster's shared peer secret for `oncekv serve
+    /// --peer-token-file`: 32 random bytes, hex-encoded, in a file of mode
+    /// 0600. Give every node of the cluster the same file.
+    CreateToken {
+        /// The file to write.
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+        /// Replace the file if it exists (a new secret: every node must be
+        /// restarted with it).
+        #[arg(long)]
+        force: bool,
+    },
 }
 
 /// Runs `oncekv certs`; returns the documented exit code. `user` is the
 /// global `--user` flag (`USER[:PASSWORD]`; only USER is used), the user
 /// of `create-client`.
 pub fn run(args: CertsArgs, user: Option<&str>) -> ExitCode {
-    let result: Result<CertFiles, CertError> = match &args.command {
-        CertsCommand::CreateCa { dir, days } => create_ca(dir, *days),
+    let pair = |files: CertFiles| vec![files.cert, files.key];
+    let result: Result<Vec<PathBuf>, CertError> = match &args.command {
+        CertsCommand::CreateCa { dir, days } => create_ca(dir, *days).map(pair),
         CertsCommand::CreateNode {
             dir,
             id,
             hosts,
             days,
-        } => create_node(dir, *id, hosts, *days),
+        } => create_node(dir, *id, hosts, *days).map(pair),
         CertsCommand::CreateClient { dir, days } => {
             let Some(user) = user.and_then(|user| user.split(':').next()) else {
                 eprintln!("error: create-client needs --user NAME (the certificate's Common Name)");
                 return exit::code(exit::USAGE);
             };
-            create_client(dir, user, *days)
+            create_client(dir, user, *days).map(pair)
+        }
+        CertsCommand::CreateToken { out, force } => {
+            create_token(out, *force).map(|()| vec![out.clone()])
         }
     };
     match result {
         Ok(files) => {
-            made(&files);
+            for file in files {
+                sayln!("{}", file.display());
+            }
             ExitCode::SUCCESS
+        }
+        Err(CertError::Exists(path))
+            if matches!(args.command, CertsCommand::CreateToken { .. }) =>
+        {
+            eprintln!(
+                "error: {} exists already: refusing to overwrite it (--force replaces it with a \
+                 new token, which every node must then be restarted with)",
+                path.display()
+            );
+            exit::code(exit::ERROR)
         }
         Err(error) => {
             eprintln!("error: {error}");

@@ -9,6 +9,7 @@ use clap::Args;
 use oncekv_server::node::NodeOptions;
 use oncekv_server::raft::consensus::{ConsensusOptions, ReadPolicy};
 use oncekv_server::raft::network::PeerAppend;
+use oncekv_server::raft::peer_token::{PeerToken, readable_by_others};
 use oncekv_server::raft::type_config::{NodeId, NodeInfo};
 use oncekv_server::server::{
     ListenerLimits, SNAPSHOT_BYTES_MAX_DEFAULT, ServeError, ServerConfig, ServerLimits, serve,
@@ -17,7 +18,7 @@ use oncekv_server::tls::{PeerTls, ServerTls, TlsFiles};
 use oncekv_state::Limits;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -25,9 +26,12 @@ const AFTER_HELP: &str = "\
 Examples:
   oncekv serve
       a single-node cluster on 127.0.0.1:7379, data in ./oncekv-data
+  oncekv certs create-token --out peer-token
   oncekv serve --id 1 --listen-client 127.0.0.1:7379 --listen-peer 127.0.0.1:7380 \\
-      --initial-cluster 1=127.0.0.1:7380/127.0.0.1:7379,2=127.0.0.1:7382/127.0.0.1:7381,3=127.0.0.1:7384/127.0.0.1:7383
-      node 1 of a three-node cluster (start nodes 2 and 3 the same way)
+      --initial-cluster 1=127.0.0.1:7380/127.0.0.1:7379,2=127.0.0.1:7382/127.0.0.1:7381,3=127.0.0.1:7384/127.0.0.1:7383 \\
+      --peer-token-file peer-token
+      node 1 of a three-node cluster (start nodes 2 and 3 the same way, with
+      the same token file)
   oncekv serve --cert-file certs/node-1.pem --key-file certs/node-1-key.pem \
       --peer-cert-file certs/node-1.pem --peer-key-file certs/node-1-key.pem \
       --peer-ca-file certs/ca.pem ...
@@ -39,6 +43,14 @@ Examples:
 client address is what clients are told to use in leader hints). It is used
 on the first start only; later starts resume from the data directory, which
 remembers its node id and cluster and refuses another.
+
+Peers prove who they are. A node of several (--initial-cluster naming other
+members, or --join) must be given a shared cluster secret
+(--peer-token-file, the same file on every node) or mutual TLS on the peer
+port (--peer-cert-file, --peer-key-file, --peer-ca-file), or both; without
+either it refuses to start, unless told --insecure-peers (then anyone who
+reaches its peer port can forge votes and log entries: loopback tests
+only). A node alone needs neither.
 
 Exit codes (the table shared by every subcommand: oncekv --help):
   0  stopped cleanly (SIGINT or SIGTERM)
@@ -377,6 +389,30 @@ pub struct ServeArgs {
     )]
     peer_ca_file: Option<PathBuf>,
 
+    /// Authenticate peers by a shared cluster secret read from FILE: every
+    /// Raft message this node sends carries it, and a message received
+    /// without it is refused (UNAUTHENTICATED) before it is read. Give
+    /// every node the same file; `oncekv certs create-token --out FILE`
+    /// makes one (white space around the secret is trimmed; at least 32
+    /// bytes; keep it mode 0600). The token crosses the network as it is:
+    /// where others can watch the network, add peer TLS (--peer-cert-file).
+    /// A node of several needs this or peer TLS (or --insecure-peers).
+    #[arg(
+        long,
+        env = "ONCEKV_PEER_TOKEN_FILE",
+        value_name = "FILE",
+        help_heading = "TLS"
+    )]
+    peer_token_file: Option<PathBuf>,
+
+    /// Run a node of several (--initial-cluster naming other members, or
+    /// --join) with neither --peer-token-file nor peer TLS: its peers are
+    /// not authenticated, so anyone who reaches its peer port can forge
+    /// votes and log entries (write any key, stall elections). For tests
+    /// on one machine's loopback only; warned about at start.
+    #[arg(long, conflicts_with_all = ["peer_token_file", "peer_cert_file"], help_heading = "TLS")]
+    insecure_peers: bool,
+
     /// Negative control of `oncekv verify` only: answer no retry from its
     /// completion record, so duplicates apply again. Breaks exactly-once.
     #[arg(long, hide = true)]
@@ -532,7 +568,22 @@ fn config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
         )?),
         _ => None,
     };
-    warn_if_exposed(args, client_tls.is_some(), peer_tls.is_some());
+    let peer_token = args
+        .peer_token_file
+        .as_deref()
+        .map(load_peer_token)
+        .transpose()?;
+    let several = args.join
+        || initial_cluster
+            .as_ref()
+            .is_some_and(|members| members.keys().any(|id| *id != args.id));
+    check_peer_authentication(args, several, peer_tls.is_some(), peer_token.is_some())?;
+    warn_if_exposed(
+        args,
+        client_tls.is_some(),
+        peer_tls.is_some(),
+        peer_token.is_some(),
+    );
     Ok(ServerConfig {
         id: args.id,
         data_dir: args.data_dir.clone(),
@@ -573,6 +624,7 @@ fn config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
         peer_connector: None,
         client_tls,
         peer_tls,
+        peer_token,
         inline_disk_io: false,
         dedup: !args.unsafe_no_dedup,
     })
@@ -695,15 +747,20 @@ fn exposed_ports(
     listen_etcd: Option<SocketAddr>,
     client_tls: bool,
     peer_tls: bool,
+    peer_token: bool,
 ) -> Vec<(&'static str, SocketAddr, &'static str)> {
     const CLIENT: &str = "passwords, tokens and session secrets cross the network in clear, and \
          unless authentication is enabled (oncekv auth enable) anyone who reaches it can read \
          and change every key";
-    const PEER: &str = "any host that reaches it can speak for a member: use --peer-cert-file, \
-         --peer-key-file and --peer-ca-file";
+    const PEER: &str = "unless --peer-token-file is given, any host that reaches it can speak \
+         for a member: use --peer-cert-file, --peer-key-file and --peer-ca-file";
+    const PEER_TOKEN: &str = "the peer token, every request and every snapshot cross the \
+         network in clear, and whoever watches it learns the token and can speak for a \
+         member: add --peer-cert-file, --peer-key-file and --peer-ca-file";
+    let peer = if peer_token { PEER_TOKEN } else { PEER };
     [
         Some(("client", listen_client, client_tls, CLIENT)),
-        Some(("peer", listen_peer, peer_tls, PEER)),
+        Some(("peer", listen_peer, peer_tls, peer)),
         listen_etcd.map(|address| ("etcd", address, client_tls, CLIENT)),
     ]
     .into_iter()
@@ -717,19 +774,82 @@ fn exposed_ports(
 /// session secrets, passwords and tokens cross the network in clear, and
 /// unless authentication is enabled anyone who reaches the client port can
 /// read and change everything (the peer port: forge the log).
-fn warn_if_exposed(args: &ServeArgs, client_tls: bool, peer_tls: bool) {
+fn warn_if_exposed(args: &ServeArgs, client_tls: bool, peer_tls: bool, peer_token: bool) {
     for (port, address, what) in exposed_ports(
         args.listen_client,
         args.listen_peer,
         args.listen_etcd,
         client_tls,
         peer_tls,
+        peer_token,
     ) {
         tracing::warn!(port, %address, "listening beyond loopback without TLS: {what}");
         eprintln!(
             "WARNING: the {port} port listens on {address} without TLS: {what} (docs/security.md)"
         );
     }
+}
+
+/// Reads `--peer-token-file`, warning when others may read it.
+fn load_peer_token(path: &Path) -> anyhow::Result<PeerToken> {
+    let token = PeerToken::load(path)?;
+    match readable_by_others(path) {
+        Ok(Some(mode)) => {
+            tracing::warn!(path = %path.display(), mode = format!("{mode:o}"), "the peer token file is readable by others");
+            eprintln!(
+                "WARNING: the peer token file {} is readable by its group or others (mode \
+                 {mode:o}): whoever reads it can speak for a member; chmod 600 it",
+                path.display()
+            );
+        }
+        Ok(None) => {}
+        Err(error) => {
+            tracing::warn!(path = %path.display(), %error, "cannot read the peer token file's permissions");
+        }
+    }
+    Ok(token)
+}
+
+/// The refusal of a node of several whose peers nothing authenticates.
+const UNAUTHENTICATED_PEERS: &str = "nothing authenticates this node's peers, so anyone who \
+     reaches its peer port could forge votes and log entries. Give every node the same \
+     --peer-token-file FILE (`oncekv certs create-token --out FILE` makes one), or mutual TLS on \
+     the peer port (--peer-cert-file, --peer-key-file, --peer-ca-file; docs/security.md), or, \
+     on one machine's loopback only, --insecure-peers";
+
+/// A node of several (`several`: `--initial-cluster` names other members,
+/// or `--join`) must authenticate its peers by TLS or a token, unless told
+/// `--insecure-peers`, which is warned about.
+fn check_peer_authentication(
+    args: &ServeArgs,
+    several: bool,
+    peer_tls: bool,
+    peer_token: bool,
+) -> anyhow::Result<()> {
+    if args.insecure_peers {
+        tracing::warn!(
+            peer = %args.listen_peer,
+            "--insecure-peers: peer messages are not authenticated"
+        );
+        eprintln!(
+            "WARNING: --insecure-peers: peer messages are not authenticated; anyone who reaches \
+             the peer port ({}) can forge votes and log entries (docs/security.md)",
+            args.listen_peer
+        );
+        return Ok(());
+    }
+    if several && !peer_tls && !peer_token {
+        let why = if args.join {
+            format!("node {} joins a cluster (--join), but", args.id)
+        } else {
+            format!(
+                "node {} is one of several (--initial-cluster names other members), but",
+                args.id
+            )
+        };
+        bail!("{why} {UNAUTHENTICATED_PEERS}");
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -739,15 +859,20 @@ mod tests {
         let address = |text: &str| text.parse::<SocketAddr>().expect("an address");
         let local = address("127.0.0.1:7379");
         let public = address("0.0.0.0:7380");
-        assert!(super::exposed_ports(local, local, None, false, false).is_empty());
-        let exposed = super::exposed_ports(public, public, None, false, true);
+        assert!(super::exposed_ports(local, local, None, false, false, false).is_empty());
+        let exposed = super::exposed_ports(public, public, None, false, true, false);
         assert_eq!(exposed.len(), 1);
         assert_eq!(exposed[0].0, "client");
         assert!(exposed[0].2.contains("auth enable"));
-        let exposed = super::exposed_ports(local, address("[::]:1"), None, true, false);
+        let exposed = super::exposed_ports(local, address("[::]:1"), None, true, false, false);
         assert_eq!(exposed.iter().map(|e| e.0).collect::<Vec<_>>(), ["peer"]);
-        assert!(super::exposed_ports(public, public, Some(public), true, true).is_empty());
-        let exposed = super::exposed_ports(local, local, Some(public), false, true);
+        assert!(exposed[0].2.contains("--peer-token-file"));
+        // A token alone crosses the network in clear.
+        let exposed = super::exposed_ports(local, address("[::]:1"), None, true, false, true);
+        assert_eq!(exposed.iter().map(|e| e.0).collect::<Vec<_>>(), ["peer"]);
+        assert!(exposed[0].2.contains("learns the token"));
+        assert!(super::exposed_ports(public, public, Some(public), true, true, false).is_empty());
+        let exposed = super::exposed_ports(local, local, Some(public), false, true, false);
         assert_eq!(exposed.iter().map(|e| e.0).collect::<Vec<_>>(), ["etcd"]);
     }
 

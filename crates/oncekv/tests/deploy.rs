@@ -1,9 +1,10 @@
 //! The files of `deploy/`: the systemd unit has what it must (`oncekv
 //! serve` from an environment file, restarts, hardening), every variable
 //! of the three example env files is one `oncekv serve` reads, the three
-//! form one cluster, and, the proof, three nodes started from them (on
-//! free loopback ports and temporary data directories, everything else as
-//! written) become healthy and stop cleanly.
+//! form one cluster sharing one peer token file, and, the proof, three
+//! nodes started from them (on free loopback ports, temporary data
+//! directories and a token made by `oncekv certs create-token`,
+//! everything else as written) become healthy and stop cleanly.
 
 mod support;
 
@@ -193,6 +194,7 @@ fn the_env_files_form_one_cluster_of_known_flags() {
     assert!(known.contains("ONCEKV_INITIAL_CLUSTER"), "{known:?}");
     assert!(flags.contains("heartbeat"), "{flags:?}");
     let mut clusters = BTreeSet::new();
+    let mut tokens = BTreeSet::new();
     let mut addresses = BTreeSet::new();
     let mut names: Option<Vec<String>> = None;
     for (index, node) in NODES.iter().enumerate() {
@@ -251,7 +253,9 @@ fn the_env_files_form_one_cluster_of_known_flags() {
             "{node}: {cluster} names this node as {id}={peer}/{client}"
         );
         clusters.insert(cluster.to_string());
+        tokens.insert(value(&variables, "ONCEKV_PEER_TOKEN_FILE").to_string());
     }
+    assert_eq!(tokens.len(), 1, "one peer token file: {tokens:?}");
     assert_eq!(
         clusters.len(),
         1,
@@ -349,6 +353,13 @@ fn three_nodes_from_the_env_files_become_healthy() {
     let dir = tempfile::tempdir().expect("tempdir");
     let files: Vec<Vec<(String, String)>> = NODES.iter().map(|node| parse_env(node).0).collect();
     let addresses = loopback_addresses(&files);
+    let token = dir.path().join("peer-token");
+    let made = clean(Command::new(BINARY))
+        .args(["certs", "create-token", "--out"])
+        .arg(&token)
+        .output()
+        .expect("run oncekv certs create-token");
+    assert!(made.status.success(), "{made:?}");
     let mut nodes = Nodes(Vec::new());
     let mut clients = Vec::new();
     for (index, variables) in files.iter().enumerate() {
@@ -361,6 +372,9 @@ fn three_nodes_from_the_env_files_become_healthy() {
                 command.args(value.split_whitespace());
             } else if key == "ONCEKV_DATA_DIR" {
                 command.env(key, dir.path().join(format!("data-{}", index + 1)));
+            } else if key == "ONCEKV_PEER_TOKEN_FILE" {
+                // The one token file of the three, made as the README says.
+                command.env(key, &token);
             } else {
                 command.env(key, rewrite(value, &addresses));
             }

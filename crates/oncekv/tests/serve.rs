@@ -110,10 +110,14 @@ async fn a_node_joins_and_leaves_a_running_cluster() {
         format!("127.0.0.1:{}", free_port()),
     );
     let data = cluster.dir.path().join("joiner");
+    // A joining node must authenticate its peers: the cluster's token.
+    let token = cluster.peer_token_file().expect("a token cluster");
     let mut joiner = Process::new(env!("CARGO_BIN_EXE_oncekv"))
         .args(["serve", "--id", "2", "--join", "--data-dir"])
         .arg(&data)
         .args(["--listen-client", &client, "--listen-peer", &peer])
+        .arg("--peer-token-file")
+        .arg(token)
         .args(FAST)
         .stdin(Stdio::null())
         .stdout(Stdio::null())

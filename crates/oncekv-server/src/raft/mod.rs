@@ -6,6 +6,7 @@ pub mod consensus;
 pub mod network;
 pub mod peer_checks;
 pub mod peer_service;
+pub mod peer_token;
 pub mod runtime;
 pub mod segment_log;
 pub mod state_machine_store;

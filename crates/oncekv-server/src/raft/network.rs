@@ -8,6 +8,10 @@
 //! injected (a simulated network). With peer TLS ([`PeerTls`]), a peer is
 //! dialled over `https`, its certificate verified against the peer CA for
 //! the name `node-<its id>`, and this node presents its own certificate.
+//! With a peer token ([`PeerToken`], `--peer-token-file`), every call
+//! (vote, pre-vote, append unary or streamed, snapshot, leadership
+//! transfer) carries its credential in the `oncekv-peer-token` metadata,
+//! which the receiving node checks before reading the call's messages.
 //!
 //! Replication is pipelined ([`PeerAppend::Stream`]): the entries of one
 //! replication session go over one long-lived `StreamAppend` call, each
@@ -18,6 +22,7 @@
 //! not know `StreamAppend` (UNIMPLEMENTED) is sent one unary
 //! `AppendEntries` per round from then on, as [`PeerAppend::Unary`] does.
 
+use super::peer_token::PeerToken;
 use super::type_config::{NodeId, NodeInfo, TypeConfig};
 use crate::tls::PeerTls;
 use futures_util::StreamExt;
@@ -71,6 +76,9 @@ pub struct PeerNetwork {
     pub connector: Option<Arc<dyn PeerConnector>>,
     /// Mutual TLS to peers; `None`: plaintext.
     pub tls: Option<PeerTls>,
+    /// The cluster's shared peer secret, sent with every call; `None`:
+    /// none sent.
+    pub token: Option<PeerToken>,
     /// How entries are replicated.
     pub append: PeerAppend,
 }
@@ -97,6 +105,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
             source_ip: self.source_ip,
             connector: self.connector.clone(),
             tls: self.tls.clone(),
+            token: self.token.clone(),
             client: None,
             append: self.append,
         }
@@ -111,6 +120,7 @@ pub struct PeerClient {
     source_ip: Option<IpAddr>,
     connector: Option<Arc<dyn PeerConnector>>,
     tls: Option<PeerTls>,
+    token: Option<PeerToken>,
     client: Option<RaftPeerClient<Channel>>,
     /// Falls to [`PeerAppend::Unary`] when the peer lacks `StreamAppend`.
     append: PeerAppend,
@@ -135,6 +145,15 @@ pub(crate) fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, postcard::E
 }
 
 impl PeerClient {
+    /// `message` as a call: with the peer token's credential, if any.
+    fn request<T>(&self, message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        if let Some(token) = &self.token {
+            token.attach(&mut request);
+        }
+        request
+    }
+
     fn client(&mut self) -> Result<RaftPeerClient<Channel>, RPCError<TypeConfig>> {
         if let Some(client) = &self.client {
             return Ok(client.clone());
@@ -179,7 +198,7 @@ impl PeerClient {
         Fut: Future<Output = Result<tonic::Response<RaftPayload>, tonic::Status>>,
     {
         let data = encode(request).map_err(|e| network(&e))?;
-        let mut message = tonic::Request::new(RaftPayload { data });
+        let mut message = self.request(RaftPayload { data });
         message.set_timeout(option.hard_ttl());
         let client = self.client()?;
         let reply = match send(client, message).await {
@@ -238,6 +257,7 @@ impl PeerClient {
                 counted.fetch_add(1, Ordering::Relaxed);
                 std::future::ready(encoded.ok().map(|data| RaftPayload { data }))
             });
+        let requests = self.request(requests);
         let mut client = self.client()?;
         let opened = tokio::time::timeout(option.hard_ttl(), client.stream_append(requests)).await;
         let replies = match opened {
@@ -451,7 +471,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
             }
             chunk
         });
-        let mut message = tonic::Request::new(tokio_stream::iter(chunks));
+        let mut message = self.request(tokio_stream::iter(chunks));
         message.set_timeout(option.hard_ttl().max(Duration::from_secs(30)));
         let mut client = self.client().map_err(|e| stream_error(&e))?;
         let reply = tokio::select! {

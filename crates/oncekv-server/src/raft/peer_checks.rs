@@ -2,12 +2,21 @@
 //! sees it. openraft asserts (and, for some properties, only in debug
 //! builds) what a protocol-following peer always sends; a forged or broken
 //! message that breaks one would crash the node. These checks refuse such a
-//! message instead, with INVALID_ARGUMENT: an `AppendEntries` must carry a
-//! committed vote of another node, entries that follow its `prev_log_id`
-//! one index at a time, and no entry of a later leader than the vote; a
-//! snapshot must be of a committed vote, hold no log id beyond that vote,
-//! and not contradict what this node has committed. (Only authenticating
-//! peers stops a well-formed forgery: that is mutual TLS.)
+//! message instead, with INVALID_ARGUMENT: a term far ahead of the one this
+//! node knows ([`check_term`]), an `AppendEntries` must carry a committed
+//! vote of another node, entries that follow its `prev_log_id` one index at
+//! a time, and no entry of a later leader than the vote; a snapshot must be
+//! of a committed vote, hold no log id beyond that vote, and not contradict
+//! what this node has committed. A refused message never reaches openraft,
+//! so it changes nothing this node stores (its vote, its log).
+//!
+//! These checks judge what a message says, not who sent it: a well-formed
+//! forgery passes them. Peers are authenticated before any of this, by a
+//! shared cluster secret (`--peer-token-file`, checked on every call's
+//! headers before its body is read: [`super::peer_token`]), by mutual TLS
+//! (below), or both; `oncekv serve` refuses to start a node of several
+//! without one of them unless told `--insecure-peers`. There, the term rule
+//! is defence in depth: see [`TERM_AHEAD_MAX`].
 //!
 //! [`PeerNotAllowed`]: who may send at all, answered PERMISSION_DENIED. A
 //! message's sender (the node id of the vote it carries: the candidate of
@@ -27,9 +36,21 @@ use openraft::vote::RaftLeaderId;
 /// Why a peer message is refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum PeerMessageRefused {
-    /// A term no cluster reaches (it would overflow when counted on).
-    #[error("term {0} is implausibly far ahead")]
+    /// A term no cluster reaches: counting on from it could overflow
+    /// ([`TERM_LIMIT`]).
+    #[error("term {0} is beyond the largest term a message may carry ({TERM_LIMIT})")]
     TermTooLarge(u64),
+    /// A term further ahead of this node's own than elections ever take a
+    /// cluster ([`TERM_AHEAD_MAX`]).
+    #[error(
+        "term {term} is implausibly far ahead of this node's term {known} (at most {TERM_AHEAD_MAX} ahead)"
+    )]
+    TermTooFarAhead {
+        /// The message's term.
+        term: u64,
+        /// This node's current term (of the vote it stores).
+        known: u64,
+    },
     /// Its vote is not committed: no leader replicates under such a vote.
     #[error("the vote {0} is not committed: only a leader replicates")]
     UncommittedVote(String),
@@ -125,22 +146,62 @@ pub fn sender(vote: &VoteOf<TypeConfig>) -> NodeId {
     *vote.leader_id().node_id()
 }
 
-/// The largest term a message may carry: a cluster that elected a leader
-/// every millisecond would take millions of years to reach it, and counting
-/// on from it never overflows.
-pub const TERM_MAX: u64 = u64::MAX / 2;
+/// How far ahead of this node's current term (the term of the vote it
+/// stores) a message's term may be: 2^32.
+///
+/// Honest nodes never get that far apart. A term grows by one per
+/// election, and a node that lags behind its peers (partitioned, stopped,
+/// restored) learns the higher term from the replies to its own pre-votes
+/// and votes, which are not judged here; 2^32 elections are over a century
+/// of one election a second. Only a forgery gets further ahead, and it
+/// used to be accepted: a vote request of term 2^63 - 1 claiming a member,
+/// granted and stored, left every later election beyond the old absolute
+/// ceiling, so the cluster never elected a leader again, across restarts.
+/// Judged relative to what this node knows, such a message is refused,
+/// changes nothing, and an honest election at the next term still wins.
+///
+/// This is defence in depth, not authentication. Peers are authenticated
+/// by the peer token or TLS, and an attacker without either cannot send
+/// at all. With `--insecure-peers`, a forgery within the bound is still
+/// accepted and can raise a node's term by up to 2^32 per message, so
+/// reaching [`TERM_LIMIT`] takes about 2^32 accepted forgeries; what the
+/// bound guarantees is that no single message, and no message that is
+/// refused, can push a node there.
+pub const TERM_AHEAD_MAX: u64 = 1 << 32;
 
-/// Checks a vote's term (any vote request or vote a message carries).
-pub fn check_term(vote: &VoteOf<TypeConfig>) -> Result<(), PeerMessageRefused> {
+/// The largest term a message may carry whatever this node knows: room is
+/// left above it (2^33) for the elections counted on from any accepted
+/// term, so terms never overflow. A message is refused before it is
+/// stored, so no refused message brings a node nearer to it.
+pub const TERM_LIMIT: u64 = u64::MAX - (1 << 33);
+
+/// Checks a vote's term (any vote request, or the vote an append, a
+/// snapshot or a leadership transfer is sent under) against `known`, the
+/// term of the vote this node stores: at most [`TERM_AHEAD_MAX`] ahead of
+/// it, and at most [`TERM_LIMIT`]. A term at or below `known` is not
+/// refused here (openraft answers a stale one with its own vote).
+pub fn check_term(vote: &VoteOf<TypeConfig>, known: u64) -> Result<(), PeerMessageRefused> {
     let term = vote.leader_id().term();
-    if term > TERM_MAX {
+    if term > TERM_LIMIT {
         return Err(PeerMessageRefused::TermTooLarge(term));
+    }
+    if term > known.saturating_add(TERM_AHEAD_MAX) {
+        return Err(PeerMessageRefused::TermTooFarAhead { term, known });
     }
     Ok(())
 }
 
-fn committed_vote(vote: &VoteOf<TypeConfig>, me: NodeId) -> Result<(), PeerMessageRefused> {
-    check_term(vote)?;
+/// The term of the vote `metrics` says this node stores.
+pub fn known_term(metrics: &RaftMetrics<TypeConfig>) -> u64 {
+    metrics.vote.leader_id().term()
+}
+
+fn committed_vote(
+    vote: &VoteOf<TypeConfig>,
+    me: NodeId,
+    known: u64,
+) -> Result<(), PeerMessageRefused> {
+    check_term(vote, known)?;
     if !vote.is_committed() {
         return Err(PeerMessageRefused::UncommittedVote(vote.to_string()));
     }
@@ -180,14 +241,15 @@ fn agrees_with_committed(
     }
 }
 
-/// Checks an `AppendEntries` for node `me`, whose log is committed up to
-/// `committed`.
+/// Checks an `AppendEntries` for node `me`, whose current term is `known`
+/// and whose log is committed up to `committed`.
 pub fn check_append(
     request: &AppendEntriesRequest<TypeConfig>,
     me: NodeId,
+    known: u64,
     committed: Option<&LogIdOf<TypeConfig>>,
 ) -> Result<(), PeerMessageRefused> {
-    committed_vote(&request.vote, me)?;
+    committed_vote(&request.vote, me, known)?;
     let mut expected = match &request.prev_log_id {
         None => 0,
         Some(prev) => {
@@ -224,15 +286,108 @@ pub fn check_append(
 }
 
 /// Checks a snapshot sent under `vote` and ending at `last` for node `me`,
-/// against what `metrics` says this node has committed.
+/// against the term and the committed log `metrics` give for this node.
 pub fn check_snapshot(
     vote: &VoteOf<TypeConfig>,
     last: Option<&LogIdOf<TypeConfig>>,
     me: NodeId,
     metrics: &RaftMetrics<TypeConfig>,
 ) -> Result<(), PeerMessageRefused> {
-    committed_vote(vote, me)?;
+    committed_vote(vote, me, known_term(metrics))?;
     let Some(last) = last else { return Ok(()) };
     within_vote(last, vote)?;
     agrees_with_committed(last, metrics.local_committed.as_ref())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FORGED: u64 = (1 << 63) - 1;
+
+    /// A node's stored term as the peer service and openraft move it: a
+    /// vote request refused here never reaches openraft and changes
+    /// nothing; one admitted raises the stored term to its own (granted,
+    /// for a candidate whose log is up to date).
+    struct Node {
+        term: u64,
+    }
+
+    impl Node {
+        fn vote_request(&mut self, term: u64, candidate: NodeId) -> Result<(), PeerMessageRefused> {
+            check_term(&VoteOf::<TypeConfig>::new(term, candidate), self.term)?;
+            self.term = self.term.max(term);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_forged_term_of_2_pow_63_is_refused_and_the_next_honest_election_wins() {
+        let mut node = Node { term: 5 };
+        assert_eq!(
+            node.vote_request(FORGED, 2),
+            Err(PeerMessageRefused::TermTooFarAhead {
+                term: FORGED,
+                known: 5
+            })
+        );
+        assert_eq!(node.term, 5, "a refused message changes nothing");
+        // However often it is sent.
+        for _ in 0..1_000 {
+            assert!(node.vote_request(FORGED, 2).is_err());
+        }
+        assert_eq!(node.term, 5);
+        // An honest candidate of the next term is admitted, and the next.
+        assert_eq!(node.vote_request(6, 3), Ok(()));
+        assert_eq!(node.term, 6);
+        assert_eq!(node.vote_request(7, 2), Ok(()));
+        // So is a term behind this node's (openraft answers it with its
+        // own vote).
+        assert_eq!(node.vote_request(1, 3), Ok(()));
+        assert_eq!(node.term, 7);
+    }
+
+    #[test]
+    fn terms_are_judged_relative_to_the_known_one_and_never_near_overflow() {
+        let vote = |term| VoteOf::<TypeConfig>::new(term, 2);
+        assert_eq!(check_term(&vote(5 + TERM_AHEAD_MAX), 5), Ok(()));
+        assert!(matches!(
+            check_term(&vote(6 + TERM_AHEAD_MAX), 5),
+            Err(PeerMessageRefused::TermTooFarAhead { .. })
+        ));
+        // A fresh node (term 0) takes any leader an honest cluster has.
+        assert_eq!(check_term(&vote(1_000_000), 0), Ok(()));
+        // A node that stored a forged term under the old absolute ceiling
+        // (u64::MAX / 2) elects again: the next term is admitted.
+        assert_eq!(check_term(&vote(FORGED + 1), FORGED), Ok(()));
+        // Near the top, the absolute limit holds whatever is known, and
+        // leaves room to count on.
+        assert_eq!(check_term(&vote(TERM_LIMIT), TERM_LIMIT - 1), Ok(()));
+        for (term, known) in [
+            (TERM_LIMIT + 1, TERM_LIMIT),
+            (u64::MAX, TERM_LIMIT),
+            (u64::MAX, u64::MAX),
+        ] {
+            assert_eq!(
+                check_term(&vote(term), known),
+                Err(PeerMessageRefused::TermTooLarge(term))
+            );
+        }
+        const { assert!(TERM_LIMIT.checked_add(2 * TERM_AHEAD_MAX).is_some()) };
+    }
+
+    #[test]
+    fn an_append_under_a_vote_far_ahead_is_refused() {
+        let append = |term| AppendEntriesRequest::<TypeConfig> {
+            vote: VoteOf::<TypeConfig>::new_committed(term, 2),
+            prev_log_id: None,
+            entries: Vec::new(),
+            leader_commit: None,
+        };
+        assert_eq!(check_append(&append(4), 1, 3, None), Ok(()));
+        assert!(matches!(
+            check_append(&append(FORGED), 1, 3, None),
+            Err(PeerMessageRefused::TermTooFarAhead { .. })
+        ));
+    }
 }

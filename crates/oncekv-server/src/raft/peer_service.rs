@@ -25,12 +25,18 @@
 //! openraft in order, and answered in order; the first one refused ends the
 //! call with its status after the replies to those before it.
 //!
-//! Every message is admitted first ([`PeerService`]'s `admit`): with peer
-//! TLS, the caller's verified certificate must be valid for
-//! `node-<sender>`, the sender id inside the message; the message must
-//! pass [`peer_checks`]; and its sender must be a member of this node's
-//! cluster. A refusal is answered PERMISSION_DENIED (who may send) or
-//! INVALID_ARGUMENT (what was sent) and logged, never more.
+//! Before this service sees a call, with a peer token
+//! (`--peer-token-file`), the call's headers must carry it: the server
+//! wraps this service in [`super::peer_token::PeerTokenCheck`], which
+//! answers UNAUTHENTICATED before any message of the call is read. Then
+//! every message is admitted ([`PeerService`]'s `admit`): with peer TLS,
+//! the caller's verified certificate must be valid for `node-<sender>`,
+//! the sender id inside the message; the message must pass
+//! [`peer_checks`] (its term judged against the term this node stores);
+//! and its sender must be a member of this node's cluster. A refusal is
+//! answered PERMISSION_DENIED (who may send) or INVALID_ARGUMENT (what was
+//! sent) and logged, never more: a refused message reaches neither
+//! openraft nor the disk.
 
 use super::network::{VoteKind, decode, encode};
 use super::peer_checks::{self, PeerMessageRefused, PeerNotAllowed};
@@ -496,8 +502,13 @@ impl PeerService {
         let sender = peer_checks::sender(&request.vote);
         self.authenticate(caller, sender)?;
         let metrics = self.metrics();
-        peer_checks::check_append(&request, metrics.id, metrics.local_committed.as_ref())
-            .map_err(refused)?;
+        peer_checks::check_append(
+            &request,
+            metrics.id,
+            peer_checks::known_term(&metrics),
+            metrics.local_committed.as_ref(),
+        )
+        .map_err(refused)?;
         self.member(sender, &metrics)?;
         Ok(request)
     }
@@ -596,8 +607,9 @@ impl RaftPeer for PeerService {
         let (VoteKind::Vote(vote) | VoteKind::PreVote(vote)) = &kind;
         let sender = peer_checks::sender(&vote.vote);
         self.authenticate(&caller, sender)?;
-        peer_checks::check_term(&vote.vote).map_err(refused)?;
-        self.member(sender, &self.metrics())?;
+        let metrics = self.metrics();
+        peer_checks::check_term(&vote.vote, peer_checks::known_term(&metrics)).map_err(refused)?;
+        self.member(sender, &metrics)?;
         if self
             .votes_from
             .is_some_and(|from| tokio::time::Instant::now() < from)
@@ -622,8 +634,10 @@ impl RaftPeer for PeerService {
             decode(&request.into_inner().data).map_err(bad_message)?;
         let sender = peer_checks::sender(request.from_leader());
         self.authenticate(&caller, sender)?;
-        peer_checks::check_term(request.from_leader()).map_err(refused)?;
-        self.member(sender, &self.metrics())?;
+        let metrics = self.metrics();
+        peer_checks::check_term(request.from_leader(), peer_checks::known_term(&metrics))
+            .map_err(refused)?;
+        self.member(sender, &metrics)?;
         reply(&self.raft.handle_transfer_leader(request).await)
     }
 
@@ -634,10 +648,13 @@ impl RaftPeer for PeerService {
         let spool = self.spool.as_ref().ok_or(SnapshotRefused::NoSpool)?;
         let caller = Caller::of(&request);
         let mut chunks = request.into_inner();
-        // Only a caller whose certificate speaks for the sender spools
-        // anything; what it sent is judged once it is all there.
-        let admit =
-            |vote: &VoteOf<TypeConfig>| self.authenticate(&caller, peer_checks::sender(vote));
+        // Only a caller whose certificate speaks for the sender, under a
+        // plausible term, spools anything; what it sent is judged once it
+        // is all there.
+        let admit = |vote: &VoteOf<TypeConfig>| {
+            self.authenticate(&caller, peer_checks::sender(vote))?;
+            peer_checks::check_term(vote, peer_checks::known_term(&self.metrics())).map_err(refused)
+        };
         let mut received = receive(spool, &mut chunks, admit).await?;
         let metrics = self.metrics();
         peer_checks::check_snapshot(

@@ -19,6 +19,8 @@ missing=()
 command -v fiu-run >/dev/null 2>&1 || missing+=(fiu-utils)
 command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
 command -v etcdctl >/dev/null 2>&1 || missing+=(etcd-client)
+command -v zsh >/dev/null 2>&1 || missing+=(zsh)
+command -v fish >/dev/null 2>&1 || missing+=(fish)
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)
 if [ ${#missing[@]} -gt 0 ] && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
     apt-get update -q >/dev/null 2>&1 || echo "setup: apt-get update failed" >&2

@@ -7,7 +7,10 @@
 #   3. the gRPC stubs generated from crates/oncekv-proto/proto;
 #   4. the oncekv binary: ONCEKV_BIN, else <target>/debug/oncekv, built
 #      with `cargo build -p oncekv --locked` only if missing;
-#   5. pytest; any failure, error or skipped test fails the script.
+#   5. pytest; any failure, error or skipped test fails the script;
+#   6. the package as users get it: a wheel built by pip from this folder
+#      (setup.py generates the stubs, grpcio-tools a build requirement),
+#      installed in a fresh virtual environment, imported from elsewhere.
 # <target> is CARGO_TARGET_DIR, else <repo>/target. Extra arguments go to
 # pytest (for example -k leader).
 set -euo pipefail
@@ -54,3 +57,26 @@ fi
 echo "==> python: pytest against $bin"
 cd "$here"
 ONCEKV_BIN="$bin" ONCEKV_NO_SKIP=1 "$venv/bin/python" -m pytest tests -p no:cacheprovider -ra "$@"
+
+echo "==> python: a wheel from pip, installed in a fresh virtual environment"
+wheel="$(mktemp -d)"
+trap 'rm -rf "$wheel"' EXIT
+"$venv/bin/python" -m pip wheel --quiet --disable-pip-version-check --no-deps \
+    -w "$wheel/dist" "$here" > "$wheel/build.log" 2>&1 || {
+    cat "$wheel/build.log"
+    echo "==> python: pip wheel failed" >&2
+    exit 1
+}
+"$python" -m venv "$wheel/venv"
+"$wheel/venv/bin/python" -m pip install --quiet --disable-pip-version-check "$wheel"/dist/*.whl \
+    > "$wheel/install.log" 2>&1 || {
+    cat "$wheel/install.log"
+    echo "==> python: installing the wheel failed" >&2
+    exit 1
+}
+(cd "$wheel" && "$wheel/venv/bin/python" -c '
+import oncekv, oncekv._proto.kv_pb2_grpc as stubs
+assert "site-packages" in oncekv.__file__, oncekv.__file__
+assert hasattr(stubs, "KvStub")
+print("==> python: the wheel imports:", oncekv.__file__)
+')

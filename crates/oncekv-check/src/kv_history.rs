@@ -52,6 +52,29 @@ impl Touch<'_> {
     }
 }
 
+/// Where `op` reads or writes, added to `touches` (a nested transaction's
+/// compares and operations, in either branch).
+fn op_touches<'a>(op: &'a TxnOp, touches: &mut Vec<Touch<'a>>) {
+    match op {
+        TxnOp::Txn { txn } => txn_touches(txn, touches),
+        op => touches.push(op_touch(op)),
+    }
+}
+
+/// Where `txn`'s compares and operations, in either branch, read or write.
+fn txn_touches<'a>(txn: &'a Txn, touches: &mut Vec<Touch<'a>>) {
+    touches.extend(txn.compares.iter().map(|compare| match &compare.range {
+        KeyRange::Key(key) => Touch::Key(key.as_slice()),
+        KeyRange::Prefix(prefix) => Touch::Prefix(prefix.as_slice()),
+        KeyRange::Range { start, end } => Touch::Range(start, end.as_ref()),
+    }));
+    for op in txn.success.iter().chain(&txn.failure) {
+        op_touches(op, touches);
+    }
+}
+
+/// Where one operation other than a nested transaction reads or writes
+/// (a nested one's is [`op_touches`]'s: it has no single place).
 fn op_touch(op: &TxnOp) -> Touch<'_> {
     match op {
         TxnOp::Put { key, .. }
@@ -67,6 +90,9 @@ fn op_touch(op: &TxnOp) -> Touch<'_> {
         TxnOp::DeleteRange { start, end } | TxnOp::GetRange { start, end } => {
             Touch::Range(start, end.as_ref())
         }
+        // Never asked: `op_touches` walks a nested transaction. Everything,
+        // to be safe.
+        TxnOp::Txn { .. } => Touch::Prefix(&[]),
     }
 }
 
@@ -74,17 +100,16 @@ impl KvCall {
     /// Every key or prefix the call reads or writes, in either branch.
     pub fn touches(&self) -> Vec<Touch<'_>> {
         match self {
-            Self::Op(op) => vec![op_touch(op)],
-            Self::Txn(txn) => txn
-                .compares
-                .iter()
-                .map(|compare| match &compare.range {
-                    KeyRange::Key(key) => Touch::Key(key.as_slice()),
-                    KeyRange::Prefix(prefix) => Touch::Prefix(prefix.as_slice()),
-                    KeyRange::Range { start, end } => Touch::Range(start, end.as_ref()),
-                })
-                .chain(txn.success.iter().chain(&txn.failure).map(op_touch))
-                .collect(),
+            Self::Op(op) => {
+                let mut touches = Vec::new();
+                op_touches(op, &mut touches);
+                touches
+            }
+            Self::Txn(txn) => {
+                let mut touches = Vec::new();
+                txn_touches(txn, &mut touches);
+                touches
+            }
         }
     }
 
@@ -191,6 +216,15 @@ fn fmt_result(f: &mut fmt::Formatter<'_>, result: &TxnOpResult) -> fmt::Result {
             let verb = if *swapped { "swapped" } else { "not swapped" };
             write!(f, "{verb} (now {})", opt(current))
         }
+        TxnOpResult::Txn { succeeded, results } => {
+            f.write_str(if *succeeded { "succeeded" } else { "failed" })?;
+            for result in results {
+                f.write_str(" [")?;
+                fmt_result(f, result)?;
+                f.write_str("]")?;
+            }
+            Ok(())
+        }
     }
 }
 
@@ -267,6 +301,14 @@ pub enum KvHistoryError {
         /// Its completion time.
         complete_ns: u64,
     },
+    /// A transaction nested in another: the KV model does not replay them
+    /// (no workload sends one), so a history holding one is refused rather
+    /// than checked wrongly.
+    #[error("operation {index}: a transaction nested in a transaction is not modelled")]
+    NestedTxn {
+        /// Position of the operation in the list.
+        index: usize,
+    },
     /// The operation count does not fit the checker's 32-bit indices.
     #[error("a history holds at most {max} operations, got {got}")]
     TooLong {
@@ -287,7 +329,8 @@ impl KvHistory {
     /// The most operations a history may hold.
     pub const MAX_OPERATIONS: usize = (u32::MAX / 4) as usize;
 
-    /// Validates `operations`: every output answers its call (a
+    /// Validates `operations`: no transaction is nested in another (the
+    /// model does not replay them), every output answers its call (a
     /// transaction's results match its branch one for one), every known
     /// outcome has a completion time, and nothing completes before it is
     /// invoked.
@@ -299,6 +342,17 @@ impl KvHistory {
             });
         }
         for (index, op) in operations.iter().enumerate() {
+            let nested = match &op.call {
+                KvCall::Op(op) => op.is_nested_txn(),
+                KvCall::Txn(txn) => txn
+                    .success
+                    .iter()
+                    .chain(&txn.failure)
+                    .any(TxnOp::is_nested_txn),
+            };
+            if nested {
+                return Err(KvHistoryError::NestedTxn { index });
+            }
             match (&op.call, &op.output) {
                 (_, None | Some(KvOutput::Acknowledged)) => {}
                 (KvCall::Op(call), Some(KvOutput::Op(result))) if call.accepts(result) => {}
@@ -392,6 +446,33 @@ mod tests {
             success: vec![TxnOp::Get { key: "b".into() }],
             failure: vec![],
         }
+    }
+
+    #[test]
+    fn a_nested_transaction_is_refused_rather_than_checked_wrongly() {
+        let nested = Txn {
+            success: vec![TxnOp::Txn {
+                txn: Box::new(txn()),
+            }],
+            ..Txn::default()
+        };
+        let call = KvCall::Txn(nested.clone());
+        assert_eq!(
+            KvHistory::new(vec![op(call.clone(), None)]),
+            Err(KvHistoryError::NestedTxn { index: 0 })
+        );
+        // Where it reads or writes: the nested compares and operations.
+        let touches = call.touches();
+        assert!(touches.contains(&Touch::Prefix(b"a/")), "{touches:?}");
+        assert!(touches.contains(&Touch::Key(b"b")), "{touches:?}");
+        // Its result answers it only as a nested transaction's.
+        let inner = TxnOpResult::Txn {
+            succeeded: true,
+            results: vec![TxnOpResult::Get { value: None }],
+        };
+        assert!(nested.success[0].accepts(&inner));
+        assert!(!nested.success[0].accepts(&TxnOpResult::Get { value: None }));
+        assert!(nested.success[0].is_read());
     }
 
     #[test]

@@ -325,6 +325,8 @@ impl<'a> KvModel<'a> {
             TxnOp::DeleteRange { start, end } => TxnOpResult::DeletePrefix {
                 deleted: Self::remove(work, self.slots_between(start, end.as_ref())),
             },
+            // Histories holding one are refused (`KvHistoryError::NestedTxn`).
+            TxnOp::Txn { .. } => return None,
             TxnOp::PutExisting { key, value } => {
                 let slot = key_slot(self, key)?;
                 let Some(previous) = self.current(work, slot) else {

@@ -259,6 +259,8 @@ fn run_op(op: &TxnOp, store: &mut Store) -> Option<TxnOpResult> {
                 previous: Some(previous),
             }
         }
+        // Not generated: the model does not replay nested transactions.
+        TxnOp::Txn { .. } => return None,
     })
 }
 
@@ -456,6 +458,7 @@ fn random_history(rng: &mut Rng, honest: bool, versions: bool) -> KvHistory {
                 TxnOpResult::GetPrefix { entries } => {
                     entries.pop();
                 }
+                TxnOpResult::Txn { succeeded, .. } => *succeeded = !*succeeded,
             }
         }
         if let Some(KvOutput::Txn { results, .. }) = &mut ops[victim].output

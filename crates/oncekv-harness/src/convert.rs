@@ -97,6 +97,10 @@ fn txn_result(reply: &state::Reply) -> Option<TxnOpResult> {
             swapped: *swapped,
             current: bytes(current),
         },
+        state::Reply::Txn { succeeded, results } => TxnOpResult::Txn {
+            succeeded: *succeeded,
+            results: results.iter().map(txn_result).collect::<Option<_>>()?,
+        },
         _ => return None,
     })
 }
@@ -178,6 +182,9 @@ fn txn_op(op: &state::TxnOp) -> rec::TxnOp {
                 state::Update::Keep => None,
                 state::Update::Set(value) => Some(b(value)),
             },
+        },
+        state::TxnOp::Txn(nested) => rec::TxnOp::Txn {
+            txn: Box::new(txn(nested)),
         },
     }
 }

@@ -28,6 +28,7 @@
 //! recorded by the fault proxy under its idempotency key
 //! (`client_proxy`), for the replies checker.
 
+use crate::etcd_resources;
 use crate::recorder::Recorder;
 use crate::workload::{ClientMode, Stop, WorkloadOptions};
 use oncekv_check::record::{
@@ -38,7 +39,8 @@ use oncekv_proto::etcd::etcdserverpb::compare::{CompareResult, CompareTarget, Ta
 use oncekv_proto::etcd::etcdserverpb::kv_client::KvClient;
 use oncekv_proto::etcd::etcdserverpb::maintenance_client::MaintenanceClient;
 use oncekv_proto::etcd::etcdserverpb::{
-    Compare, PutRequest, RangeRequest, RequestOp, StatusRequest, TxnRequest, request_op,
+    Compare, PutRequest, RangeRequest, RequestOp, StatusRequest, TxnRequest, TxnResponse,
+    request_op,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -62,7 +64,7 @@ const NAIVE_SENDS_MAX: u32 = 4;
 const ROUNDS_AFTER_STOP_MAX: u32 = 20;
 
 /// What one call came to.
-enum Sent<T> {
+pub(crate) enum Sent<T> {
     /// The node answered.
     Answered(T),
     /// Certainly not applied.
@@ -73,7 +75,7 @@ enum Sent<T> {
 
 /// Whether `status` says the call was certainly not carried out: a
 /// refusal etcd (and oncekv's etcd API) gives only before proposing.
-fn certainly_not_applied(status: &Status) -> bool {
+pub(crate) fn certainly_not_applied(status: &Status) -> bool {
     match status.code() {
         Code::InvalidArgument
         | Code::FailedPrecondition
@@ -95,7 +97,7 @@ fn certainly_not_applied(status: &Status) -> bool {
 }
 
 /// Why a refusal refused, in the history's terms.
-fn reason_of(status: &Status) -> FailReason {
+pub(crate) fn reason_of(status: &Status) -> FailReason {
     match status.code() {
         Code::Unavailable if status.message().contains("node unreachable") => {
             FailReason::Unreachable
@@ -111,39 +113,39 @@ fn reason_of(status: &Status) -> FailReason {
 
 /// A write the workload sends.
 #[derive(Clone)]
-enum Write {
+pub(crate) enum Write {
     Put(PutRequest),
     Txn(TxnRequest),
 }
 
 /// A write's answer.
-enum Written {
+pub(crate) enum Written {
     /// A put, and the value it replaced.
     Put(Option<Vec<u8>>),
-    /// A transaction, and whether its compares held.
-    Txn(bool),
+    /// A transaction's response.
+    Txn(TxnResponse),
 }
 
 /// One client.
-struct EtcdWorker {
-    id: ClientId,
-    endpoints: Vec<KvClient<Channel>>,
+pub(crate) struct EtcdWorker {
+    pub(crate) id: ClientId,
+    pub(crate) endpoints: Vec<KvClient<Channel>>,
     /// The endpoint in use; the next after a failure, as etcd's clients
     /// move on.
-    current: usize,
-    options: WorkloadOptions,
-    recorder: Arc<Recorder>,
-    rng: StdRng,
-    stop: Stop,
-    stopped_at: Option<Instant>,
+    pub(crate) current: usize,
+    pub(crate) options: WorkloadOptions,
+    pub(crate) recorder: Arc<Recorder>,
+    pub(crate) rng: StdRng,
+    pub(crate) stop: Stop,
+    pub(crate) stopped_at: Option<Instant>,
     /// Operations issued, for unique tokens and keys.
-    issued: u64,
+    pub(crate) issued: u64,
 }
 
 impl EtcdWorker {
     /// Whether retries of an unknown outcome must end: the run stopped
     /// more than the grace period ago.
-    fn retries_over(&mut self) -> bool {
+    pub(crate) fn retries_over(&mut self) -> bool {
         if !self.stop.stopped() {
             return false;
         }
@@ -151,24 +153,24 @@ impl EtcdWorker {
         since.elapsed() >= self.options.grace
     }
 
-    fn client(&self) -> KvClient<Channel> {
+    pub(crate) fn client(&self) -> KvClient<Channel> {
         self.endpoints[self.current % self.endpoints.len()].clone()
     }
 
     /// Moves on to the next endpoint and waits a little.
-    async fn next_endpoint(&mut self) {
+    pub(crate) async fn next_endpoint(&mut self) {
         self.current = self.current.wrapping_add(1);
         let pause = self.rng.random_range(20..300);
         tokio::time::sleep(Duration::from_millis(pause)).await;
     }
 
-    fn token(&mut self) -> Vec<u8> {
+    pub(crate) fn token(&mut self) -> Vec<u8> {
         self.issued += 1;
         format!("c{}-{}", self.id, self.issued).into_bytes()
     }
 
     /// Reads `key` linearizably: its value and mod revision (0: absent).
-    async fn get(&mut self, key: &[u8]) -> Result<(Option<Vec<u8>>, i64), Status> {
+    pub(crate) async fn get(&mut self, key: &[u8]) -> Result<(Option<Vec<u8>>, i64), Status> {
         let mut request = tonic::Request::new(RangeRequest {
             key: key.to_vec(),
             ..RangeRequest::default()
@@ -182,7 +184,7 @@ impl EtcdWorker {
     }
 
     /// Sends `write` once, under `key` if given.
-    async fn send(&mut self, write: &Write, key: Option<&[u8]>) -> Sent<Written> {
+    pub(crate) async fn send(&mut self, write: &Write, key: Option<&[u8]>) -> Sent<Written> {
         let metadata = |request: &mut tonic::metadata::MetadataMap| {
             if let Some(key) = key
                 && let Ok(value) = tonic::metadata::MetadataValue::try_from(key)
@@ -208,7 +210,7 @@ impl EtcdWorker {
                 client
                     .txn(request)
                     .await
-                    .map(|response| Written::Txn(response.into_inner().succeeded))
+                    .map(|response| Written::Txn(response.into_inner()))
             }
         };
         match answered {
@@ -222,7 +224,7 @@ impl EtcdWorker {
     /// `key`, resent with it until answered (or the run's grace is over);
     /// without, resent up to [`NAIVE_SENDS_MAX`] times. Returns the last
     /// result and whether any send may have applied.
-    async fn send_until_known(
+    pub(crate) async fn send_until_known(
         &mut self,
         write: &Write,
         key: Option<&[u8]>,
@@ -252,13 +254,13 @@ impl EtcdWorker {
 
     /// The idempotency key of this client's `round`th write of its
     /// current operation, in [`ClientMode::Session`].
-    fn write_key(&self, round: u32) -> Option<Vec<u8>> {
+    pub(crate) fn write_key(&self, round: u32) -> Option<Vec<u8>> {
         (self.options.mode == ClientMode::Session)
             .then(|| format!("e-c{}-{}-{round}", self.id, self.issued).into_bytes())
     }
 
     /// Attributes the wire answers of `key`'s write to operation `op_id`.
-    fn attribute(&self, key: Option<&[u8]>, op_id: u64) {
+    pub(crate) fn attribute(&self, key: Option<&[u8]>, op_id: u64) {
         if let Some(key) = key {
             self.recorder
                 .attribute(RequestIdentity::idempotent(key.to_vec()), self.id, op_id);
@@ -321,7 +323,7 @@ impl EtcdWorker {
             attempts = attempts.saturating_add(1);
             maybe_applied |= maybe;
             match sent {
-                Sent::Answered(Written::Txn(true)) => break Some(reply),
+                Sent::Answered(Written::Txn(response)) if response.succeeded => break Some(reply),
                 // The key changed since the read (perhaps by this very
                 // update, whose reply was lost): read again.
                 Sent::Answered(_) => {}
@@ -460,17 +462,27 @@ impl EtcdWorker {
     }
 
     async fn step(&mut self) {
+        if self.options.resources == 0 {
+            match self.rng.random_range(0..100) {
+                0..35 => self.append().await,
+                35..60 => self.increment().await,
+                60..80 => self.put().await,
+                _ => self.read().await,
+            }
+            return;
+        }
         match self.rng.random_range(0..100) {
-            0..35 => self.append().await,
-            35..60 => self.increment().await,
-            60..80 => self.put().await,
-            _ => self.read().await,
+            0..30 => self.append().await,
+            30..50 => self.increment().await,
+            50..62 => self.put().await,
+            62..70 => self.read().await,
+            _ => self.resource_step().await,
         }
     }
 }
 
 /// A lazily connected channel to `address`.
-fn channel(address: &str) -> Result<Channel, String> {
+pub(crate) fn channel(address: &str) -> Result<Channel, String> {
     Ok(Endpoint::from_shared(format!("http://{address}"))
         .map_err(|e| format!("bad endpoint {address}: {e}"))?
         .connect_timeout(Duration::from_millis(500))
@@ -493,25 +505,33 @@ pub fn start(
         .iter()
         .map(|address| channel(address))
         .collect::<Result<_, _>>()?;
+    let worker = |index: usize, id: ClientId| EtcdWorker {
+        id,
+        endpoints: channels.iter().cloned().map(KvClient::new).collect(),
+        current: index,
+        options: options.clone(),
+        recorder: recorder.clone(),
+        rng: StdRng::seed_from_u64(options.seed ^ id.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+        stop: Stop { stop: stop.clone() },
+        stopped_at: None,
+        issued: 0,
+    };
     let mut tasks = Vec::new();
     for index in 0..options.clients {
-        let id = index as ClientId + 1;
-        let mut worker = EtcdWorker {
-            id,
-            endpoints: channels.iter().cloned().map(KvClient::new).collect(),
-            current: index,
-            options: options.clone(),
-            recorder: recorder.clone(),
-            rng: StdRng::seed_from_u64(options.seed ^ id.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
-            stop: Stop { stop: stop.clone() },
-            stopped_at: None,
-            issued: 0,
-        };
+        let mut worker = worker(index, index as ClientId + 1);
         tasks.push(tokio::spawn(async move {
             while !worker.stop.stopped() {
                 worker.step().await;
             }
         }));
+    }
+    if options.resources > 0 {
+        let id = etcd_resources::compactor_id(options.clients);
+        let compactor = worker(options.clients, id);
+        tasks.push(tokio::spawn(etcd_resources::compactor(
+            compactor,
+            stop.clone(),
+        )));
     }
     Ok(tasks)
 }

@@ -12,6 +12,11 @@
 //! * [`etcd_workload`]: the same checks through etcd's v3 API, as etcd's
 //!   users write read-modify-write code, with the idempotency metadata or
 //!   (the negative control) without;
+//! * [`etcd_resources`]: Kubernetes-shaped resources through etcd's API
+//!   (kine's create, update, delete and compaction Txns, paged lists);
+//! * [`etcd_watch`]: Kubernetes-style watchers through etcd's API (list,
+//!   watch from its revision with progress requests, relist when
+//!   compacted), and the reference read over etcd's Watch;
 //! * [`watchers`]: watchers through the faults, and the reference read
 //!   of the committed changes after them;
 //! * [`client_proxy`]: a gRPC proxy per node that drops replies after
@@ -33,6 +38,8 @@ pub mod certs;
 pub mod client_proxy;
 pub mod cluster;
 pub mod convert;
+pub mod etcd_resources;
+pub mod etcd_watch;
 pub mod etcd_workload;
 pub mod flood;
 pub mod nemesis;

@@ -12,7 +12,7 @@ use crate::cluster::{Cluster, ClusterOptions, STARTUP_TIMEOUT};
 use crate::nemesis::{Fault, Nemesis, fiu_available};
 use crate::recorder::Recorder;
 use crate::workload::{self, ClientMode, WorkloadOptions, client_options};
-use crate::{etcd_workload, watchers};
+use crate::{etcd_watch, etcd_workload, watchers};
 use oncekv_check::coverage::CoverageRequirements;
 use oncekv_check::record::{FaultKind, NodeId, Record, RecordError};
 use oncekv_check::report::HtmlOptions;
@@ -343,16 +343,32 @@ pub async fn run(config: &RunConfig, progress: &dyn Fn(Progress)) -> Result<RunS
     };
     let (watchers_stop_tx, watchers_stop) = watch::channel(false);
     let first_revision = first_revision(config, &real_addresses).await?;
-    let watcher_tasks = watchers::start(
-        &proxy_addresses,
-        client_options(),
-        workload_options.accounts_prefix(),
-        first_revision,
-        workload_options.watchers,
-        recorder.clone(),
-        watchers_stop,
-    )
-    .map_err(|e| RunError::Setup(e.to_string()))?;
+    // Watcher ids, from 1; the reference read takes the next after them.
+    let watcher_ids = Arc::new(AtomicU64::new(1));
+    let watcher_tasks = match api {
+        Api::Native => {
+            watcher_ids.store(workload_options.watchers as u64 + 1, Ordering::Relaxed);
+            watchers::start(
+                &proxy_addresses,
+                client_options(),
+                workload_options.accounts_prefix(),
+                first_revision,
+                workload_options.watchers,
+                recorder.clone(),
+                watchers_stop,
+            )
+            .map_err(|e| RunError::Setup(e.to_string()))?
+        }
+        // The fault proxies relay etcd's KV only: watches go to the members.
+        Api::Etcd => etcd_watch::start(
+            &real_addresses,
+            workload_options.resources_prefix(),
+            workload_options.watchers,
+            watcher_ids.clone(),
+            recorder.clone(),
+            watchers_stop,
+        ),
+    };
     let nemesis = Nemesis {
         faults: faults.clone(),
         cluster: cluster.clone(),
@@ -383,18 +399,31 @@ pub async fn run(config: &RunConfig, progress: &dyn Fn(Progress)) -> Result<RunS
     for task in watcher_tasks {
         let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
     }
-    if api == Api::Native {
-        watchers::reference(
+    let reference_id = watcher_ids.fetch_add(1, Ordering::Relaxed);
+    match api {
+        Api::Native => watchers::reference(
             &real_addresses,
             client_options(),
             workload_options.accounts_prefix(),
             first_revision,
-            workload_options.watchers as u64 + 1,
+            reference_id,
             &recorder,
             Duration::from_secs(60),
         )
         .await
-        .map_err(|e| RunError::Setup(e.to_string()))?;
+        .map_err(|e| RunError::Setup(e.to_string()))?,
+        Api::Etcd if workload_options.resources > 0 => {
+            etcd_watch::reference(
+                &real_addresses,
+                workload_options.resources_prefix(),
+                first_revision,
+                reference_id,
+                &recorder,
+                Duration::from_secs(60),
+            )
+            .await;
+        }
+        Api::Etcd => {}
     }
     let _ = watcher.await;
 
@@ -485,6 +514,8 @@ async fn start_target(
                 folder_prefix: "oncekv-verify-".into(),
                 tls: false,
                 client_certificates: false,
+                // The nodes share a token made in the run's folder.
+                insecure_peers: false,
             })
             .await?;
             let real = cluster
@@ -586,10 +617,9 @@ fn workload_options(config: &RunConfig) -> WorkloadOptions {
     let mut options = config.workload.clone();
     options.seed = config.seed;
     if config.api == Api::Etcd {
-        // Read-modify-write of appends, counters and registers only:
-        // no accounts for watchers to follow.
+        // No accounts (no transfers): the watchers follow the resources.
         options.accounts = 0;
-        options.watchers = 0;
+        options.watchers = options.watchers.min(2);
     }
     if matches!(config.target, Target::Endpoints(_)) && options.prefix.is_empty() {
         // A cluster in use may hold these keys: this run's own.
@@ -628,17 +658,15 @@ async fn read_final_values(
     tokio::time::sleep(Duration::from_millis(500)).await;
     if api == Api::Etcd {
         let patience = Duration::from_secs(30);
-        return etcd_workload::record_final_values(
-            addresses,
-            &options.final_keys(),
-            recorder,
-            patience,
-        )
-        .await
-        .map_err(|error| RunError::EtcdFinalRead {
-            error,
-            logs: keep_logs(cluster),
-        });
+        let mut keys = options.final_keys();
+        keys.extend(options.resources());
+        keys.push(options.compact_key());
+        return etcd_workload::record_final_values(addresses, &keys, recorder, patience)
+            .await
+            .map_err(|error| RunError::EtcdFinalRead {
+                error,
+                logs: keep_logs(cluster),
+            });
     }
     let reader = Client::connect(addresses.to_vec(), client_options())
         .map_err(|e| RunError::Setup(e.to_string()))?;

@@ -85,6 +85,7 @@ pub fn options(binary: impl AsRef<Path>, size: u64, extra: &[&str]) -> ClusterOp
         folder_prefix: "oncekv-test-".into(),
         tls: false,
         client_certificates: false,
+        insecure_peers: false,
     }
 }
 
@@ -434,6 +435,11 @@ pub enum Dependency {
     /// aetcd's integration tests and a Python virtual environment with
     /// aetcd and pytest to run them, in `target/aetcd-suite`.
     AetcdSuite,
+    /// A shell on `PATH` whose completion script is checked (zsh, fish).
+    Shell(&'static str),
+    /// A build with `--cfg tokio_unstable` (`.cargo/config.toml` sets it),
+    /// for a deterministic simulation.
+    TokioUnstable,
 }
 
 impl Dependency {
@@ -448,6 +454,10 @@ impl Dependency {
                 "aetcd 1.0.0's integration tests and a virtual environment to run them \
                  (target/aetcd-suite)"
             }
+            Dependency::Shell("zsh") => "zsh on PATH",
+            Dependency::Shell("fish") => "fish on PATH",
+            Dependency::Shell(_) => "a shell on PATH",
+            Dependency::TokioUnstable => "a build with --cfg tokio_unstable",
         }
     }
 
@@ -470,6 +480,14 @@ impl Dependency {
             Dependency::AetcdSuite => {
                 "scripts/setup.sh makes them from PyPI (python3 -m venv, pip install \
                  aetcd[test]==1.0.0, the tests/ of its sdist)"
+            }
+            Dependency::Shell(_) => {
+                "scripts/setup.sh installs zsh and fish as root with apt (apt-get install zsh \
+                 fish)"
+            }
+            Dependency::TokioUnstable => {
+                "build with the workspace's .cargo/config.toml (it sets --cfg tokio_unstable), \
+                 not with RUSTFLAGS that replace it"
             }
         }
     }

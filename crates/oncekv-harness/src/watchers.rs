@@ -56,11 +56,11 @@ fn options(start_revision: u64) -> WatchOptions {
 }
 
 /// One change given: revision, key, value (`None` for a delete).
-type Given = (u64, Bytes, Option<Bytes>);
+pub(crate) type Given = (u64, Bytes, Option<Bytes>);
 
 /// The changes `update` gives, and the revision through which it says
 /// everything has been given.
-fn unpack(update: WatchUpdate) -> (Vec<Given>, u64) {
+pub(crate) fn unpack(update: WatchUpdate) -> (Vec<Given>, u64) {
     match update {
         WatchUpdate::Changes { revision, events } => {
             let given = events
@@ -170,7 +170,7 @@ pub fn start(
 }
 
 /// One try's updates.
-trait Updates {
+pub(crate) trait Updates {
     /// The next update; an error ends the try.
     fn next(&mut self) -> impl Future<Output = Result<WatchUpdate, ClientError>> + Send;
 }
@@ -183,17 +183,17 @@ impl Updates for Watcher {
 
 /// What the reference read got.
 #[derive(Clone, Debug, PartialEq, Eq)]
-struct ReferenceRead {
+pub(crate) struct ReferenceRead {
     /// The revision it read from.
-    start: u64,
+    pub(crate) start: u64,
     /// Every change from `start` through `through`, in the order given.
-    given: Vec<Given>,
+    pub(crate) given: Vec<Given>,
     /// The revision through which it was given everything.
-    through: u64,
+    pub(crate) through: u64,
     /// How it ended: `Stopped` at the target.
-    end: WatchEnd,
+    pub(crate) end: WatchEnd,
     /// Tries made.
-    tries: u32,
+    pub(crate) tries: u32,
 }
 
 impl ReferenceRead {
@@ -208,7 +208,7 @@ impl ReferenceRead {
 /// error or after `stall` without an update; the read ends at the target,
 /// after [`REFERENCE_TRIES`] tries, when `budget` has passed, when
 /// permission is refused, or when the history is compacted under it.
-async fn read_reference<U: Updates>(
+pub(crate) async fn read_reference<U: Updates>(
     mut open: impl FnMut(u64, u32) -> Result<U, ClientError>,
     first_revision: u64,
     target: u64,
@@ -351,12 +351,22 @@ pub async fn reference(
             tries: 0,
         },
     };
+    record_reference(recorder, id, prefix, read);
+    Ok(())
+}
+
+/// Records what the reference read of `prefix` got, as watcher `id`.
+pub(crate) fn record_reference(
+    recorder: &Recorder,
+    id: WatcherId,
+    prefix: Vec<u8>,
+    read: ReferenceRead,
+) {
     recorder.watch_started(id, Bytes(prefix), read.start, true);
     for (revision, key, value) in read.given {
         recorder.watched(id, revision, key, value);
     }
     recorder.watch_stopped(id, read.through, read.end);
-    Ok(())
 }
 
 #[cfg(test)]

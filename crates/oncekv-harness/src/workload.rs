@@ -83,8 +83,11 @@ pub struct WorkloadOptions {
     /// Accounts transfers move amounts between (at least 2 for any).
     pub accounts: usize,
     /// Watchers of the accounts through the run (where the driver runs
-    /// them: `run` does).
+    /// them: `run` does); through etcd's API, of the resources.
     pub watchers: usize,
+    /// Resources kept as Kubernetes keeps its objects in etcd (through
+    /// etcd's API only: `etcd_resources`).
+    pub resources: usize,
     /// TTL of the clients' sessions.
     pub session_ttl: Duration,
     /// TTL of the expiry probe's sessions, which are left to lapse.
@@ -115,6 +118,7 @@ impl Default for WorkloadOptions {
             lease_names: 2,
             accounts: 4,
             watchers: 3,
+            resources: 4,
             session_ttl: Duration::from_secs(10),
             probe_ttl: Duration::from_millis(1000),
             grace: Duration::from_secs(15),
@@ -153,6 +157,28 @@ impl WorkloadOptions {
     /// watchers watch.
     pub fn accounts_prefix(&self) -> Vec<u8> {
         format!("{}acct/", self.prefix).into_bytes()
+    }
+
+    /// The `i`th resource (through etcd's API).
+    pub fn resource(&self, i: usize) -> Vec<u8> {
+        format!("{}registry/pods/pod-{i}", self.prefix).into_bytes()
+    }
+
+    /// Every resource's key.
+    pub fn resources(&self) -> Vec<Vec<u8>> {
+        (0..self.resources).map(|i| self.resource(i)).collect()
+    }
+
+    /// The prefix every resource is under (and nothing else): what the
+    /// watchers through etcd's API watch and the lists list.
+    pub fn resources_prefix(&self) -> Vec<u8> {
+        format!("{}registry/pods/", self.prefix).into_bytes()
+    }
+
+    /// The key the compactor keeps its count in, as Kubernetes' API
+    /// server does (outside the resources).
+    pub fn compact_key(&self) -> Vec<u8> {
+        format!("{}compact_rev_key", self.prefix).into_bytes()
     }
 
     /// The key client `client`'s transfers append their tokens to.

@@ -126,14 +126,16 @@ fn txn() -> impl Strategy<Value = Txn> {
         Just(CompareOp::Less),
         Just(CompareOp::Greater)
     ];
-    let compare = (bytes(), scope, target, op).prop_map(|(key, scope, target, op)| Compare {
-        key,
-        scope,
-        target,
-        op,
-    });
-    (
-        prop::collection::vec(compare, 0..3),
+    let compare = (bytes(), scope, target, op)
+        .prop_map(|(key, scope, target, op)| Compare {
+            key,
+            scope,
+            target,
+            op,
+        })
+        .boxed();
+    let flat = (
+        prop::collection::vec(compare.clone(), 0..3),
         prop::collection::vec(txn_op(), 0..3),
         prop::collection::vec(txn_op(), 0..3),
     )
@@ -141,7 +143,21 @@ fn txn() -> impl Strategy<Value = Txn> {
             compare,
             success,
             failure,
-        })
+        });
+    // Transactions nested in either branch, a few levels deep.
+    flat.prop_recursive(3, 12, 3, move |inner| {
+        let op = prop_oneof![txn_op(), inner.prop_map(TxnOp::Txn)].boxed();
+        (
+            prop::collection::vec(compare.clone(), 0..3),
+            prop::collection::vec(op.clone(), 0..3),
+            prop::collection::vec(op, 0..3),
+        )
+            .prop_map(|(compare, success, failure)| Txn {
+                compare,
+                success,
+                failure,
+            })
+    })
 }
 
 fn meta() -> impl Strategy<Value = KeyMeta> {
@@ -216,6 +232,14 @@ fn rejection() -> impl Strategy<Value = Rejection> {
         (any::<u64>(), any::<u64>()).prop_map(|(ops, max)| Rejection::TxnTooLarge { ops, max }),
         ".{0,6}".prop_map(|key| Rejection::TxnConflict { key }),
         ".{0,6}".prop_map(|key| Rejection::KeyNotFound { key }),
+        (any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>()).prop_map(
+            |(depth, ops, depth_max, ops_max)| Rejection::TxnTreeTooLarge {
+                depth,
+                ops,
+                depth_max,
+                ops_max
+            }
+        ),
     ]
 }
 

@@ -187,7 +187,7 @@ pub async fn restore(
     id: NodeId,
     members: &BTreeMap<NodeId, NodeInfo>,
 ) -> Result<(), BackupError> {
-    backup.check()?;
+    let mut machine = backup.check()?;
     if !members.contains_key(&id) {
         return Err(BackupError::NotAMember(id));
     }
@@ -214,8 +214,12 @@ pub async fn restore(
         last_log_id: Some(log_id),
         last_membership: StoredMembershipOf::<TypeConfig>::new(Some(log_id), membership),
     };
+    // A new cluster, with an id of its own (as etcd's restore makes one):
+    // every member seeds the same state, with the same id, which members
+    // that join it later get in the snapshot.
+    machine.record_cluster_id(crate::identity::cluster_id(members));
     let state_dir = data_dir.join("state");
-    StateMachineStore::seed(&state_dir, backup.limits()?, meta, backup.state.clone())
+    StateMachineStore::seed(&state_dir, backup.limits()?, meta, machine.snapshot())
         .map_err(io(&state_dir))?;
     let log_dir = data_dir.join("log");
     let mut log = SegmentLog::open(&log_dir).map_err(io(&log_dir))?;

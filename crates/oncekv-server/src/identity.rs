@@ -63,6 +63,27 @@ pub fn describe_cluster(members: &BTreeMap<NodeId, NodeInfo>) -> String {
         .join(",")
 }
 
+/// The id of the cluster an initial membership founds: FNV-1a (64 bits) of
+/// its description ([`describe_cluster`]), stable across nodes and
+/// releases. Every founding member computes it from its configuration,
+/// and records it in its state machine when the founding membership
+/// entry applies, so members that join later report it too.
+pub fn cluster_id(members: &BTreeMap<NodeId, NodeInfo>) -> u64 {
+    description_id(&describe_cluster(members))
+}
+
+/// The id of the cluster `description` ([`describe_cluster`]) describes.
+pub fn description_id(description: &str) -> u64 {
+    fnv1a(description.as_bytes())
+}
+
+/// FNV-1a, 64 bits: a stable hash (the same on every node and release).
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+        (hash ^ u64::from(*byte)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
 /// Checks (or, on first start, records) that `dir` belongs to node `id` of
 /// the cluster `cluster`. Returns whether this is the first start.
 pub fn check_or_record(dir: &Path, id: NodeId, cluster: &str) -> Result<bool, IdentityError> {

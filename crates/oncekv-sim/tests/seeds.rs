@@ -44,7 +44,11 @@ fn seeds_1_to_3_pass() {
 #[test]
 fn a_seed_replays_the_same_history_alone_and_in_a_sweep() {
     if !cfg!(tokio_unstable) {
-        eprintln!("built without --cfg tokio_unstable (.cargo/config.toml): not deterministic");
+        oncekv_harness::testing::missing_dependency(
+            "a_seed_replays_the_same_history_alone_and_in_a_sweep",
+            oncekv_harness::testing::Dependency::TokioUnstable,
+            "without it the simulation is not deterministic",
+        );
         return;
     }
     // Seed 2 took another history in a sweep after seed 1 (the async

@@ -81,4 +81,6 @@ pub use outcome::{
 };
 pub use session::{CompletionRecord, NotExecuted, RecordBudget, Session, SessionTable};
 pub use snapshot::{FORMAT_VERSION, SnapshotError};
-pub use txn::{Compare, CompareOp, CompareTarget, Txn, TxnOp, Update};
+pub use txn::{
+    Compare, CompareOp, CompareTarget, TXN_DEPTH_MAX, TXN_TREE_OPS_FACTOR, Txn, TxnOp, Update,
+};

@@ -5,7 +5,7 @@
 use crate::command::{Command, Origin, Query, Request};
 use crate::key_range::KeyScope;
 use crate::outcome::{Malformed, Rejection};
-use crate::txn::{TxnOp, Update};
+use crate::txn::{Txn, TxnOp, Update};
 use serde::{Deserialize, Serialize};
 
 /// The bounds on requests and replicated collections.
@@ -62,7 +62,9 @@ pub struct Limits {
     pub history_bytes_max: u64,
     /// Longest time a change stays in the history, in cluster time.
     pub history_retention_ms: u64,
-    /// Most compares, and most operations per branch, in a transaction.
+    /// Most compares, and most operations per branch, in a transaction
+    /// (a nested one gets what its enclosing one leaves, as in etcd; see
+    /// `Txn::check_shape`).
     pub txn_ops_max: u32,
 }
 
@@ -200,25 +202,7 @@ impl Limits {
             },
             Command::Txn(txn) => {
                 txn.check_shape(self.txn_ops_max as usize)?;
-                for compare in &txn.compare {
-                    if compare.scope == KeyScope::Key {
-                        self.check_key(&compare.key)?;
-                    }
-                }
-                for op in txn.success.iter().chain(&txn.failure) {
-                    if let TxnOp::PutExisting { key, value, lease } = op {
-                        self.check_key(key)?;
-                        if let Update::Set(value) = value {
-                            self.check_value(value.len())?;
-                        }
-                        if let Update::Set(Some(name)) = lease {
-                            self.check_lease_name(name)?;
-                        }
-                    }
-                    if let Some(command) = op.as_command() {
-                        self.check_command(&command)?;
-                    }
-                }
+                self.check_txn_sizes(txn)?;
             }
             Command::LeaseGrant { name, ttl_ms } => {
                 self.check_lease_name(name)?;
@@ -235,6 +219,37 @@ impl Limits {
             | Command::AlarmDisarm
             | Command::Compact { .. } => {}
             Command::Auth(change) => change.check(self.key_bytes_max)?,
+        }
+        Ok(())
+    }
+
+    /// The sizes of a transaction's keys, values and lease names, its
+    /// nested transactions' included (their nesting and counts are
+    /// [`Txn::check_shape`]'s, checked first, so this recursion is bounded).
+    fn check_txn_sizes(&self, txn: &Txn) -> Result<(), Rejection> {
+        for compare in &txn.compare {
+            if compare.scope == KeyScope::Key {
+                self.check_key(&compare.key)?;
+            }
+        }
+        for op in txn.success.iter().chain(&txn.failure) {
+            match op {
+                TxnOp::PutExisting { key, value, lease } => {
+                    self.check_key(key)?;
+                    if let Update::Set(value) = value {
+                        self.check_value(value.len())?;
+                    }
+                    if let Update::Set(Some(name)) = lease {
+                        self.check_lease_name(name)?;
+                    }
+                }
+                TxnOp::Txn(nested) => self.check_txn_sizes(nested)?,
+                op => {
+                    if let Some(command) = op.as_command() {
+                        self.check_command(&command)?;
+                    }
+                }
+            }
         }
         Ok(())
     }

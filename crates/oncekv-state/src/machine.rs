@@ -66,6 +66,10 @@ pub struct StateMachine {
     /// only in the negative control of the fault checkers (see
     /// [`StateMachine::without_dedup`]); never part of a snapshot.
     pub(crate) dedup: bool,
+    /// The id of the cluster the state belongs to, once recorded
+    /// ([`StateMachine::record_cluster_id`]); kept in snapshots (after
+    /// the body, outside the state digest).
+    pub(crate) cluster_id: Option<u64>,
 }
 
 impl StateMachine {
@@ -82,6 +86,7 @@ impl StateMachine {
             auth: AuthTable::default(),
             no_space_alarm: false,
             dedup: true,
+            cluster_id: None,
         }
     }
 
@@ -99,6 +104,22 @@ impl StateMachine {
     /// unless built [`without_dedup`](Self::without_dedup)).
     pub fn dedups(&self) -> bool {
         self.dedup
+    }
+
+    /// The id of the cluster the state belongs to, if recorded.
+    pub fn cluster_id(&self) -> Option<u64> {
+        self.cluster_id
+    }
+
+    /// Records the id of the cluster the state belongs to. The node calls
+    /// it where every replica does, so all of them record the same id at
+    /// the same point of the log: when it applies the entry that founded
+    /// the cluster (its first membership, at log index 0, which every
+    /// founding member writes alike), and when a backup seeds a new
+    /// cluster. A member that joins later gets it with the log or in a
+    /// snapshot. It changes no reply, nor the state digest.
+    pub fn record_cluster_id(&mut self, id: u64) {
+        self.cluster_id = Some(id);
     }
 
     /// The limits it enforces.
@@ -421,7 +442,8 @@ impl StateMachine {
     /// Whether `principal` may run `txn`: read on every compared key,
     /// prefix or range, and each operation of both branches as its own
     /// command (write on every key under a deleted prefix or in a deleted
-    /// range; a put of an existing key as a put).
+    /// range; a put of an existing key as a put), those of nested
+    /// transactions too.
     fn check_txn(&self, principal: Option<&Principal>, txn: &Txn) -> Result<(), String> {
         for compare in &txn.compare {
             let query = Query::covering(&compare.key, &compare.scope);
@@ -450,6 +472,7 @@ impl StateMachine {
                 TxnOp::PutExisting { key, .. } => {
                     self.check_permission(principal, &put_of(key))?;
                 }
+                TxnOp::Txn(nested) => self.check_txn(principal, nested)?,
                 other => {
                     if let Some(command) = other.as_command() {
                         self.check_permission(principal, &command)?;
@@ -473,27 +496,37 @@ impl StateMachine {
             (Command::Delete { key }, Reply::Delete { .. }) if !readable(key) => {
                 Reply::Delete { previous: None }
             }
-            (Command::Txn(txn), Reply::Txn { succeeded, results }) => {
-                let ops = if succeeded {
-                    &txn.success
-                } else {
-                    &txn.failure
-                };
-                let results = ops
-                    .iter()
-                    .zip(results)
-                    .map(|(op, result)| match (op, op.as_command()) {
-                        (TxnOp::PutExisting { key, .. }, _) => {
-                            self.visible_to(principal, &put_of(key), result)
-                        }
-                        (_, Some(command)) => self.visible_to(principal, &command, result),
-                        (_, None) => result,
-                    })
-                    .collect();
-                Reply::Txn { succeeded, results }
+            (Command::Txn(txn), reply @ Reply::Txn { .. }) => {
+                self.txn_visible_to(principal, txn, reply)
             }
             (_, reply) => reply,
         }
+    }
+
+    /// A transaction's reply as `principal` may see it, each operation's
+    /// result as its own command's (a nested transaction's likewise).
+    fn txn_visible_to(&self, principal: Option<&Principal>, txn: &Txn, reply: Reply) -> Reply {
+        let Reply::Txn { succeeded, results } = reply else {
+            return reply;
+        };
+        let ops = if succeeded {
+            &txn.success
+        } else {
+            &txn.failure
+        };
+        let results = ops
+            .iter()
+            .zip(results)
+            .map(|(op, result)| match (op, op.as_command()) {
+                (TxnOp::PutExisting { key, .. }, _) => {
+                    self.visible_to(principal, &put_of(key), result)
+                }
+                (TxnOp::Txn(nested), _) => self.txn_visible_to(principal, nested, result),
+                (_, Some(command)) => self.visible_to(principal, &command, result),
+                (_, None) => result,
+            })
+            .collect();
+        Reply::Txn { succeeded, results }
     }
 
     /// The answer to a request that ran before: its recorded reply, or for
@@ -554,23 +587,26 @@ impl StateMachine {
             Command::Cas { key, new, .. } => {
                 new.len() as u64 + key.len() as u64 + crate::outcome::STORE_ENTRY_OVERHEAD_BYTES
             }
-            Command::Txn(txn) => {
-                let as_command = |op: &TxnOp| match op {
-                    TxnOp::PutExisting { key, value, lease } => {
-                        self.put_existing(key, value, lease).ok()
-                    }
-                    other => other.as_command(),
-                };
-                let branch = |ops: &[TxnOp]| -> u64 {
-                    ops.iter()
-                        .filter_map(as_command)
-                        .map(|command| self.growth_bytes(&command))
-                        .fold(0u64, u64::saturating_add)
-                };
-                branch(&txn.success).max(branch(&txn.failure))
-            }
+            Command::Txn(txn) => self.txn_growth_bytes(txn),
             _ => 0,
         }
+    }
+
+    /// The most bytes a transaction can add to the store: the larger of
+    /// its branches' (a nested transaction's counted the same way).
+    fn txn_growth_bytes(&self, txn: &Txn) -> u64 {
+        let op_growth = |op: &TxnOp| match op {
+            TxnOp::PutExisting { key, value, lease } => self
+                .put_existing(key, value, lease)
+                .map_or(0, |put| self.growth_bytes(&put)),
+            TxnOp::Txn(nested) => self.txn_growth_bytes(nested),
+            other => other
+                .as_command()
+                .map_or(0, |command| self.growth_bytes(&command)),
+        };
+        let branch =
+            |ops: &[TxnOp]| -> u64 { ops.iter().map(op_growth).fold(0u64, u64::saturating_add) };
+        branch(&txn.success).max(branch(&txn.failure))
     }
 
     /// Runs any command: session control yields an outcome of its own, the
@@ -889,16 +925,41 @@ impl StateMachine {
         }
     }
 
-    /// Runs a transaction: evaluates its compares, then runs the chosen
+    /// Runs a transaction: evaluates its compares, and those of the
+    /// transactions nested in the branches it takes (all against the state
+    /// before any operation runs, as etcd does), then runs the chosen
     /// branch's operations in order, each seeing the earlier ones' writes.
-    /// If one is refused, every change the branch made is undone and the
-    /// whole transaction answers that refusal.
+    /// If one is refused, every change the transaction made is undone and
+    /// the whole transaction answers that refusal.
     fn run_txn(&mut self, txn: &Txn, index: LogIndex) -> Result<Reply, Rejection> {
         txn.check_shape(self.limits.txn_ops_max as usize)?;
+        self.check_compare_keys(txn)?;
+        let mut path = Vec::new();
+        self.decide_path(txn, &mut path);
+        let undo = self.kv.undo_point();
+        let mut path = path.into_iter();
+        match self.run_branch(txn, &mut path, index) {
+            Ok(reply) => Ok(reply),
+            Err(rejection) => {
+                self.undo_to(undo);
+                Err(rejection)
+            }
+        }
+    }
+
+    /// Checks the key of every one-key compare of `txn` and of the
+    /// transactions nested in it.
+    fn check_compare_keys(&self, txn: &Txn) -> Result<(), Rejection> {
         for compare in txn.compare.iter().filter(|c| c.scope == KeyScope::Key) {
             self.check_key(&compare.key)?;
         }
-        let succeeded = txn.compare.iter().all(|compare| match &compare.scope {
+        txn.nested()
+            .try_for_each(|nested| self.check_compare_keys(nested))
+    }
+
+    /// Whether each compare of `txn` holds now.
+    fn compares_hold(&self, txn: &Txn) -> bool {
+        txn.compare.iter().all(|compare| match &compare.scope {
             KeyScope::Key => crate::txn::holds_for(compare, self.kv.get(&compare.key)),
             KeyScope::Prefix => {
                 let under = self.kv.iter_prefix(&compare.key).map(|(_, stored)| stored);
@@ -909,13 +970,44 @@ impl StateMachine {
                 let within = self.kv.iter_range(&range).map(|(_, stored)| stored);
                 crate::txn::holds_for_each(compare, within)
             }
-        });
+        })
+    }
+
+    /// The path taken through `txn` (etcd's `compareToPath`): whether its
+    /// compares hold, then, for each transaction nested in the branch that
+    /// holds, in order, its own path; all decided on the state as it is.
+    fn decide_path(&self, txn: &Txn, path: &mut Vec<bool>) {
+        let succeeded = self.compares_hold(txn);
+        path.push(succeeded);
         let ops = if succeeded {
             &txn.success
         } else {
             &txn.failure
         };
-        let undo = self.kv.undo_point();
+        for op in ops {
+            if let TxnOp::Txn(nested) = op {
+                self.decide_path(nested, path);
+            }
+        }
+    }
+
+    /// Runs the branch of `txn` the next decision of `path` names, and the
+    /// nested transactions in it by the decisions after it. Undoing a
+    /// refusal is the caller's.
+    fn run_branch(
+        &mut self,
+        txn: &Txn,
+        path: &mut std::vec::IntoIter<bool>,
+        index: LogIndex,
+    ) -> Result<Reply, Rejection> {
+        let succeeded = path
+            .next()
+            .expect("a decision for every transaction on the path");
+        let ops = if succeeded {
+            &txn.success
+        } else {
+            &txn.failure
+        };
         let mut results = Vec::with_capacity(ops.len());
         for op in ops {
             let result = match op {
@@ -938,16 +1030,14 @@ impl StateMachine {
                 TxnOp::PutExisting { key, value, lease } => self
                     .put_existing(key, value, lease)
                     .and_then(|put| self.try_execute(&put, index)),
+                TxnOp::Txn(nested) => self.run_branch(nested, path, index),
                 other => match other.as_command() {
                     Some(command) => self.try_execute(&command, index),
                     None => unreachable!("every other operation runs as a command"),
                 },
             };
             match result {
-                Ok(Reply::Rejected(rejection)) | Err(rejection) => {
-                    self.undo_to(undo);
-                    return Err(rejection);
-                }
+                Ok(Reply::Rejected(rejection)) | Err(rejection) => return Err(rejection),
                 Ok(reply) => results.push(reply),
             }
         }

@@ -590,4 +590,19 @@ pub enum Rejection {
         /// The key (lossy UTF-8).
         key: String,
     },
+    /// A transaction with the transactions nested in it has more levels,
+    /// or more compares and operations in all, than allowed.
+    #[error(
+        "a transaction with those nested in it may have {depth_max} levels and {ops_max} compares and operations in all, got {depth} and {ops}"
+    )]
+    TxnTreeTooLarge {
+        /// Its levels (1: no nested transaction).
+        depth: u64,
+        /// Its compares and operations, nested ones included.
+        ops: u64,
+        /// The most levels allowed.
+        depth_max: u64,
+        /// The most compares and operations allowed in all.
+        ops_max: u64,
+    },
 }

@@ -2,8 +2,12 @@
 //! state gives the same bytes on every replica), a magic and format version,
 //! a checksum, and a restore that checks everything it reads.
 //!
-//! Layout: `b"OKVSNAP\0"`, format version (u32 LE), FNV-1a 64 of the body
-//! (u64 LE), then the body in postcard. Derived indexes are not stored; they
+//! Layout: `b"OKVSNAP\0"`, format version (u32 LE), FNV-1a 64 of what
+//! follows (u64 LE), then the body in postcard, then, once the cluster's id
+//! is recorded, that id (a postcard `u64`). A snapshot without the id (one
+//! taken before it was recorded, or by an earlier release) restores with
+//! none; an earlier release reads the body and ignores the id after it,
+//! so the format version is the same. Derived indexes are not stored; they
 //! are rebuilt on restore.
 
 use crate::auth::AuthTable;
@@ -41,6 +45,9 @@ pub enum SnapshotError {
     /// The body does not decode.
     #[error("snapshot body does not decode: {0}")]
     Decode(#[from] postcard::Error),
+    /// Bytes follow the body and the cluster's id.
+    #[error("snapshot has bytes after its body and cluster id")]
+    TrailingBytes,
     /// The snapshot was taken with other limits than this node's.
     #[error("snapshot limits differ from this node's configured limits")]
     LimitsMismatch,
@@ -100,11 +107,15 @@ impl StateMachine {
         let body = self.body();
         let size =
             postcard::experimental::serialized_size(&body).expect("the state always encodes");
-        let mut bytes = Vec::with_capacity(HEADER_BYTES.saturating_add(size));
+        // The cluster's id after it takes at most 10 bytes.
+        let mut bytes = Vec::with_capacity(HEADER_BYTES.saturating_add(size).saturating_add(10));
         bytes.extend_from_slice(MAGIC);
         bytes.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
         bytes.extend_from_slice(&[0; 8]);
         let mut bytes = postcard::to_extend(&body, bytes).expect("the state always encodes");
+        if let Some(id) = self.cluster_id {
+            bytes = postcard::to_extend(&id, bytes).expect("an id always encodes");
+        }
         let checksum = fnv64(&bytes[HEADER_BYTES..]);
         bytes[HEADER_BYTES - 8..HEADER_BYTES].copy_from_slice(&checksum.to_le_bytes());
         bytes
@@ -130,7 +141,14 @@ impl StateMachine {
     /// Restores a state machine from snapshot bytes taken under `limits`.
     pub fn restore(limits: &Limits, bytes: &[u8]) -> Result<StateMachine, SnapshotError> {
         let encoded = checked_body(bytes)?;
-        let body: Body = postcard::from_bytes(encoded)?;
+        let (body, after): (Body, &[u8]) = postcard::take_from_bytes(encoded)?;
+        let cluster_id = match after {
+            [] => None,
+            after => match postcard::take_from_bytes::<u64>(after)? {
+                (id, []) => Some(id),
+                (_, _) => return Err(SnapshotError::TrailingBytes),
+            },
+        };
         if body.limits != *limits {
             return Err(SnapshotError::LimitsMismatch);
         }
@@ -159,6 +177,7 @@ impl StateMachine {
             no_space_alarm: body.no_space_alarm,
             auth: body.auth,
             dedup: true,
+            cluster_id,
         };
         machine
             .check_invariants()
@@ -183,4 +202,62 @@ fn checked_body(bytes: &[u8]) -> Result<&[u8], SnapshotError> {
         return Err(SnapshotError::ChecksumMismatch);
     }
     Ok(encoded)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::command::{Command, Entry, Request};
+
+    fn machine() -> StateMachine {
+        let mut machine = StateMachine::new(Limits::default());
+        machine.apply(&Entry {
+            index: LogIndex(1),
+            time: ClusterTime(5),
+            principal: None,
+            request: Request::plain(Command::Put {
+                key: b"k".to_vec(),
+                value: b"v".to_vec(),
+                lease: None,
+            }),
+        });
+        machine
+    }
+
+    /// Re-checksums `bytes` after their body was changed.
+    fn resealed(mut bytes: Vec<u8>) -> Vec<u8> {
+        let checksum = fnv64(&bytes[HEADER_BYTES..]);
+        bytes[HEADER_BYTES - 8..HEADER_BYTES].copy_from_slice(&checksum.to_le_bytes());
+        bytes
+    }
+
+    #[test]
+    fn the_cluster_id_is_kept_after_the_body_and_outside_the_digest() {
+        let without = machine();
+        let mut with = without.clone();
+        with.record_cluster_id(0xfeed_beef);
+        // Without an id, the bytes are the earlier release's (no trailer).
+        let plain = without.snapshot();
+        let marked = with.snapshot();
+        assert_eq!(&marked[HEADER_BYTES..plain.len()], &plain[HEADER_BYTES..]);
+        assert!(marked.len() > plain.len());
+        assert_eq!(with.state_digest(), without.state_digest());
+        let limits = Limits::default();
+        let restored = StateMachine::restore(&limits, &marked).unwrap();
+        assert_eq!(restored.cluster_id(), Some(0xfeed_beef));
+        assert_eq!(restored, with);
+        assert_eq!(
+            StateMachine::restore(&limits, &plain).unwrap().cluster_id(),
+            None
+        );
+        // An earlier release reads the body and stops there.
+        assert_eq!(StateMachine::snapshot_limits(&marked).unwrap(), limits);
+        // Anything after the id is refused.
+        let mut extra = marked.clone();
+        extra.push(0);
+        assert!(matches!(
+            StateMachine::restore(&limits, &resealed(extra)),
+            Err(SnapshotError::TrailingBytes)
+        ));
+    }
 }

@@ -3,7 +3,8 @@
 //! exactly-once appends under random duplicate and reordered delivery;
 //! the history reconstructs every revision it still covers (key ranges
 //! included, paged and counted), its events replayed rebuild the store,
-//! and a refused transaction changes nothing.
+//! a refused transaction changes nothing, and a transaction with nested
+//! ones runs as the flat transaction of the path it takes.
 
 use oncekv_state::{
     ClusterTime, Command, Compare, CompareOp, CompareTarget, Entry, IdempotencyKey, KeyRange,
@@ -149,6 +150,12 @@ fn txn_op() -> impl Strategy<Value = TxnOp> {
 }
 
 fn txn() -> impl Strategy<Value = Txn> {
+    txn_nesting(0, 1, 4)
+}
+
+/// Transactions of `compares_min..3` compares, whose operations are nested
+/// transactions `nested` times in `nested + weight` (up to three levels).
+fn txn_nesting(compares_min: usize, nested: u32, weight: u32) -> impl Strategy<Value = Txn> {
     let target = prop_oneof![
         Just(CompareTarget::Value(b"1".to_vec())),
         (0u64..3).prop_map(CompareTarget::Version),
@@ -167,14 +174,16 @@ fn txn() -> impl Strategy<Value = Txn> {
         Just(KeyScope::Prefix),
         prop::option::of(key()).prop_map(|end| KeyScope::Range { end }),
     ];
-    let compare = (key(), scope, target, op).prop_map(|(key, scope, target, op)| Compare {
-        key,
-        scope,
-        target,
-        op,
-    });
-    (
-        prop::collection::vec(compare, 0..3),
+    let compare = (key(), scope, target, op)
+        .prop_map(|(key, scope, target, op)| Compare {
+            key,
+            scope,
+            target,
+            op,
+        })
+        .boxed();
+    let flat = (
+        prop::collection::vec(compare.clone(), compares_min..3),
         prop::collection::vec(txn_op(), 0..4),
         prop::collection::vec(txn_op(), 0..4),
     )
@@ -182,7 +191,131 @@ fn txn() -> impl Strategy<Value = Txn> {
             compare,
             success,
             failure,
-        })
+        });
+    // Transactions nested in either branch, up to three levels more.
+    flat.prop_recursive(3, 24, 4, move |inner| {
+        let op = prop_oneof![weight => txn_op(), nested => inner.prop_map(TxnOp::Txn)].boxed();
+        (
+            prop::collection::vec(compare.clone(), compares_min..3),
+            prop::collection::vec(op.clone(), 0..4),
+            prop::collection::vec(op, 0..4),
+        )
+            .prop_map(|(compare, success, failure)| Txn {
+                compare,
+                success,
+                failure,
+            })
+    })
+}
+
+/// Transactions whose nested ones compare what the operations before them
+/// in their branch change: writes of a few keys, and compares of whether
+/// one exists, its version and its value, nested up to two levels more.
+fn sensitive_txn() -> impl Strategy<Value = Txn> {
+    let write = prop_oneof![
+        key().prop_map(|key| TxnOp::put(key, "1")),
+        key().prop_map(TxnOp::delete),
+        key().prop_map(|key| TxnOp::incr(key, 1)),
+        key().prop_map(TxnOp::get),
+    ]
+    .boxed();
+    let compare = prop_oneof![
+        key().prop_map(Compare::exists),
+        key().prop_map(Compare::absent),
+        (key(), 0u64..3).prop_map(|(key, v)| Compare::version(key, CompareOp::Equal, v)),
+        key().prop_map(|key| Compare::value(key, CompareOp::Equal, "1")),
+        Just(Compare::exists("").over_prefix()),
+    ]
+    .boxed();
+    let leaf = (
+        prop::collection::vec(compare.clone(), 1..3),
+        prop::collection::vec(write.clone(), 0..3),
+        prop::collection::vec(write.clone(), 0..3),
+    )
+        .prop_map(|(compare, success, failure)| Txn {
+            compare,
+            success,
+            failure,
+        });
+    leaf.prop_recursive(2, 16, 4, move |inner| {
+        let op = prop_oneof![write.clone(), inner.prop_map(TxnOp::Txn)].boxed();
+        (
+            prop::collection::vec(compare.clone(), 0..3),
+            prop::collection::vec(op.clone(), 1..4),
+            prop::collection::vec(op, 1..4),
+        )
+            .prop_map(|(compare, success, failure)| Txn {
+                compare,
+                success,
+                failure,
+            })
+    })
+}
+
+/// Whether `compare` holds in `machine`'s state, asked of a copy as a
+/// transaction of that compare alone at `index`.
+fn holds_alone(machine: &StateMachine, compare: &Compare, index: LogIndex) -> bool {
+    let mut probe = machine.clone();
+    let txn = Txn {
+        compare: vec![compare.clone()],
+        ..Txn::default()
+    };
+    match probe.apply(&Entry {
+        index,
+        time: machine.cluster_time(),
+        principal: None,
+        request: Request::plain(Command::Txn(txn)),
+    }) {
+        Outcome::Applied(Reply::Txn { succeeded, .. }) => succeeded,
+        other => panic!("a compare alone: {other:?}"),
+    }
+}
+
+/// The operations `txn` runs on `machine`'s state, nested transactions
+/// replaced by the operations of the branch each takes, every compare
+/// asked of the state before any of them runs; and the branch taken at
+/// each transaction on the way, in order.
+fn flattened(
+    machine: &StateMachine,
+    txn: &Txn,
+    index: LogIndex,
+    ops: &mut Vec<TxnOp>,
+    path: &mut Vec<bool>,
+) {
+    let succeeded = txn
+        .compare
+        .iter()
+        .all(|compare| holds_alone(machine, compare, index));
+    path.push(succeeded);
+    for op in if succeeded {
+        &txn.success
+    } else {
+        &txn.failure
+    } {
+        match op {
+            TxnOp::Txn(nested) => flattened(machine, nested, index, ops, path),
+            op => ops.push(op.clone()),
+        }
+    }
+}
+
+/// A transaction's reply with the replies of nested transactions replaced
+/// by their results, and the branch each reports, in order.
+fn flattened_reply(reply: &Reply, results: &mut Vec<Reply>, path: &mut Vec<bool>) {
+    let Reply::Txn {
+        succeeded,
+        results: own,
+    } = reply
+    else {
+        panic!("not a transaction's reply: {reply:?}");
+    };
+    path.push(*succeeded);
+    for result in own {
+        match result {
+            Reply::Txn { .. } => flattened_reply(result, results, path),
+            result => results.push(result.clone()),
+        }
+    }
 }
 
 fn origin() -> impl Strategy<Value = OriginChoice> {
@@ -514,6 +647,64 @@ proptest! {
             }
         }
         prop_assert_eq!(log.matches('<').count(), applied_tokens.len());
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1024, ..ProptestConfig::default() })]
+
+    /// A transaction with nested ones runs as etcd runs it: every compare
+    /// on the path it takes is decided on the state before any operation
+    /// runs, then the operations of the branches taken run in order, as
+    /// one flat transaction of them would (same replies, same store, same
+    /// revisions); a refusal changes nothing. A transaction refused for
+    /// writing a key twice across branches that cannot both run is the
+    /// one difference: its flat path may run.
+    #[test]
+    fn a_nested_transaction_runs_as_the_flat_transaction_of_its_path(
+        steps in prop::collection::vec(step(), 0..40),
+        txn in prop_oneof![txn_nesting(1, 2, 3), sensitive_txn()],
+    ) {
+        let log = entries(&steps);
+        let (_, before) = run(&log);
+        let index = LogIndex(log.last().map_or(0, |entry| entry.index.0) + 1);
+        let mut ops = Vec::new();
+        let mut path = Vec::new();
+        flattened(&before, &txn, index, &mut ops, &mut path);
+        let at = |txn: Txn| Entry {
+            index,
+            time: before.cluster_time(),
+            principal: None,
+            request: Request::plain(Command::Txn(txn)),
+        };
+        let mut nested = before.clone();
+        let nested_outcome = nested.apply(&at(txn.clone()));
+        let mut flat = before.clone();
+        let flat_outcome = flat.apply(&at(Txn { success: ops, ..Txn::default() }));
+        match (&nested_outcome, &flat_outcome) {
+            (
+                Outcome::Applied(reply @ Reply::Txn { .. }),
+                Outcome::Applied(Reply::Txn { succeeded: true, results: expected }),
+            ) => {
+                let mut results = Vec::new();
+                let mut taken = Vec::new();
+                flattened_reply(reply, &mut results, &mut taken);
+                prop_assert_eq!(&taken, &path);
+                prop_assert_eq!(&results, expected);
+                prop_assert_eq!(contents(&nested), contents(&flat));
+                prop_assert_eq!(nested.leases(), flat.leases());
+                prop_assert_eq!(nested.kv().history(), flat.kv().history());
+            }
+            (Outcome::Applied(Reply::Rejected(oncekv_state::Rejection::TxnConflict { .. })), _) => {
+                prop_assert_eq!(contents(&nested), contents(&before));
+            }
+            (Outcome::Applied(Reply::Rejected(refused)), Outcome::Applied(Reply::Rejected(expected))) => {
+                prop_assert_eq!(refused, expected);
+                prop_assert_eq!(contents(&nested), contents(&before));
+                prop_assert_eq!(nested.leases(), before.leases());
+            }
+            (nested, flat) => prop_assert!(false, "nested {:?}, flat {:?}", nested, flat),
+        }
     }
 }
 

@@ -29,8 +29,9 @@
 //!   with TARGET one of `value`, `version`, `create`, `mod`, `exists`,
 //!   `lease` (`-` for none) and OP one of `=`, `!=`, `<`, `>`; an OP is
 //!   any operation above, `delp PREFIX`, `delr START END` (END `-`: to the
-//!   end), or `putx K V|= [lease=L|lease=-|lease==]` (a put of an existing
-//!   key, `=` keeping its value or its lease);
+//!   end), `putx K V|= [lease=L|lease=-|lease==]` (a put of an existing
+//!   key, `=` keeping its value or its lease), or `{CMP ... | OP, ... |
+//!   OP, ...}`, a transaction nested in the branch;
 //! - `compact R` (an OP): drops the history at and below revision R;
 //!   `events FROM`: prints the history's events from revision FROM;
 //! - `nodedup`: switch deduplication off (the checkers' negative control).
@@ -266,14 +267,19 @@ impl Runner {
 
     fn txn(&self, words: &[&str]) -> Result<Txn, String> {
         let text = words.join(" ");
-        let mut parts = text.split('|').map(str::trim);
+        let parts = split_outside_braces(&text, '|');
+        let mut parts = parts.iter().map(|part| part.trim());
         let compares = parts.next().unwrap_or("");
         let ops = |part: Option<&str>| -> Result<Vec<TxnOp>, String> {
-            part.unwrap_or("")
-                .split(',')
+            split_outside_braces(part.unwrap_or(""), ',')
+                .into_iter()
                 .map(str::trim)
                 .filter(|op| !op.is_empty())
                 .map(|op| {
+                    if let Some(nested) = op.strip_prefix('{').and_then(|op| op.strip_suffix('}')) {
+                        let words: Vec<&str> = nested.split_whitespace().collect();
+                        return Ok(TxnOp::Txn(self.txn(&words)?));
+                    }
                     let words: Vec<&str> = op.split_whitespace().collect();
                     if words.first() == Some(&"delp") {
                         let prefix = words.get(1).ok_or("delp needs a prefix")?;
@@ -445,6 +451,26 @@ impl Runner {
             other => return Err(format!("unknown operation {other}")),
         })
     }
+}
+
+/// `text` split at each `separator` outside `{...}` (a nested
+/// transaction).
+fn split_outside_braces(text: &str, separator: char) -> Vec<&str> {
+    let mut parts = Vec::new();
+    let (mut depth, mut start) = (0usize, 0);
+    for (at, c) in text.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth = depth.saturating_sub(1),
+            c if c == separator && depth == 0 => {
+                parts.push(&text[start..at]);
+                start = at + c.len_utf8();
+            }
+            _ => {}
+        }
+    }
+    parts.push(&text[start..]);
+    parts
 }
 
 /// `query` as a read, at the revision a `rev=R` word names, if any.

@@ -97,6 +97,22 @@ async fn pipelined_appends_apply_exactly_once_across_a_leader_kill() {
     );
 }
 
+/// Waits until the one node of `cluster` holds no session (`what` names
+/// what that means, for the failure).
+async fn no_sessions_left(cluster: &Cluster, what: &str) {
+    support::eventually(Duration::from_secs(15), what, || {
+        let node = &cluster.nodes[0];
+        async move {
+            node.status()
+                .await
+                .ok()
+                .filter(|s| s.sessions == 0)
+                .map(|_| ())
+        }
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_expired_session_is_reported_not_reexecuted() {
     let _one = exclusive().await;
@@ -115,7 +131,9 @@ async fn an_expired_session_is_reported_not_reexecuted() {
         by: 1,
     };
     assert_eq!(session.execute(incr()).await, Ok(Reply::Incr { value: 1 }));
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    // The idle leader's ticks carry cluster time past the ttl: the session
+    // expires in the replicated state, with no request sent meanwhile.
+    no_sessions_left(&cluster, "the unkept session to expire").await;
     assert_eq!(
         session.execute(incr()).await,
         Err(ClientError::SessionExpired)
@@ -139,21 +157,7 @@ async fn an_expired_session_is_reported_not_reexecuted() {
     assert_eq!(kept.execute(incr()).await, Ok(Reply::Incr { value: 2 }));
     // Dropping the last handle closes the session.
     drop(kept);
-    support::eventually(
-        Duration::from_secs(10),
-        "the dropped session to close",
-        || {
-            let node = &cluster.nodes[0];
-            async move {
-                node.status()
-                    .await
-                    .ok()
-                    .filter(|s| s.sessions == 0)
-                    .map(|_| ())
-            }
-        },
-    )
-    .await;
+    no_sessions_left(&cluster, "the dropped session to close").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -195,8 +199,12 @@ async fn a_kept_lease_holds_its_keys_and_a_dropped_one_deletes_them() {
     };
     assert_eq!(get().await, Ok(Some(b"up".to_vec())));
     drop(keeper);
-    tokio::time::sleep(Duration::from_millis(3_500)).await;
-    assert_eq!(get().await, Ok(None), "the lease expired with its key");
+    support::eventually(
+        Duration::from_secs(15),
+        "the dropped lease to expire with its key",
+        || async { (get().await == Ok(None)).then_some(()) },
+    )
+    .await;
 }
 
 /// The bug `oncekv verify` found: a request applied, its reply dropped, and

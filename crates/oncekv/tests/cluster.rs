@@ -272,7 +272,21 @@ async fn an_idle_session_expires_on_every_node_and_after_failover() {
         cluster.outcome(&put, ELECTION).await,
         Outcome::Applied(_)
     ));
-    tokio::time::sleep(Duration::from_millis(4_500)).await;
+    // The idle leader's ticks carry cluster time past the ttl, and the
+    // session expires in the replicated state.
+    eventually(Duration::from_secs(30), "the session to expire", || {
+        let cluster = &cluster;
+        async move {
+            let leader = cluster.leader(ELECTION).await;
+            cluster.nodes[(leader - 1) as usize]
+                .status()
+                .await
+                .ok()
+                .filter(|s| s.sessions == 0)
+                .map(|_| ())
+        }
+    })
+    .await;
     let next = session.request(
         2,
         1,

@@ -48,10 +48,6 @@ const AT_LEAST_PASSING_ON_ETCD: usize = 55;
 /// The test fails if one of them passes against oncekv: take it off then.
 const EXPECTED_TO_DIFFER: &[(&str, &str)] = &[
     (
-        "tests.integration.test_kv::test_nested_transactions",
-        "a transaction inside a transaction's branch is not served yet (UNIMPLEMENTED)",
-    ),
-    (
         "tests.integration.test_watch::test_watch_key_with_revision_compacted",
         "a watch from the compacted revision itself is refused as compacted (compaction drops \
          the events at that revision); etcd refuses only revisions below it and replays the \

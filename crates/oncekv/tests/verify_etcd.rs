@@ -5,6 +5,10 @@
 //! * With the `oncekv-idempotency-key` metadata, against a 3-node oncekv
 //!   cluster under every fault kind that can run here: PASS, every resend
 //!   answered with the first response (the replies checker compares them).
+//!   The run includes the Kubernetes-shaped workload (`etcd_resources`,
+//!   `etcd_watch`: kine's create, update, delete and compaction Txns, paged
+//!   lists, watchers with progress requests that relist when compacted),
+//!   judged by the KV and watch checkers.
 //! * Without the metadata (`--naive-client`): the resent Txn finds the
 //!   key changed, the client applies its update again, and the checkers
 //!   must catch it.
@@ -71,6 +75,19 @@ fn etcd_writes_with_the_idempotency_metadata_apply_once_under_every_fault() {
     // Resends were answered, and every answer to one key was the first.
     let replies = checker(&json, "replies");
     assert_eq!(replies["status"], "pass", "{json:#}");
+    // The Kubernetes-shaped part: its Txns, lists and reads judged by the
+    // KV checker, and its watchers (list, watch from the list's revision
+    // with progress requests, relist when compacted) by the watch checker
+    // against the committed changes of the resources.
+    assert_eq!(checker(&json, "linearizable_kv")["status"], "pass");
+    let watches = checker(&json, "watches");
+    assert_eq!(watches["status"], "pass", "{json:#}");
+    let headline = watches["headline"].as_str().unwrap_or_default();
+    assert!(
+        headline.contains("every watcher saw the committed sequence")
+            && !headline.contains(" 0 change"),
+        "{headline}"
+    );
 }
 
 #[test]

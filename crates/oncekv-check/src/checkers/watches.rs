@@ -918,6 +918,66 @@ mod tests {
     }
 
     #[test]
+    fn an_etcd_txn_under_a_key_of_its_own_is_placed_by_its_answer() {
+        use crate::record::{Compare, CompareOp, CompareTarget, KeyRange, Txn, TxnOp, TxnOpResult};
+        // The fifth write, as the etcd workload records a guarded update:
+        // a plain operation whose answer was recorded under an
+        // idempotency key attributed to it, a Txn reply without
+        // per-operation results; the client was told them.
+        let mut r = acknowledged_run(vec![]);
+        let update = Txn {
+            compares: vec![Compare {
+                range: KeyRange::Key(Bytes::from("p/a")),
+                op: CompareOp::Equal,
+                target: CompareTarget::Value(Bytes::from("4")),
+            }],
+            success: vec![TxnOp::Put {
+                key: Bytes::from("p/a"),
+                value: Bytes::from("5"),
+            }],
+            failure: vec![TxnOp::Get {
+                key: Bytes::from("p/a"),
+            }],
+        };
+        let (mut op, response) = incr(5, 5, Some(11), true);
+        op.op = Op::Txn(update);
+        op.request = RequestIdentity::plain();
+        op.outcome = Outcome::Ok {
+            reply: Reply::Txn {
+                succeeded: true,
+                results: vec![TxnOpResult::Put {
+                    previous: Some(Bytes::from("4")),
+                }],
+            },
+            canonical: None,
+        };
+        let mut response = response.expect("an answer");
+        response.request = RequestIdentity::idempotent(b"e-c1-5-1".to_vec());
+        response.answer = Answer::Applied {
+            reply: Reply::Txn {
+                succeeded: true,
+                results: Vec::new(),
+            },
+            canonical: None,
+            log_index: Some(11),
+        };
+        r.ops.push(op);
+        r.responses.push(response);
+        r.final_values
+            .insert(Bytes::from("p/a"), Some(Bytes::from("5")));
+        let mut watcher = given(1, 1, &[3, 5, 8, 9]);
+        watcher.events.push(seen(1, 11, "p/a", "5"));
+        r.watches.insert(1, watcher);
+        let verdict = check(&r);
+        assert_eq!(verdict.status(), Status::Pass, "{verdict}");
+        assert_eq!(verdict.acknowledged_changes, 5);
+        // Missing it is caught.
+        r.watches.insert(1, given(1, 1, &[3, 5, 8, 9]));
+        let text = check(&r).to_string();
+        assert!(text.contains("at revision 11"), "{text}");
+    }
+
+    #[test]
     fn an_unknown_transfer_whose_token_is_not_in_its_ledger_never_ran() {
         use crate::record::{Txn, TxnOp};
         let transfer = |token: &str| {

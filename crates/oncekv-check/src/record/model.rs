@@ -135,21 +135,7 @@ impl fmt::Display for Op {
             Self::Put { key, value } => write!(f, "put {key} {value}"),
             Self::Get { key } => write!(f, "get {key}"),
             Self::Delete { key } => write!(f, "delete {key}"),
-            Self::Txn(txn) => {
-                f.write_str("txn if")?;
-                for compare in &txn.compares {
-                    write!(f, " [{compare}]")?;
-                }
-                f.write_str(" then")?;
-                for op in &txn.success {
-                    write!(f, " [{op}]")?;
-                }
-                f.write_str(" else")?;
-                for op in &txn.failure {
-                    write!(f, " [{op}]")?;
-                }
-                Ok(())
-            }
+            Self::Txn(txn) => write!(f, "{txn}"),
             Self::LeaseGrant { name, ttl_ms } => write!(f, "lease-grant {name} {ttl_ms}ms"),
             Self::LeaseRevoke { name } => write!(f, "lease-revoke {name}"),
         }

@@ -21,6 +21,24 @@ pub struct Txn {
     pub failure: Vec<TxnOp>,
 }
 
+impl fmt::Display for Txn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("txn if")?;
+        for compare in &self.compares {
+            write!(f, " [{compare}]")?;
+        }
+        f.write_str(" then")?;
+        for op in &self.success {
+            write!(f, " [{op}]")?;
+        }
+        f.write_str(" else")?;
+        for op in &self.failure {
+            write!(f, " [{op}]")?;
+        }
+        Ok(())
+    }
+}
+
 impl Txn {
     /// The branch taken for `succeeded`.
     pub fn branch(&self, succeeded: bool) -> &[TxnOp] {
@@ -250,6 +268,13 @@ pub enum TxnOp {
         #[serde(default)]
         value: Option<Bytes>,
     },
+    /// A transaction nested in this branch (etcd's nested transactions):
+    /// its compares are evaluated with the enclosing transaction's, before
+    /// any operation runs; then its branch's operations run here, in order.
+    Txn {
+        /// The nested transaction.
+        txn: Box<Txn>,
+    },
 }
 
 impl TxnOp {
@@ -268,15 +293,29 @@ impl TxnOp {
                 | (Self::GetRange { .. }, TxnOpResult::GetPrefix { .. })
                 | (Self::DeleteRange { .. }, TxnOpResult::DeletePrefix { .. })
                 | (Self::PutExisting { .. }, TxnOpResult::Put { .. })
-        )
+        ) || match (self, result) {
+            (Self::Txn { txn }, TxnOpResult::Txn { succeeded, results }) => {
+                let branch = txn.branch(*succeeded);
+                branch.len() == results.len()
+                    && branch.iter().zip(results).all(|(op, r)| op.accepts(r))
+            }
+            _ => false,
+        }
     }
 
-    /// Whether it only reads.
+    /// Whether it only reads (a nested transaction: whether every
+    /// operation of both its branches does).
     pub fn is_read(&self) -> bool {
-        matches!(
-            self,
-            Self::Get { .. } | Self::GetPrefix { .. } | Self::GetRange { .. }
-        )
+        match self {
+            Self::Get { .. } | Self::GetPrefix { .. } | Self::GetRange { .. } => true,
+            Self::Txn { txn } => txn.success.iter().chain(&txn.failure).all(Self::is_read),
+            _ => false,
+        }
+    }
+
+    /// Whether it is, or holds, a nested transaction.
+    pub fn is_nested_txn(&self) -> bool {
+        matches!(self, Self::Txn { .. })
     }
 }
 
@@ -302,6 +341,7 @@ impl fmt::Display for TxnOp {
                 Some(value) => write!(f, "put existing {key} {value}"),
                 None => write!(f, "put existing {key} (value kept)"),
             },
+            Self::Txn { txn } => write!(f, "{txn}"),
         }
     }
 }
@@ -365,5 +405,13 @@ pub enum TxnOpResult {
         /// The value after it.
         #[serde(default)]
         current: Option<Bytes>,
+    },
+    /// `Txn` (nested): its branch and one result per operation of it.
+    Txn {
+        /// Whether every compare held.
+        succeeded: bool,
+        /// The branch's results, in order.
+        #[serde(default)]
+        results: Vec<TxnOpResult>,
     },
 }

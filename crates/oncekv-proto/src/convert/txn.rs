@@ -173,6 +173,7 @@ fn op_to_wire(op: &TxnOp) -> Result<v1::TxnOp> {
                 lease,
             })
         }
+        (TxnOp::Txn(nested), _) => Kind::Txn(txn_to_wire(nested)?),
         (_, None) => return Err(ConvertError::Internal("txn op")),
         (_, Some(command)) => match command_to_wire(&command)?.kind {
             Some(v1::command::Kind::Put(put)) => Kind::Put(put),
@@ -217,6 +218,7 @@ fn op_from_wire(op: v1::TxnOp) -> Result<TxnOp> {
                 },
             });
         }
+        Kind::Txn(nested) => return Ok(TxnOp::Txn(txn_from_wire(nested)?)),
         Kind::Range(range) => command(read(v1::query::Kind::Range(range)))?,
         Kind::Put(put) => command(v1::command::Kind::Put(put))?,
         Kind::Delete(delete) => command(v1::command::Kind::Delete(delete))?,
@@ -295,6 +297,17 @@ pub(super) fn rejection_to_wire(rejection: &Rejection) -> Option<v1::rejection::
         }),
         Rejection::TxnConflict { key } => Kind::TxnConflict(v1::Name { name: key.clone() }),
         Rejection::KeyNotFound { key } => Kind::KeyNotFound(v1::Name { name: key.clone() }),
+        Rejection::TxnTreeTooLarge {
+            depth,
+            ops,
+            depth_max,
+            ops_max,
+        } => Kind::TxnTreeTooLarge(v1::TxnTreeTooLarge {
+            depth: *depth,
+            ops: *ops,
+            depth_max: *depth_max,
+            ops_max: *ops_max,
+        }),
         _ => return None,
     })
 }
@@ -318,6 +331,12 @@ pub(super) fn rejection_from_wire(kind: v1::rejection::Kind) -> Option<Rejection
         },
         Kind::TxnConflict(name) => Rejection::TxnConflict { key: name.name },
         Kind::KeyNotFound(name) => Rejection::KeyNotFound { key: name.name },
+        Kind::TxnTreeTooLarge(tree) => Rejection::TxnTreeTooLarge {
+            depth: tree.depth,
+            ops: tree.ops,
+            depth_max: tree.depth_max,
+            ops_max: tree.ops_max,
+        },
         _ => return None,
     })
 }

@@ -234,6 +234,21 @@ pub enum MemberChange {
         /// Its id.
         id: NodeId,
     },
+    /// Gives a member new addresses, keeping the voters and learners (one
+    /// entry). A leader's running replication to it keeps the address it
+    /// was started with: it dials the new one once restarted (a new
+    /// leader, or the member removed and added again).
+    SetAddresses {
+        /// Its id.
+        id: NodeId,
+        /// Its new addresses.
+        info: NodeInfo,
+    },
+    /// Removes a learner (one entry; a voter is refused).
+    RemoveLearner {
+        /// Its id.
+        id: NodeId,
+    },
 }
 
 /// Why a guarded membership change was not made.
@@ -745,6 +760,12 @@ impl Consensus {
             }
             MemberChange::Promote { id } => {
                 (ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
+            }
+            MemberChange::SetAddresses { id, info } => {
+                (ChangeMembers::SetNodes(BTreeMap::from([(id, info)])), true)
+            }
+            MemberChange::RemoveLearner { id } => {
+                (ChangeMembers::RemoveNodes(BTreeSet::from([id])), true)
             }
         };
         let written = self.raft.change_membership_if(members, true, [guard]).await;

@@ -374,6 +374,17 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                     }
                     EntryPayload::Membership(membership) => {
                         state.machine.apply_empty(index);
+                        if index.0 == 0 {
+                            // The founding membership, which every
+                            // founding member writes alike: the cluster's
+                            // id, recorded by every replica here.
+                            let members: std::collections::BTreeMap<_, _> = membership
+                                .nodes()
+                                .map(|(id, info)| (*id, info.clone()))
+                                .collect();
+                            let id = crate::identity::cluster_id(&members);
+                            state.machine.record_cluster_id(id);
+                        }
                         state.membership =
                             StoredMembershipOf::<TypeConfig>::new(Some(entry.log_id), membership);
                         None

@@ -36,7 +36,9 @@
 //! any later reply or final value.
 
 use super::{Change, Revisions};
-use crate::record::{Bytes, KeyRange, Op, OpRecord, Outcome, Record, Reply, TxnOp, TxnOpResult};
+use crate::record::{
+    Bytes, KeyRange, Op, OpRecord, Outcome, Record, Reply, Txn, TxnOp, TxnOpResult,
+};
 use crate::record::{DedupKey, OpId, WatchKind};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -367,6 +369,43 @@ fn range_reaches(start: &Bytes, end: Option<&Bytes>, prefix: &Bytes) -> bool {
     starts_before_prefix_ends && ends_after_prefix_starts
 }
 
+/// Adds the keys under `prefix` that `txn` may write, in any branch (its
+/// nested transactions' included), to `keys`; whether it may write any key
+/// there (a deleted prefix or range reaching into it).
+fn txn_reaches_any(txn: &Txn, prefix: &Bytes, keys: &mut BTreeSet<Bytes>) -> bool {
+    for op in txn.success.iter().chain(&txn.failure) {
+        match op {
+            TxnOp::Put { key, .. }
+            | TxnOp::Delete { key }
+            | TxnOp::Append { key, .. }
+            | TxnOp::Incr { key, .. }
+            | TxnOp::Cas { key, .. }
+            | TxnOp::PutExisting { key, .. } => {
+                if under(key, prefix) {
+                    keys.insert(key.clone());
+                }
+            }
+            TxnOp::DeletePrefix { prefix: deleted } => {
+                if deleted.0.starts_with(&prefix.0) || prefix.0.starts_with(&deleted.0) {
+                    return true;
+                }
+            }
+            TxnOp::DeleteRange { start, end } => {
+                if range_reaches(start, end.as_ref(), prefix) {
+                    return true;
+                }
+            }
+            TxnOp::Txn { txn } => {
+                if txn_reaches_any(txn, prefix, keys) {
+                    return true;
+                }
+            }
+            TxnOp::Get { .. } | TxnOp::GetPrefix { .. } | TxnOp::GetRange { .. } => {}
+        }
+    }
+    false
+}
+
 /// The keys under `prefix` that `op` may write, in any branch (`None`: it
 /// writes none).
 fn reach(op: &Op, prefix: &Bytes) -> Option<Reach> {
@@ -382,30 +421,8 @@ fn reach(op: &Op, prefix: &Bytes) -> Option<Reach> {
             }
         }
         Op::Txn(txn) => {
-            for op in txn.success.iter().chain(&txn.failure) {
-                match op {
-                    TxnOp::Put { key, .. }
-                    | TxnOp::Delete { key }
-                    | TxnOp::Append { key, .. }
-                    | TxnOp::Incr { key, .. }
-                    | TxnOp::Cas { key, .. }
-                    | TxnOp::PutExisting { key, .. } => {
-                        if under(key, prefix) {
-                            keys.insert(key.clone());
-                        }
-                    }
-                    TxnOp::DeletePrefix { prefix: deleted } => {
-                        if deleted.0.starts_with(&prefix.0) || prefix.0.starts_with(&deleted.0) {
-                            return Some(Reach::Any);
-                        }
-                    }
-                    TxnOp::DeleteRange { start, end } => {
-                        if range_reaches(start, end.as_ref(), prefix) {
-                            return Some(Reach::Any);
-                        }
-                    }
-                    TxnOp::Get { .. } | TxnOp::GetPrefix { .. } | TxnOp::GetRange { .. } => {}
-                }
+            if txn_reaches_any(txn, prefix, &mut keys) {
+                return Some(Reach::Any);
             }
         }
         Op::Get { .. } | Op::LeaseGrant { .. } | Op::LeaseRevoke { .. } => {}
@@ -439,56 +456,65 @@ fn writes(op: &Op, reply: &Reply, prefix: &Bytes) -> Option<Vec<Write>> {
             vec![write(key, Effect::Opaque, Before::Any)]
         }
         (Op::Txn(txn), Reply::Txn { succeeded, results }) => {
-            let branch = txn.branch(*succeeded);
-            if branch.len() != results.len() {
-                return None;
-            }
-            let mut all = Vec::new();
-            for (op, result) in branch.iter().zip(results) {
-                all.push(match (op, result) {
-                    (TxnOp::Put { key, value }, TxnOpResult::Put { previous }) => write(
-                        key,
-                        Effect::Set(value.clone()),
-                        Before::Value(previous.clone()),
-                    ),
-                    (TxnOp::Delete { key }, TxnOpResult::Delete { previous }) => {
-                        deletion(key, previous)
-                    }
-                    (TxnOp::Append { key, value }, TxnOpResult::Append { length }) => {
-                        write(key, Effect::Append(value.clone(), *length), Before::Any)
-                    }
-                    (TxnOp::Incr { key, by }, TxnOpResult::Incr { value }) => {
-                        increment(key, *by, *value)?
-                    }
-                    (TxnOp::Cas { key, expected, new }, TxnOpResult::Cas { swapped, current }) => {
-                        swap(key, expected, new, *swapped, current)
-                    }
-                    (TxnOp::PutExisting { key, value }, TxnOpResult::Put { previous }) => {
-                        // A kept value is the one before.
-                        let effect = match value.clone().or_else(|| previous.clone()) {
-                            Some(value) => Effect::Set(value),
-                            None => Effect::Opaque,
-                        };
-                        write(key, effect, Before::Value(previous.clone()))
-                    }
-                    (TxnOp::Get { .. }, TxnOpResult::Get { .. })
-                    | (
-                        TxnOp::GetPrefix { .. } | TxnOp::GetRange { .. },
-                        TxnOpResult::GetPrefix { .. },
-                    )
-                    | (
-                        TxnOp::DeletePrefix { .. } | TxnOp::DeleteRange { .. },
-                        TxnOpResult::DeletePrefix { .. },
-                    ) => continue,
-                    _ => return None,
-                });
-            }
-            all
+            branch_writes(txn, *succeeded, results)?
         }
         (Op::Get { .. } | Op::LeaseGrant { .. } | Op::LeaseRevoke { .. }, _) => Vec::new(),
         _ => return None,
     };
     Some(all.into_iter().filter(|w| under(&w.key, prefix)).collect())
+}
+
+/// The writes of the branch of `txn` that ran (`succeeded`) and answered
+/// `results`, nested transactions' included; `None` when the results do
+/// not fit the branch.
+fn branch_writes(txn: &Txn, succeeded: bool, results: &[TxnOpResult]) -> Option<Vec<Write>> {
+    let write = |key: &Bytes, effect, before| Write {
+        key: key.clone(),
+        effect,
+        before,
+    };
+    let branch = txn.branch(succeeded);
+    if branch.len() != results.len() {
+        return None;
+    }
+    let mut all = Vec::new();
+    for (op, result) in branch.iter().zip(results) {
+        all.push(match (op, result) {
+            (TxnOp::Put { key, value }, TxnOpResult::Put { previous }) => write(
+                key,
+                Effect::Set(value.clone()),
+                Before::Value(previous.clone()),
+            ),
+            (TxnOp::Delete { key }, TxnOpResult::Delete { previous }) => deletion(key, previous),
+            (TxnOp::Append { key, value }, TxnOpResult::Append { length }) => {
+                write(key, Effect::Append(value.clone(), *length), Before::Any)
+            }
+            (TxnOp::Incr { key, by }, TxnOpResult::Incr { value }) => increment(key, *by, *value)?,
+            (TxnOp::Cas { key, expected, new }, TxnOpResult::Cas { swapped, current }) => {
+                swap(key, expected, new, *swapped, current)
+            }
+            (TxnOp::PutExisting { key, value }, TxnOpResult::Put { previous }) => {
+                // A kept value is the one before.
+                let effect = match value.clone().or_else(|| previous.clone()) {
+                    Some(value) => Effect::Set(value),
+                    None => Effect::Opaque,
+                };
+                write(key, effect, Before::Value(previous.clone()))
+            }
+            (TxnOp::Txn { txn }, TxnOpResult::Txn { succeeded, results }) => {
+                all.extend(branch_writes(txn, *succeeded, results)?);
+                continue;
+            }
+            (TxnOp::Get { .. }, TxnOpResult::Get { .. })
+            | (TxnOp::GetPrefix { .. } | TxnOp::GetRange { .. }, TxnOpResult::GetPrefix { .. })
+            | (
+                TxnOp::DeletePrefix { .. } | TxnOp::DeleteRange { .. },
+                TxnOpResult::DeletePrefix { .. },
+            ) => continue,
+            _ => return None,
+        });
+    }
+    Some(all)
 }
 
 fn deletion(key: &Bytes, previous: &Option<Bytes>) -> Write {
@@ -561,9 +587,13 @@ impl<'a> Evidence<'a> {
             let Some((reply, _)) = response.answer.reply() else {
                 continue;
             };
+            // By the request's own key; and by the operation it was
+            // attributed to, for an operation recorded without one (an
+            // etcd write under an idempotency key of its own).
             if let Some(key) = response.request.dedup_key() {
                 by_request.entry(key).or_default().push((index, reply));
-            } else if let Some(op) = response.op_id {
+            }
+            if let Some(op) = response.op_id {
                 by_op.entry(op).or_default().push((index, reply));
             }
         }
@@ -654,10 +684,15 @@ impl<'a> Evidence<'a> {
             if first != last {
                 return Placement::Somewhere(*first, *last);
             }
-            let reply = answers
-                .iter()
-                .find(|(index, _)| *index == Some(*first))
-                .map(|(_, reply)| *reply);
+            // The client's own reply, when it was told one: every answer
+            // names this one run, and the client's says most (the proxy's
+            // record of an etcd Txn answer carries no per-operation
+            // results); else the answer's.
+            let answered = answers.iter().find(|(index, _)| *index == Some(*first));
+            let reply = match (&op.outcome, answered) {
+                (Outcome::Ok { reply, .. }, Some(_)) => Some(reply),
+                (_, answered) => answered.map(|(_, reply)| *reply),
+            };
             if let Some(reply) = reply {
                 return Placement::At(*first, reply);
             }
@@ -692,6 +727,36 @@ struct AppendOnly {
 }
 
 impl AppendOnly {
+    /// Notes what `txn` may write, in either branch, nested transactions'
+    /// included.
+    fn add_txn(&mut self, txn: &Txn) {
+        for op in txn.success.iter().chain(&txn.failure) {
+            match op {
+                TxnOp::Append { key, .. } => {
+                    self.appended.insert(key.clone());
+                }
+                TxnOp::Put { key, .. }
+                | TxnOp::Delete { key }
+                | TxnOp::Incr { key, .. }
+                | TxnOp::Cas { key, .. }
+                | TxnOp::PutExisting { key, .. } => {
+                    self.otherwise.insert(key.clone());
+                }
+                TxnOp::DeletePrefix { prefix } => {
+                    self.deleted.push(KeyRange::Prefix(prefix.clone()));
+                }
+                TxnOp::DeleteRange { start, end } => {
+                    self.deleted.push(KeyRange::Range {
+                        start: start.clone(),
+                        end: end.clone(),
+                    });
+                }
+                TxnOp::Txn { txn } => self.add_txn(txn),
+                TxnOp::Get { .. } | TxnOp::GetPrefix { .. } | TxnOp::GetRange { .. } => {}
+            }
+        }
+    }
+
     fn new(record: &Record) -> Self {
         let mut only = AppendOnly {
             appended: BTreeSet::new(),
@@ -709,34 +774,7 @@ impl AppendOnly {
                 | Op::Delete { key } => {
                     only.otherwise.insert(key.clone());
                 }
-                Op::Txn(txn) => {
-                    for op in txn.success.iter().chain(&txn.failure) {
-                        match op {
-                            TxnOp::Append { key, .. } => {
-                                only.appended.insert(key.clone());
-                            }
-                            TxnOp::Put { key, .. }
-                            | TxnOp::Delete { key }
-                            | TxnOp::Incr { key, .. }
-                            | TxnOp::Cas { key, .. }
-                            | TxnOp::PutExisting { key, .. } => {
-                                only.otherwise.insert(key.clone());
-                            }
-                            TxnOp::DeletePrefix { prefix } => {
-                                only.deleted.push(KeyRange::Prefix(prefix.clone()));
-                            }
-                            TxnOp::DeleteRange { start, end } => {
-                                only.deleted.push(KeyRange::Range {
-                                    start: start.clone(),
-                                    end: end.clone(),
-                                });
-                            }
-                            TxnOp::Get { .. }
-                            | TxnOp::GetPrefix { .. }
-                            | TxnOp::GetRange { .. } => {}
-                        }
-                    }
-                }
+                Op::Txn(txn) => only.add_txn(txn),
                 Op::Get { .. } | Op::LeaseGrant { .. } | Op::LeaseRevoke { .. } => {}
             }
         }

@@ -22,10 +22,19 @@
 //!   of reachable voters.
 //! - MemberRemove: refused when the voters left reachable would not make
 //!   a quorum.
-//! - MemberUpdate: not served. openraft keeps a running replication
-//!   stream's connection when a member's address changes, so the leader
-//!   would go on sending to the old address; remove the member and add it
-//!   at its new addresses instead.
+//! - MemberUpdate: `peerURLs` holds the member's new peer URL, and
+//!   optionally its new client URL after it (as MemberAdd's); the voters
+//!   and learners stay as they are. A URL another member has is refused.
+//!   openraft's leader keeps the connection of a running replication
+//!   stream, at the address it was started with, when a member's address
+//!   changes: so new addresses are one guarded entry, after which, when
+//!   a voter's peer address changed, the leader hands leadership to
+//!   another voter (whose streams, as any new leader's, dial the addresses
+//!   of the membership then); a learner given a new peer address is
+//!   removed and added back there instead (two guarded entries, no change
+//!   of leader), which restarts the leader's stream to it. The leader's
+//!   own addresses change in one entry and nothing more: no stream goes
+//!   to it.
 //!
 //! Changes need the admin role while authentication is enforced (as the
 //! native member commands do) and are made by the leader, to which a
@@ -130,14 +139,25 @@ impl Cluster for EtcdApi {
 
     async fn member_update(
         &self,
-        _request: tonic::Request<MemberUpdateRequest>,
+        request: tonic::Request<MemberUpdateRequest>,
     ) -> Result<Response<MemberUpdateResponse>, Status> {
-        Err(EtcdError::Unsupported(
-            "changing a member's peer URLs (remove the member and add it again at its new \
-             addresses)"
-                .to_string(),
-        )
-        .into())
+        self.require_admin(&request)?;
+        let update = updated_addresses(&request.get_ref().peer_ur_ls)?;
+        if let Route::Leader(channel) = self.route(&request)? {
+            let request = self.forwarded(request);
+            return answered(ClusterClient::new(channel).member_update(request).await);
+        }
+        let id = request.get_ref().id;
+        let info = self.update_addresses(id, &update).await?;
+        let mut members = self.node.consensus().membership().members;
+        for member in members.iter_mut().filter(|member| member.id == id) {
+            // Made, whether or not this node's view shows it yet.
+            member.info = info.clone();
+        }
+        Ok(Response::new(MemberUpdateResponse {
+            header: Some(self.membership_header()),
+            members: self.members_to_wire(&members),
+        }))
     }
 
     async fn member_list(
@@ -330,6 +350,195 @@ impl EtcdApi {
     }
 }
 
+impl EtcdApi {
+    /// Gives member `id` the addresses `update` names, and has the leader
+    /// reach it there; answers them.
+    async fn update_addresses(
+        &self,
+        id: NodeId,
+        update: &AddressUpdate,
+    ) -> Result<NodeInfo, Status> {
+        let mut decisions = 0;
+        loop {
+            let view = self.leader_view()?;
+            let member = find(&view, id)?;
+            let info = update.applied_to(&member.info);
+            if view
+                .members
+                .iter()
+                .any(|other| other.id != id && other.info.peer_address == info.peer_address)
+            {
+                return Err(EtcdError::PeerUrlExists.into());
+            }
+            if info == member.info {
+                // As etcd: the same URLs again change nothing.
+                return Ok(info);
+            }
+            let voter = member.voter;
+            // Only a stream's peer address is fixed when it starts.
+            let moved = info.peer_address != member.info.peer_address;
+            let change = if voter || !moved {
+                MemberChange::SetAddresses {
+                    id,
+                    info: info.clone(),
+                }
+            } else {
+                MemberChange::RemoveLearner { id }
+            };
+            match self
+                .node
+                .consensus()
+                .change_member_if(change, &view.version)
+                .await
+            {
+                Ok(()) => {}
+                Err(changed @ MemberChangeError::Changed(_)) => {
+                    decisions += 1;
+                    if decisions >= DECISIONS_MAX {
+                        tracing::info!(%changed, "a membership change was decided too many times");
+                        return Err(EtcdError::TooManyRequests("membership-change").into());
+                    }
+                    tokio::time::sleep(DECISION_PAUSE).await;
+                    continue;
+                }
+                Err(MemberChangeError::Write(error)) => return Err(error_of(error).into()),
+            }
+            if moved && !voter {
+                self.add_back(id, &info).await?;
+            } else if moved && id != self.node.id() {
+                self.hand_over_leadership(id).await;
+            }
+            return Ok(info);
+        }
+    }
+
+    /// Adds learner `id`, just removed, back at `info`: the leader's
+    /// stream to it starts again, at its new address.
+    async fn add_back(&self, id: NodeId, info: &NodeInfo) -> Result<(), Status> {
+        let mut decisions = 0;
+        loop {
+            let refused = |why: String| -> Status {
+                tracing::warn!(id, %why, "a learner removed to change its addresses was not added back");
+                EtcdError::RemovedNotAddedBack { id, why }.into()
+            };
+            let view = self
+                .leader_view()
+                .map_err(|status| refused(status.message().to_string()))?;
+            if view.members.iter().any(|member| member.id == id) {
+                return Ok(());
+            }
+            if view
+                .members
+                .iter()
+                .any(|member| member.info.peer_address == info.peer_address)
+            {
+                return Err(refused("another member has its peer URL now".to_string()));
+            }
+            let change = MemberChange::AddLearner {
+                id,
+                info: info.clone(),
+            };
+            match self
+                .node
+                .consensus()
+                .change_member_if(change, &view.version)
+                .await
+            {
+                Ok(()) => return Ok(()),
+                Err(changed @ MemberChangeError::Changed(_)) => {
+                    decisions += 1;
+                    if decisions >= DECISIONS_MAX {
+                        return Err(refused(changed.to_string()));
+                    }
+                    tokio::time::sleep(DECISION_PAUSE).await;
+                }
+                Err(MemberChangeError::Write(error)) => {
+                    return Err(refused(Status::from(error_of(error)).message().to_string()));
+                }
+            }
+        }
+    }
+
+    /// Hands leadership to another voter than this node, so that the new
+    /// leader dials every member at the addresses the membership has now
+    /// (this node's streams keep the ones they started with): to one that
+    /// answered within an election timeout and holds the whole log,
+    /// other than `updated` (which may not listen at its new address yet)
+    /// if there is one. Waits until it leads, at most three election
+    /// timeouts (else another is elected once this node stops leading).
+    async fn hand_over_leadership(&self, updated: NodeId) {
+        let me = self.node.id();
+        let view = self.node.consensus().membership();
+        let status = self.node.status().raft;
+        let reachable = view.reachable.clone().unwrap_or_default();
+        let caught_up = |id: NodeId| {
+            status
+                .replication
+                .iter()
+                .any(|(follower, matched)| *follower == id && *matched == status.last_log_index)
+        };
+        let Some(target) = voters(&view)
+            .filter(|id| *id != me)
+            .max_by_key(|id| (*id != updated, reachable.contains(id), caught_up(*id)))
+        else {
+            return;
+        };
+        let consensus = self.node.consensus();
+        if let Err(error) = consensus.transfer_leader(target).await {
+            tracing::warn!(%error, target, "handing leadership over after a member's new addresses failed");
+            return;
+        }
+        if !consensus.wait_for_leader(target).await {
+            tracing::info!(
+                target,
+                "leadership was not handed over within three election timeouts; another voter \
+                 will be elected"
+            );
+        }
+    }
+}
+
+/// What MemberUpdate changes: the peer address, and the client address if
+/// given.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct AddressUpdate {
+    peer: String,
+    client: Option<String>,
+}
+
+impl AddressUpdate {
+    /// `current` with this update made.
+    fn applied_to(&self, current: &NodeInfo) -> NodeInfo {
+        NodeInfo {
+            peer_address: self.peer.clone(),
+            client_address: self
+                .client
+                .clone()
+                .unwrap_or_else(|| current.client_address.clone()),
+        }
+    }
+}
+
+/// A member's new addresses from MemberUpdate's `peerURLs`: its peer URL,
+/// and its client URL if given after it.
+fn updated_addresses(urls: &[String]) -> Result<AddressUpdate, EtcdError> {
+    match urls {
+        [] => Err(EtcdError::MemberBadUrls),
+        [peer] => Ok(AddressUpdate {
+            peer: address_of(peer)?,
+            client: None,
+        }),
+        [peer, client] => Ok(AddressUpdate {
+            peer: address_of(peer)?,
+            client: Some(address_of(client)?),
+        }),
+        more => Err(EtcdError::Invalid(format!(
+            "a member has one peer URL and one client URL (peer first); got {} URLs",
+            more.len()
+        ))),
+    }
+}
+
 /// Whether a learner must be caught up before it is promoted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Readiness {
@@ -518,6 +727,34 @@ mod tests {
         let three = vec!["http://a:1".to_string(); 3];
         assert!(matches!(
             member_addresses(&three),
+            Err(EtcdError::Invalid(why)) if why.contains("got 3")
+        ));
+    }
+
+    #[test]
+    fn an_update_names_the_peer_url_and_perhaps_the_client_url() {
+        let current = NodeInfo {
+            peer_address: "127.0.0.1:1".into(),
+            client_address: "127.0.0.1:2".into(),
+        };
+        let peer_only = updated_addresses(&["http://10.0.0.1:7380".into()]).unwrap();
+        assert_eq!(
+            peer_only.applied_to(&current),
+            NodeInfo {
+                peer_address: "10.0.0.1:7380".into(),
+                client_address: "127.0.0.1:2".into(),
+            }
+        );
+        let both =
+            updated_addresses(&["http://10.0.0.1:7380".into(), "https://h:7379".into()]).unwrap();
+        assert_eq!(both.applied_to(&current).client_address, "h:7379");
+        assert_eq!(updated_addresses(&[]), Err(EtcdError::MemberBadUrls));
+        assert_eq!(
+            updated_addresses(&["10.0.0.1:7380".into()]),
+            Err(EtcdError::MemberBadUrls)
+        );
+        assert!(matches!(
+            updated_addresses(&vec!["http://a:1".to_string(); 3]),
             Err(EtcdError::Invalid(why)) if why.contains("got 3")
         ));
     }

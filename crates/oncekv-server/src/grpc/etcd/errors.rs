@@ -122,6 +122,14 @@ pub(super) enum EtcdError {
     BadLeaderTransferee,
     /// A leadership transfer that did not complete in time (it may still).
     LeaderTransferTimeout,
+    /// A learner removed to be added back at new addresses, which was not
+    /// added back (why).
+    RemovedNotAddedBack {
+        /// Its id.
+        id: u64,
+        /// Why it was not added back.
+        why: String,
+    },
     /// A voter added as a learner whose promotion failed (why), perhaps
     /// before it was made.
     AddedAsLearnerOnly {
@@ -288,6 +296,16 @@ impl EtcdError {
                 Code::FailedPrecondition,
                 "etcdserver: bad leader transferee",
             ),
+            // Not a code etcd's clients resend a call on: the member is
+            // gone, and only the native API adds one under a given id.
+            EtcdError::RemovedNotAddedBack { id, why } => (
+                Code::Unknown,
+                format!(
+                    "oncekv: learner {id:x} (node {id}) was removed to be added back at its \
+                     new addresses, and adding it back failed ({why}): add it again \
+                     (`oncekv member add {id} --peer ... --client ...`)"
+                ),
+            ),
             // Not a code etcd's clients resend a call on: resent, the add
             // would be refused (its peer URL is taken) and the id lost.
             EtcdError::AddedAsLearnerOnly { id, why } => (
@@ -310,7 +328,11 @@ impl EtcdError {
             }
             Rejection::Compacted { .. } => EtcdError::Compacted,
             Rejection::FutureRevision { .. } => EtcdError::FutureRevision,
-            Rejection::TxnTooLarge { .. } => EtcdError::TooManyOps,
+            // etcd refuses a nesting too deep as too many operations: each
+            // level takes from the budget its enclosing one leaves.
+            Rejection::TxnTooLarge { .. } | Rejection::TxnTreeTooLarge { .. } => {
+                EtcdError::TooManyOps
+            }
             Rejection::TxnConflict { .. } => EtcdError::DuplicateKey,
             Rejection::TooManyKeys { .. } => EtcdError::NoSpace,
             Rejection::LeaseNotFound { .. } => EtcdError::LeaseNotFound,

@@ -10,7 +10,9 @@
 //! Keys are addressed as etcd addresses them, by `key` and `range_end`:
 //! one key (`range_end` empty), every key from `key` up to `range_end`
 //! (a prefix is the range up to its successor), or every key from `key` on
-//! (`range_end` `\0`). Nested transactions answer UNIMPLEMENTED.
+//! (`range_end` `\0`). A transaction nested in a branch is the node's
+//! nested transaction: its compares are evaluated with its enclosing
+//! transaction's, before any operation runs, as etcd does.
 
 use super::errors::{EtcdError, error_of};
 use super::forward::{Route, answered};
@@ -23,7 +25,7 @@ use oncekv_proto::etcd::etcdserverpb::range_request::{SortOrder, SortTarget};
 use oncekv_proto::etcd::etcdserverpb::{
     CompactionRequest, CompactionResponse, Compare as EtcdCompare, DeleteRangeRequest,
     DeleteRangeResponse, PutRequest, PutResponse, RangeRequest, RangeResponse, RequestOp,
-    ResponseOp, TxnRequest, TxnResponse, request_op, response_op,
+    ResponseHeader, ResponseOp, TxnRequest, TxnResponse, request_op, response_op,
 };
 use oncekv_proto::etcd::mvccpb::KeyValue as EtcdKeyValue;
 use oncekv_state::{
@@ -50,12 +52,15 @@ impl Keys {
     /// without an end; a prefix when the end is the key's successor as a
     /// prefix (or `key` and `range_end` are both `\0`: every key); every
     /// key from `key` on with the end `\0`; else every key from `key` up
-    /// to the end (none if it is not above `key`).
+    /// to the end (none if it is not above `key`). An empty key is refused
+    /// whatever the end, as etcd refuses it in a Range, a DeleteRange and a
+    /// compare (its clients send `\0` for "from the first key"; a watch
+    /// takes an empty key as `\0`, see `watch`).
     pub(super) fn of(key: &[u8], range_end: &[u8]) -> Result<Keys, EtcdError> {
+        if key.is_empty() {
+            return Err(EtcdError::EmptyKey);
+        }
         if range_end.is_empty() {
-            if key.is_empty() {
-                return Err(EtcdError::EmptyKey);
-            }
             return Ok(Keys::One(key.to_vec()));
         }
         if key == [0] && range_end == [0] {
@@ -411,6 +416,12 @@ enum OpPlan {
     Put { prev_kv: bool, key: Vec<u8> },
     /// A delete, after a read of the keys when `prev_kv` is asked (1 or 2).
     Delete { prev_kv: bool, keys: Keys },
+    /// A nested transaction (one op: the node's nested transaction), and
+    /// how to answer each operation of its branches.
+    Txn {
+        success: Vec<OpPlan>,
+        failure: Vec<OpPlan>,
+    },
 }
 
 impl OpPlan {
@@ -456,9 +467,15 @@ impl OpPlan {
                     keys,
                 })
             }
-            Some(request_op::Request::RequestTxn(_)) => Err(EtcdError::Unsupported(
-                "a transaction inside a transaction".to_string(),
-            )),
+            Some(request_op::Request::RequestTxn(nested)) => {
+                let Planned {
+                    txn,
+                    success,
+                    failure,
+                } = Planned::of(nested)?;
+                ops.push(TxnOp::Txn(txn));
+                Ok(OpPlan::Txn { success, failure })
+            }
             None => Err(EtcdError::Invalid(
                 "a transaction operation with no request".to_string(),
             )),
@@ -516,7 +533,56 @@ impl OpPlan {
                     prev_kvs,
                 })
             }
+            OpPlan::Txn { success, failure } => {
+                let (succeeded, responses) = branch_responses(success, failure, next()?)?;
+                response_op::Response::ResponseTxn(TxnResponse {
+                    header: None,
+                    succeeded,
+                    responses,
+                })
+            }
         })
+    }
+}
+
+/// The etcd responses of the branch of a transaction that ran, from the
+/// node's reply to it.
+fn branch_responses(
+    success: &[OpPlan],
+    failure: &[OpPlan],
+    reply: Reply,
+) -> Result<(bool, Vec<ResponseOp>), EtcdError> {
+    let (succeeded, results) = match rejected(reply)? {
+        Reply::Txn { succeeded, results } => (succeeded, results),
+        other => return Err(unexpected(other)),
+    };
+    let plans = if succeeded { success } else { failure };
+    let mut results = results.into_iter();
+    let responses = plans
+        .iter()
+        .map(|plan| {
+            plan.response(&mut results).map(|response| ResponseOp {
+                response: Some(response),
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    Ok((succeeded, responses))
+}
+
+/// Puts `header` on every response of a transaction, those of nested
+/// transactions' responses included.
+fn fill_headers(responses: &mut [ResponseOp], header: ResponseHeader) {
+    for response in responses {
+        match &mut response.response {
+            Some(response_op::Response::ResponseRange(r)) => r.header = Some(header),
+            Some(response_op::Response::ResponsePut(r)) => r.header = Some(header),
+            Some(response_op::Response::ResponseDeleteRange(r)) => r.header = Some(header),
+            Some(response_op::Response::ResponseTxn(r)) => {
+                r.header = Some(header);
+                fill_headers(&mut r.responses, header);
+            }
+            None => {}
+        }
     }
 }
 
@@ -619,25 +685,7 @@ impl Planned {
 
     /// The etcd responses of the branch that ran, from the node's reply.
     fn responses(&self, reply: Reply) -> Result<(bool, Vec<ResponseOp>), EtcdError> {
-        let (succeeded, results) = match rejected(reply)? {
-            Reply::Txn { succeeded, results } => (succeeded, results),
-            other => return Err(unexpected(other)),
-        };
-        let plans = if succeeded {
-            &self.success
-        } else {
-            &self.failure
-        };
-        let mut results = results.into_iter();
-        let responses = plans
-            .iter()
-            .map(|plan| {
-                plan.response(&mut results).map(|response| ResponseOp {
-                    response: Some(response),
-                })
-            })
-            .collect::<Result<_, _>>()?;
-        Ok((succeeded, responses))
+        branch_responses(&self.success, &self.failure, reply)
     }
 }
 
@@ -827,17 +875,7 @@ impl Kv for EtcdApi {
             .await?;
         let (succeeded, mut responses) = planned.responses(reply)?;
         let header = self.header(revision);
-        for response in &mut responses {
-            match &mut response.response {
-                Some(response_op::Response::ResponseRange(r)) => r.header = Some(header),
-                Some(response_op::Response::ResponsePut(r)) => r.header = Some(header),
-                Some(response_op::Response::ResponseDeleteRange(r)) => {
-                    r.header = Some(header);
-                }
-                Some(response_op::Response::ResponseTxn(r)) => r.header = Some(header),
-                None => {}
-            }
-        }
+        fill_headers(&mut responses, header);
         Ok(Response::new(TxnResponse {
             header: Some(header),
             succeeded,
@@ -885,6 +923,10 @@ mod tests {
             Ok(Keys::Range(KeyRange::new(b"a".to_vec(), b"c".to_vec())))
         );
         assert_eq!(Keys::of(b"", b""), Err(EtcdError::EmptyKey));
+        // etcd refuses an empty key with an end too (`--from-key ""` and
+        // `--prefix ""` send `\0`).
+        assert_eq!(Keys::of(b"", b"\0"), Err(EtcdError::EmptyKey));
+        assert_eq!(Keys::of(b"", b"c"), Err(EtcdError::EmptyKey));
     }
 
     #[test]
@@ -939,6 +981,77 @@ mod tests {
         // The names order as the IDs do.
         assert!(lease_name(0x0f) < lease_name(0x10));
         assert!(lease_name(0x10) < lease_name(i64::MAX));
+    }
+
+    #[test]
+    fn a_nested_transaction_is_the_nodes_nested_transaction() {
+        let put = |key: &[u8], prev_kv| RequestOp {
+            request: Some(request_op::Request::RequestPut(PutRequest {
+                key: key.to_vec(),
+                value: b"v".to_vec(),
+                prev_kv,
+                ..PutRequest::default()
+            })),
+        };
+        let nested = TxnRequest {
+            compare: vec![EtcdCompare {
+                key: b"a".to_vec(),
+                target: CompareTarget::Version as i32,
+                target_union: Some(TargetUnion::Version(0)),
+                ..EtcdCompare::default()
+            }],
+            success: vec![put(b"b", true)],
+            failure: vec![put(b"c", false)],
+        };
+        let planned = Planned::of(&TxnRequest {
+            compare: Vec::new(),
+            success: vec![
+                put(b"a", false),
+                RequestOp {
+                    request: Some(request_op::Request::RequestTxn(nested)),
+                },
+            ],
+            failure: Vec::new(),
+        })
+        .unwrap();
+        let TxnOp::Txn(inner) = &planned.txn.success[1] else {
+            panic!("{:?}", planned.txn);
+        };
+        // The nested put with prev_kv reads the key in its own branch.
+        assert_eq!(inner.success.len(), 2);
+        assert_eq!(inner.failure.len(), 1);
+        let (succeeded, responses) = planned
+            .responses(Reply::Txn {
+                succeeded: true,
+                results: vec![
+                    Reply::Put { previous: None },
+                    Reply::Txn {
+                        succeeded: true,
+                        results: vec![
+                            Reply::Get {
+                                value: None,
+                                meta: None,
+                            },
+                            Reply::Put { previous: None },
+                        ],
+                    },
+                ],
+            })
+            .unwrap();
+        assert!(succeeded);
+        let Some(response_op::Response::ResponseTxn(inner)) = &responses[1].response else {
+            panic!("{responses:?}");
+        };
+        assert!(inner.succeeded);
+        assert!(matches!(
+            inner.responses[..],
+            [ResponseOp {
+                response: Some(response_op::Response::ResponsePut(PutResponse {
+                    prev_kv: None,
+                    ..
+                }))
+            }]
+        ));
     }
 
     #[test]

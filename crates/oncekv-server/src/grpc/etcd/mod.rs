@@ -30,6 +30,7 @@ mod maintenance;
 mod watch;
 
 use crate::auth::Credentials;
+use crate::identity::fnv1a;
 use crate::node::Node;
 use oncekv_proto::IDEMPOTENCY_KEY_METADATA;
 use oncekv_proto::etcd::etcdserverpb::ResponseHeader;
@@ -42,7 +43,7 @@ use oncekv_proto::etcd::etcdserverpb::watch_server::WatchServer;
 use oncekv_proto::etcd::v3electionpb::election_server::ElectionServer;
 use oncekv_proto::etcd::v3lockpb::lock_server::LockServer;
 use oncekv_state::{IdempotencyKey, Origin, Principal};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use tonic::Status;
 
 pub use errors::status_of;
@@ -55,7 +56,12 @@ const TOKEN_METADATA: &str = "token";
 #[derive(Clone, Debug)]
 pub struct EtcdApi {
     node: Node,
-    cluster_id: u64,
+    /// The cluster id headers carry: the one the state machine records
+    /// (see [`EtcdApi::cluster_id`]), once seen.
+    cluster_id: Arc<OnceLock<u64>>,
+    /// The hash of the initial membership this node was started with,
+    /// until the state machine has one.
+    configured_cluster_id: u64,
     /// Whether the client port is on TLS (then calls are not forwarded).
     client_tls: bool,
     /// Largest message forwarded to the leader or taken back.
@@ -68,13 +74,15 @@ pub struct EtcdApi {
 impl EtcdApi {
     /// The services over `node`, in the cluster whose description (the
     /// initial membership, as the data directory records it) is
-    /// `cluster`: its hash is the cluster id every header carries.
-    /// `client_tls` says whether the client port is on TLS;
+    /// `cluster`: its hash is the cluster id headers carry until the state
+    /// machine has recorded the cluster's own (the same, on a founding
+    /// member). `client_tls` says whether the client port is on TLS;
     /// `message_bytes_max` is its message limit.
     pub fn new(node: Node, cluster: &str, client_tls: bool, message_bytes_max: usize) -> EtcdApi {
         EtcdApi {
             node,
-            cluster_id: fnv1a(cluster.as_bytes()),
+            cluster_id: Arc::new(OnceLock::new()),
+            configured_cluster_id: crate::identity::description_id(cluster),
             client_tls,
             message_bytes_max,
             leaders: forward::LeaderChannels::default(),
@@ -144,11 +152,26 @@ impl EtcdApi {
             .max_encoding_message_size(message_bytes_max)
     }
 
+    /// The cluster's id: the one the state machine recorded (from the
+    /// founding membership, or a backup's new cluster), so a member that
+    /// joined later reports the founders' id; until it has one, the hash
+    /// of the initial membership this node was started with.
+    fn cluster_id(&self) -> u64 {
+        if let Some(id) = self.cluster_id.get() {
+            return *id;
+        }
+        match self.node.consensus().with_state(|state| state.cluster_id()) {
+            // Recorded once, never changed: kept without the state lock.
+            Some(id) => *self.cluster_id.get_or_init(|| id),
+            None => self.configured_cluster_id,
+        }
+    }
+
     /// A response header at `revision`.
     fn header(&self, revision: u64) -> ResponseHeader {
         let leadership = self.node.consensus().leadership();
         ResponseHeader {
-            cluster_id: self.cluster_id,
+            cluster_id: self.cluster_id(),
             member_id: self.node.id(),
             revision: revision_to_wire(revision),
             raft_term: leadership.term,
@@ -216,13 +239,6 @@ fn revision_from_wire(revision: i64) -> u64 {
     u64::try_from(revision).unwrap_or(0)
 }
 
-/// FNV-1a, 64 bits: a stable hash (the same on every node and release).
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
-        (hash ^ u64::from(*byte)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -237,8 +253,9 @@ mod tests {
 
     #[test]
     fn the_cluster_id_is_a_stable_hash() {
+        use crate::identity::description_id;
         // FNV-1a's published test vector.
-        assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
-        assert_ne!(fnv1a(b"1=a:1,2=b:1"), fnv1a(b"1=a:1,2=b:2"));
+        assert_eq!(description_id("a"), 0xaf63_dc4c_8601_ec8c);
+        assert_ne!(description_id("1=a:1,2=b:1"), description_id("1=a:1,2=b:2"));
     }
 }

@@ -235,7 +235,12 @@ impl EtcdApi {
         outbox: &Outbox,
     ) -> Result<(), ()> {
         let response = match request.request_union {
-            Some(RequestUnion::CreateRequest(create)) => {
+            Some(RequestUnion::CreateRequest(mut create)) => {
+                if create.key.is_empty() {
+                    // As etcd: `\0`, the first key (a Range refuses an
+                    // empty key; a watch does not).
+                    create.key = vec![0];
+                }
                 if let Ok(Keys::Range(range)) = Keys::of(&create.key, &create.range_end)
                     && range.is_empty()
                 {

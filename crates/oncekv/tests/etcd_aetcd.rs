@@ -36,6 +36,43 @@ const SUITE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../target/aetcd-sui
 /// sleeps (leases left to expire, writes made for a watch to see).
 const RUN_TIMEOUT: Duration = Duration::from_secs(600);
 
+/// Longest one of the suite's tests may run. Some wait for events their
+/// own writer sends after a fixed sleep, and wait forever if the watch
+/// started late on a loaded machine and missed one: such a test fails
+/// after this long (and, failing against oncekv alone, runs once more)
+/// instead of holding the whole run until [`RUN_TIMEOUT`].
+const TEST_LIMIT_SECONDS: u32 = 60;
+
+/// A pytest plugin, loaded with `-p`, that fails a test running past
+/// [`TEST_LIMIT_SECONDS`] (SIGALRM raises in the test, whose asyncio loop
+/// then ends with it).
+const TEST_LIMIT_PLUGIN: &str = r#"
+import os
+import signal
+import pytest
+
+LIMIT = int(os.environ["ONCEKV_TEST_LIMIT_SECONDS"])
+
+
+class TestTooLong(Exception):
+    pass
+
+
+def _alarm(signum, frame):
+    raise TestTooLong(f"the test ran past {LIMIT} s")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    previous = signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(LIMIT)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+"#;
+
 /// The fewest tests that must pass against etcd for the comparison to
 /// mean anything: 60 of the suite's 63 do against Debian's etcd 3.4 (one
 /// connects to `localhost:2379` whatever `TEST_ETCD_HTTP_URL` says, two
@@ -184,10 +221,15 @@ async fn run_suite(server: &str, endpoint: &str, scratch: &Path, tests: &[String
     let log_path = scratch.join(format!("{run_name}.log"));
     let log = std::fs::File::create(&log_path).expect("the suite's log");
     eprintln!("running the aetcd suite against {server} ({endpoint})");
+    std::fs::write(scratch.join("oncekv_test_limit.py"), TEST_LIMIT_PLUGIN)
+        .expect("the per-test limit plugin");
     let mut child = tokio::process::Command::new(Path::new(SUITE).join("venv/bin/python"))
         // The suite's pyproject.toml asks for coverage of aetcd, which
         // this comparison does not need.
         .args(["-m", "pytest", "-p", "no:cacheprovider", "--no-cov"])
+        .args(["-p", "oncekv_test_limit"])
+        .env("PYTHONPATH", scratch)
+        .env("ONCEKV_TEST_LIMIT_SECONDS", TEST_LIMIT_SECONDS.to_string())
         .args(if tests.is_empty() {
             vec!["tests/integration".to_string()]
         } else {

@@ -12,6 +12,7 @@ use oncekv_client::{Client, ClientOptions};
 use oncekv_proto::v1::kv_client::KvClient;
 use oncekv_proto::v1::raft_peer_client::RaftPeerClient;
 use oncekv_proto::v1::{RaftPayload, SnapshotChunk, StatusRequest};
+use oncekv_server::raft::peer_token::{PEER_TOKEN_METADATA, PeerToken};
 use oncekv_state::{Command, Reply};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -377,6 +378,7 @@ async fn a_snapshot_over_the_cap_is_refused_and_one_under_it_is_spooled_not_held
     let node = &cluster.nodes[0];
     let pid = node.child.as_ref().expect("running").id();
     let peer = RaftPeerClient::new(channel(&node.peer).await);
+    let token = peer_token(&cluster);
     let before = resident_bytes(pid);
 
     // Three senders at once each announce 100 GiB and push 64 MiB: each is
@@ -384,9 +386,11 @@ async fn a_snapshot_over_the_cap_is_refused_and_one_under_it_is_spooled_not_held
     let senders: Vec<_> = (0..3)
         .map(|_| {
             let mut peer = peer.clone();
+            let token = token.clone();
             tokio::spawn(async move {
                 let chunks = (0..64).map(|i| chunk(i == 0, 100 << 30));
-                peer.install_snapshot(tokio_stream_iter(chunks)).await
+                peer.install_snapshot(with_token(tokio_stream_iter(chunks), token.as_ref()))
+                    .await
             })
         })
         .collect();
@@ -414,10 +418,12 @@ async fn a_snapshot_over_the_cap_is_refused_and_one_under_it_is_spooled_not_held
     // a 200 MiB snapshot reach the disk while memory stays flat.
     let (send, receive) = tokio::sync::mpsc::channel::<SnapshotChunk>(2);
     let mut sender = peer.clone();
+    let spool_token = token.clone();
     let call = tokio::spawn(async move {
         sender
-            .install_snapshot(tonic::codegen::tokio_stream::wrappers::ReceiverStream::new(
-                receive,
+            .install_snapshot(with_token(
+                tonic::codegen::tokio_stream::wrappers::ReceiverStream::new(receive),
+                spool_token.as_ref(),
             ))
             .await
     });
@@ -465,17 +471,40 @@ fn tokio_stream_iter<I: IntoIterator>(items: I) -> tonic::codegen::tokio_stream:
 
 /// Sends one raw gRPC request body (frame header included) to `path` and
 /// returns the status the server answered in its headers.
-async fn raw_call(address: &str, path: &str, body: &str) -> Status {
+/// `message` as a peer call carrying `token`'s credential, as a member's
+/// calls do: what these tests send must pass that check first.
+fn with_token<T>(message: T, token: Option<&PeerToken>) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    if let Some(token) = token {
+        token.attach(&mut request);
+    }
+    request
+}
+
+/// The cluster's peer token, if it has one.
+fn peer_token(cluster: &Cluster) -> Option<PeerToken> {
+    cluster
+        .peer_token_file()
+        .map(|file| PeerToken::load(file).expect("the cluster's peer token"))
+}
+
+/// A raw gRPC call of `body` to `path` at `address`, with `token`'s
+/// credential if given.
+async fn raw_call(address: &str, path: &str, body: &str, token: Option<&PeerToken>) -> Status {
     use tonic::codegen::Service;
     let mut channel = channel(address).await;
     std::future::poll_fn(|cx| channel.poll_ready(cx))
         .await
         .expect("ready");
-    let request = http::Request::builder()
+    let mut request = http::Request::builder()
         .method("POST")
         .uri(format!("http://{address}{path}"))
         .header("content-type", "application/grpc")
-        .header("te", "trailers")
+        .header("te", "trailers");
+    if let Some(token) = token {
+        request = request.header(PEER_TOKEN_METADATA, token.credential().as_encoded_bytes());
+    }
+    let request = request
         .body(tonic::body::Body::new(body.to_string()))
         .expect("request");
     let response = tokio::time::timeout(Duration::from_secs(10), channel.call(request))
@@ -502,14 +531,23 @@ async fn a_malformed_message_is_invalid_argument_on_both_ports() {
         // Compression flag 2 does not exist.
         ("bad frame flag", "\u{2}\u{0}\u{0}\u{0}\u{0}"),
     ];
-    for (address, path) in [
-        (&node.client, "/oncekv.v1.Kv/Execute"),
-        (&node.client, "/oncekv.v1.Kv/Read"),
-        (&node.peer, "/oncekv.v1.RaftPeer/AppendEntries"),
-        (&node.peer, "/oncekv.v1.RaftPeer/InstallSnapshot"),
+    let token = peer_token(&cluster);
+    for (address, path, token) in [
+        (&node.client, "/oncekv.v1.Kv/Execute", None),
+        (&node.client, "/oncekv.v1.Kv/Read", None),
+        (
+            &node.peer,
+            "/oncekv.v1.RaftPeer/AppendEntries",
+            token.as_ref(),
+        ),
+        (
+            &node.peer,
+            "/oncekv.v1.RaftPeer/InstallSnapshot",
+            token.as_ref(),
+        ),
     ] {
         for (what, body) in cases {
-            let status = raw_call(address, path, body).await;
+            let status = raw_call(address, path, body, token).await;
             assert_eq!(
                 status.code(),
                 Code::InvalidArgument,
@@ -520,9 +558,12 @@ async fn a_malformed_message_is_invalid_argument_on_both_ports() {
     // A well-formed envelope whose Raft message does not decode.
     let mut peer = RaftPeerClient::new(channel(&node.peer).await);
     let status = peer
-        .append_entries(RaftPayload {
-            data: vec![0xff; 16],
-        })
+        .append_entries(with_token(
+            RaftPayload {
+                data: vec![0xff; 16],
+            },
+            token.as_ref(),
+        ))
         .await
         .expect_err("undecodable");
     assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");

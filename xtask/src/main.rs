@@ -252,10 +252,13 @@ fn main() -> ExitCode {
     }
     for (name, args, envs) in steps {
         eprintln!("==> {name}: cargo {}", args.join(" "));
-        let status = Command::new(&cargo)
-            .args(*args)
-            .envs(envs.iter().copied())
-            .status();
+        let mut command = Command::new(&cargo);
+        command.args(*args).envs(envs.iter().copied());
+        if std::env::var_os("CI").is_some() {
+            // One clean build: incremental state would only take disk.
+            command.env("CARGO_INCREMENTAL", "0");
+        }
+        let status = command.status();
         match status {
             Ok(status) if status.success() => {}
             Ok(status) => {

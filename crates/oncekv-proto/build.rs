@@ -2,6 +2,8 @@
 //! the `protoc-bin-vendored` crate (nothing is downloaded or installed),
 //! and the file descriptor sets that server reflection serves: oncekv's
 //! own services, and etcd's v3 API (`proto/etcd-api`, see its README).
+//! One message is not generated: `ExecuteBatchRequest` is `src/batch.rs`'s,
+//! whose decoding refuses a batch past its cap before decoding the rest.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
@@ -14,6 +16,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut config = prost_build::Config::new();
     config.protoc_executable(&protoc);
     tonic_prost_build::configure()
+        .extern_path(
+            ".oncekv.v1.ExecuteBatchRequest",
+            "crate::batch::ExecuteBatchRequest",
+        )
         .file_descriptor_set_path(out.join("oncekv.bin"))
         .compile_with_config(
             config,

@@ -15,6 +15,8 @@
 //! needs `protoc`: these tasks point `PROTOC` at the binary that ships in
 //! the `protoc-bin-vendored` crate, so nothing has to be installed.
 
+mod tidy;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 

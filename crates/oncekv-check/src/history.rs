@@ -1,73 +1,41 @@
-//! The history model: what clients asked of a keyed register store, what
-//! they were told, and when.
+//! The history both linearizability checkers read: what clients asked,
+//! what they were told, and when, whatever the operations are.
 //!
-//! A [`History`] is a validated list of [`Operation`]s. Each operation names
-//! the client that issued it, the key it touched, its [`Call`] (read, write
-//! or compare-and-set), its [`Output`] when the client learned the outcome,
-//! and the real-time interval it spanned. An operation whose outcome is
-//! unknown (the client timed out, crashed, or lost its connection) has no
-//! output: it may have taken effect at any time after its invocation, or
-//! never. This module owns the data types and their invariants; the search
-//! itself lives in [`crate::linearizability`].
+//! An [`Operation`] names the client that issued it, its call, its output
+//! when the client learned the outcome, and the real-time interval it
+//! spanned. An operation whose outcome is unknown (the client timed out,
+//! crashed, or lost its connection) has no output: it may have taken
+//! effect at any time after its invocation, or never. A [`History`] is a
+//! validated list of operations of one kind of call ([`HistoryCall`]: the
+//! register [`Call`](crate::register::Call) or the
+//! [`KvCall`](crate::kv_history::KvCall)). This module owns the generic
+//! operation, the container, their invariants and their one error type;
+//! the calls are their modules', the search [`crate::linearizability`]'s.
 
 use std::fmt;
 use thiserror::Error;
 
-/// A register's key.
+/// A key.
 pub type Key = Vec<u8>;
 
-/// A register's value.
+/// A value.
 pub type Value = Vec<u8>;
 
 /// Identifies the client (Jepsen: process) that issued an operation. A
 /// client has at most one operation in flight at a time.
 pub type ClientId = u64;
 
-/// What a client asked of the register at [`Operation::key`].
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum Call {
-    /// Read the current value.
-    Read,
-    /// Overwrite the value.
-    Write(Value),
-    /// Compare-and-set: when the current value equals `expected` (`None`:
-    /// the key is absent), replace it with `new`.
-    Cas {
-        /// The value the register must hold for the swap to happen.
-        expected: Option<Value>,
-        /// The value written when it does.
-        new: Value,
-    },
-}
-
-/// What a client was told when its operation completed.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum Output {
-    /// A read returned this value (`None`: the key was absent).
-    Read(Option<Value>),
-    /// A write was acknowledged.
-    Write,
-    /// A compare-and-set completed; `swapped` says whether it replaced the
-    /// value. A `false` here is a claim that the comparison failed.
-    Cas {
-        /// Whether the value was replaced.
-        swapped: bool,
-    },
-}
-
 /// One client operation: its call, its outcome if known, and its interval.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Operation {
+pub struct Operation<C, R> {
     /// The client that issued it.
     pub client: ClientId,
-    /// The register it touched.
-    pub key: Key,
     /// What was asked.
-    pub call: Call,
+    pub call: C,
     /// What the client was told; `None` when the outcome is unknown, in
     /// which case the operation may take effect at any time after
     /// `invoke_ns`, or never.
-    pub output: Option<Output>,
+    pub output: Option<R>,
     /// When the call was issued.
     pub invoke_ns: u64,
     /// When the response arrived. Required when `output` is known; for an
@@ -76,60 +44,45 @@ pub struct Operation {
     pub complete_ns: Option<u64>,
 }
 
-impl Operation {
+impl<C, R> Operation<C, R> {
     /// Whether the client learned the outcome.
     pub fn is_complete(&self) -> bool {
         self.output.is_some()
     }
-}
 
-fn fmt_value(f: &mut fmt::Formatter<'_>, value: Option<&[u8]>) -> fmt::Result {
-    match value {
-        None => f.write_str("nil"),
-        Some(bytes) => match std::str::from_utf8(bytes) {
-            Ok(text) => write!(f, "{text:?}"),
-            Err(_) => {
-                f.write_str("0x")?;
-                bytes.iter().try_for_each(|b| write!(f, "{b:02x}"))
-            }
-        },
+    /// The completion time the search uses: `None` (a return at +∞) unless
+    /// the outcome is known.
+    pub(crate) fn known_complete_ns(&self) -> Option<u64> {
+        self.output.as_ref().and(self.complete_ns)
     }
 }
 
-impl fmt::Display for Operation {
+/// `client 2 <call> => <output> [invoke, complete]`, with `unknown` and
+/// `[invoke, inf)` for an unknown outcome.
+impl<C: fmt::Display, R: fmt::Display> fmt::Display for Operation<C, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "client {} ", self.client)?;
-        match &self.call {
-            Call::Read => f.write_str("read")?,
-            Call::Write(value) => {
-                f.write_str("write ")?;
-                fmt_value(f, Some(value))?;
-            }
-            Call::Cas { expected, new } => {
-                f.write_str("cas ")?;
-                fmt_value(f, expected.as_deref())?;
-                f.write_str(" -> ")?;
-                fmt_value(f, Some(new))?;
-            }
-        }
-        f.write_str(" on ")?;
-        fmt_value(f, Some(&self.key))?;
+        write!(f, "client {} {} => ", self.client, self.call)?;
         match &self.output {
-            None => f.write_str(" => unknown")?,
-            Some(Output::Read(value)) => {
-                f.write_str(" => ")?;
-                fmt_value(f, value.as_deref())?;
-            }
-            Some(Output::Write) => f.write_str(" => ok")?,
-            Some(Output::Cas { swapped: true }) => f.write_str(" => swapped")?,
-            Some(Output::Cas { swapped: false }) => f.write_str(" => not swapped")?,
+            None => f.write_str("unknown")?,
+            Some(output) => write!(f, "{output}")?,
         }
         write!(f, " [{}, ", self.invoke_ns)?;
-        match (&self.output, self.complete_ns) {
-            (Some(_), Some(at)) => write!(f, "{at}]"),
-            _ => f.write_str("inf)"),
+        match self.known_complete_ns() {
+            Some(at) => write!(f, "{at}]"),
+            None => f.write_str("inf)"),
         }
     }
+}
+
+/// A kind of call a [`History`] holds.
+pub trait HistoryCall: fmt::Display + Sized {
+    /// What a client is told when such a call completes.
+    type Output: fmt::Display;
+
+    /// Whether the call can be checked, and `output`, if known, answers
+    /// it; the error names the operation's position, `index`.
+    fn check_output(&self, output: Option<&Self::Output>, index: usize)
+    -> Result<(), HistoryError>;
 }
 
 /// Why a list of operations is not a valid [`History`].
@@ -141,6 +94,25 @@ pub enum HistoryError {
     OutputMismatch {
         /// Position of the operation in the list.
         index: usize,
+    },
+    /// A transaction reported a different number of results than its
+    /// branch has operations.
+    #[error("operation {index}: the branch has {expected} operations but {got} results")]
+    ResultCount {
+        /// Position of the operation in the list.
+        index: usize,
+        /// Operations in the branch.
+        expected: usize,
+        /// Results reported.
+        got: usize,
+    },
+    /// A transaction result does not answer its operation.
+    #[error("operation {index}: result {position} does not answer its operation")]
+    ResultMismatch {
+        /// Position of the operation in the list.
+        index: usize,
+        /// Position of the result in the branch.
+        position: usize,
     },
     /// An operation with a known output has no completion time.
     #[error("operation {index}: a completed operation needs a completion time")]
@@ -158,6 +130,14 @@ pub enum HistoryError {
         /// Its completion time.
         complete_ns: u64,
     },
+    /// A transaction nested in another: the KV model does not replay them
+    /// (no workload sends one), so a history holding one is refused rather
+    /// than checked wrongly.
+    #[error("operation {index}: a transaction nested in a transaction is not modelled")]
+    NestedTxn {
+        /// Position of the operation in the list.
+        index: usize,
+    },
     /// The operation count does not fit the checker's 32-bit indices.
     #[error("a history holds at most {max} operations, got {got}")]
     TooLong {
@@ -170,19 +150,28 @@ pub enum HistoryError {
 
 /// A validated list of operations, in no particular order; the operations'
 /// times give the real-time order.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct History {
-    operations: Vec<Operation>,
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct History<C: HistoryCall> {
+    operations: Vec<Operation<C, C::Output>>,
 }
 
-impl History {
+impl<C: HistoryCall> Default for History<C> {
+    fn default() -> Self {
+        Self {
+            operations: Vec::new(),
+        }
+    }
+}
+
+impl<C: HistoryCall> History<C> {
     /// The most operations a history may hold.
     pub const MAX_OPERATIONS: usize = (u32::MAX / 4) as usize;
 
-    /// Validates `operations`: every output answers its call, every known
-    /// outcome has a completion time, and no operation completes before it
-    /// is invoked.
-    pub fn new(operations: Vec<Operation>) -> Result<Self, HistoryError> {
+    /// Validates `operations`: there are at most
+    /// [`MAX_OPERATIONS`](Self::MAX_OPERATIONS), every output answers its
+    /// call ([`HistoryCall::check_output`]), every known outcome has a
+    /// completion time, and nothing completes before it is invoked.
+    pub fn new(operations: Vec<Operation<C, C::Output>>) -> Result<Self, HistoryError> {
         if operations.len() > Self::MAX_OPERATIONS {
             return Err(HistoryError::TooLong {
                 max: Self::MAX_OPERATIONS,
@@ -190,18 +179,9 @@ impl History {
             });
         }
         for (index, op) in operations.iter().enumerate() {
-            let matches = matches!(
-                (&op.call, &op.output),
-                (_, None)
-                    | (Call::Read, Some(Output::Read(_)))
-                    | (Call::Write(_), Some(Output::Write))
-                    | (Call::Cas { .. }, Some(Output::Cas { .. }))
-            );
-            if !matches {
-                return Err(HistoryError::OutputMismatch { index });
-            }
+            op.call.check_output(op.output.as_ref(), index)?;
             match op.complete_ns {
-                None if op.output.is_some() => {
+                None if op.is_complete() => {
                     return Err(HistoryError::MissingCompletion { index });
                 }
                 Some(complete_ns) if complete_ns < op.invoke_ns => {
@@ -217,9 +197,9 @@ impl History {
         Ok(Self { operations })
     }
 
-    /// The operations, in the order given to [`History::new`]; checker
-    /// reports refer to them by position in this slice.
-    pub fn operations(&self) -> &[Operation] {
+    /// The operations, in the order given to [`History::new`]; verdicts
+    /// refer to them by position in this slice.
+    pub fn operations(&self) -> &[Operation<C, C::Output>] {
         &self.operations
     }
 
@@ -234,7 +214,7 @@ impl History {
     }
 
     /// Gives the operations back.
-    pub fn into_operations(self) -> Vec<Operation> {
+    pub fn into_operations(self) -> Vec<Operation<C, C::Output>> {
         self.operations
     }
 }
@@ -242,11 +222,16 @@ impl History {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::register::{Call, Output, RegisterOperation};
 
-    fn op(call: Call, output: Option<Output>, invoke: u64, complete: Option<u64>) -> Operation {
+    fn op(
+        call: Call,
+        output: Option<Output>,
+        invoke: u64,
+        complete: Option<u64>,
+    ) -> RegisterOperation {
         Operation {
             client: 1,
-            key: b"k".to_vec(),
             call,
             output,
             invoke_ns: invoke,
@@ -254,52 +239,41 @@ mod tests {
         }
     }
 
+    fn read() -> Call {
+        Call::Read { key: b"k".to_vec() }
+    }
+
+    fn write(value: &[u8]) -> Call {
+        Call::Write {
+            key: b"k".to_vec(),
+            value: value.to_vec(),
+        }
+    }
+
     #[test]
     fn accepts_well_formed_operations() {
         let history = History::new(vec![
-            op(Call::Read, Some(Output::Read(None)), 0, Some(1)),
-            op(Call::Write(b"1".to_vec()), None, 2, None),
-            op(Call::Write(b"2".to_vec()), None, 2, Some(9)),
+            op(read(), Some(Output::Read(None)), 0, Some(1)),
+            op(write(b"1"), None, 2, None),
+            op(write(b"2"), None, 2, Some(9)),
         ]);
         assert!(history.is_ok_and(|h| h.len() == 3));
     }
 
     #[test]
     fn rejects_mismatched_output() {
-        let err = History::new(vec![op(Call::Read, Some(Output::Write), 0, Some(1))]);
+        let err = History::new(vec![op(read(), Some(Output::Write), 0, Some(1))]);
         assert_eq!(err, Err(HistoryError::OutputMismatch { index: 0 }));
     }
 
     #[test]
     fn rejects_missing_or_inverted_completion() {
-        let missing = History::new(vec![op(Call::Read, Some(Output::Read(None)), 0, None)]);
+        let missing = History::new(vec![op(read(), Some(Output::Read(None)), 0, None)]);
         assert_eq!(missing, Err(HistoryError::MissingCompletion { index: 0 }));
-        let inverted = History::new(vec![op(Call::Read, Some(Output::Read(None)), 5, Some(4))]);
+        let inverted = History::new(vec![op(read(), Some(Output::Read(None)), 5, Some(4))]);
         assert!(matches!(
             inverted,
             Err(HistoryError::CompletedBeforeInvoked { index: 0, .. })
         ));
-    }
-
-    #[test]
-    fn displays_operations() {
-        let cas = op(
-            Call::Cas {
-                expected: None,
-                new: b"7".to_vec(),
-            },
-            Some(Output::Cas { swapped: true }),
-            3,
-            Some(4),
-        );
-        assert_eq!(
-            cas.to_string(),
-            "client 1 cas nil -> \"7\" on \"k\" => swapped [3, 4]"
-        );
-        let unknown = op(Call::Write(vec![0xff]), None, 3, Some(4));
-        assert_eq!(
-            unknown.to_string(),
-            "client 1 write 0xff on \"k\" => unknown [3, inf)"
-        );
     }
 }

@@ -26,7 +26,8 @@
 //!
 //! Malformed input is reported as a [`JepsenError`] naming the line.
 
-use crate::history::{Call, ClientId, History, HistoryError, Key, Operation, Output, Value};
+use crate::history::{ClientId, History, HistoryError, Operation, Value};
+use crate::register::{Call, Output};
 use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -141,7 +142,7 @@ struct Pending {
 }
 
 /// Reads a Jepsen etcd register log from `path`.
-pub fn parse_log_file(path: &Path) -> Result<History, JepsenError> {
+pub fn parse_log_file(path: &Path) -> Result<History<Call>, JepsenError> {
     let text = std::fs::read_to_string(path).map_err(|source| JepsenError::Io {
         path: path.to_path_buf(),
         source,
@@ -150,8 +151,7 @@ pub fn parse_log_file(path: &Path) -> Result<History, JepsenError> {
 }
 
 /// Reads a Jepsen etcd register log.
-pub fn parse_log(text: &str) -> Result<History, JepsenError> {
-    let key: Key = REGISTER_KEY.to_vec();
+pub fn parse_log(text: &str) -> Result<History<Call>, JepsenError> {
     let mut pending: HashMap<ClientId, Pending> = HashMap::new();
     let mut operations = Vec::new();
     let mut time: u64 = 0;
@@ -204,14 +204,13 @@ pub fn parse_log(text: &str) -> Result<History, JepsenError> {
                             .map_err(at)?
                             .ok_or(at(mismatch))?,
                     ),
-                    EventType::Info if !matches!(invoked.call, Call::Read) => None,
+                    EventType::Info if !matches!(invoked.call, Call::Read { .. }) => None,
                     // Failed operations did not happen; reads of unknown
                     // outcome say nothing.
                     _ => continue,
                 };
                 operations.push(Operation {
                     client: event.process,
-                    key: key.clone(),
                     call: invoked.call,
                     output,
                     invoke_ns: invoked.time,
@@ -225,12 +224,11 @@ pub fn parse_log(text: &str) -> Result<History, JepsenError> {
     let mut leftover: Vec<(ClientId, Pending)> = pending.into_iter().collect();
     leftover.sort_by_key(|(_, p)| p.line);
     for (process, invoked) in leftover {
-        if matches!(invoked.call, Call::Read) {
+        if matches!(invoked.call, Call::Read { .. }) {
             continue;
         }
         operations.push(Operation {
             client: process,
-            key: key.clone(),
             call: invoked.call,
             output: None,
             invoke_ns: invoked.time,
@@ -292,8 +290,8 @@ fn split_token(text: &str) -> Option<(&str, &str)> {
 
 fn function_of(call: &Call) -> Function {
     match call {
-        Call::Read => Function::Read,
-        Call::Write(_) => Function::Write,
+        Call::Read { .. } => Function::Read,
+        Call::Write { .. } => Function::Write,
         Call::Cas { .. } => Function::Cas,
     }
 }
@@ -332,13 +330,14 @@ fn parse_pair(text: &str) -> Option<(Option<Value>, Value)> {
 }
 
 fn parse_call(function: Function, value: &str) -> Result<Call, LineError> {
+    let key = REGISTER_KEY.to_vec();
     match function {
-        Function::Read => Ok(Call::Read),
+        Function::Read => Ok(Call::Read { key }),
         Function::Write => parse_int(value)
-            .map(Call::Write)
+            .map(|value| Call::Write { key, value })
             .ok_or_else(|| bad_value(function, value)),
         Function::Cas => parse_pair(value)
-            .map(|(expected, new)| Call::Cas { expected, new })
+            .map(|(expected, new)| Call::Cas { key, expected, new })
             .ok_or_else(|| bad_value(function, value)),
     }
 }
@@ -351,10 +350,10 @@ fn completion_output(
     value: &str,
 ) -> Result<Option<Output>, LineError> {
     match invoked {
-        Call::Read => parse_optional_int(value)
+        Call::Read { .. } => parse_optional_int(value)
             .map(|read| Some(Output::Read(read)))
             .ok_or_else(|| bad_value(function, value)),
-        Call::Write(_) | Call::Cas { .. } => {
+        Call::Write { .. } | Call::Cas { .. } => {
             let echoed = parse_call(function, value)?;
             Ok((&echoed == invoked).then_some(match echoed {
                 Call::Cas { .. } => Output::Cas { swapped: true },
@@ -401,24 +400,25 @@ INFO  jepsen.util - 6\t:invoke\t:read\tnil
         let expected = vec![
             Operation {
                 client: 0,
-                key: key.clone(),
-                call: Call::Read,
+                call: Call::Read { key: key.clone() },
                 output: Some(Output::Read(None)),
                 invoke_ns: 0,
                 complete_ns: Some(4),
             },
             Operation {
                 client: 1,
-                key: key.clone(),
-                call: Call::Write(b"4".to_vec()),
+                call: Call::Write {
+                    key: key.clone(),
+                    value: b"4".to_vec(),
+                },
                 output: Some(Output::Write),
                 invoke_ns: 1,
                 complete_ns: Some(5),
             },
             Operation {
                 client: 2,
-                key: key.clone(),
                 call: Call::Cas {
+                    key: key.clone(),
                     expected: Some(b"4".to_vec()),
                     new: b"2".to_vec(),
                 },
@@ -428,16 +428,18 @@ INFO  jepsen.util - 6\t:invoke\t:read\tnil
             },
             Operation {
                 client: 1,
-                key: key.clone(),
-                call: Call::Write(b"3".to_vec()),
+                call: Call::Write {
+                    key: key.clone(),
+                    value: b"3".to_vec(),
+                },
                 output: None,
                 invoke_ns: 10,
                 complete_ns: Some(11),
             },
             Operation {
                 client: 5,
-                key,
                 call: Call::Cas {
+                    key,
                     expected: Some(b"3".to_vec()),
                     new: b"0".to_vec(),
                 },

@@ -2,23 +2,23 @@
 //! (get, put, delete, append, incr, cas, prefix reads and deletes, and
 //! multi-key transactions), what they were told, and when.
 //!
-//! A [`KvHistory`] is a validated list of [`KvOperation`]s. Each names its
+//! A [`KvHistory`] is a [`History`] of [`KvOperation`]s. Each names its
 //! client, its [`KvCall`] (one [`TxnOp`] on its own, or a [`Txn`]), its
 //! [`KvOutput`] when the outcome is known, and its real-time interval. An
 //! operation with no output may have taken effect at any time after its
-//! invocation, or never. This module owns the data types and their
-//! invariants; what the operations do is [`crate::kv_model`]'s, and the
-//! search [`crate::kv_linearizability`]'s.
+//! invocation, or never. This module owns the call and output types and
+//! what makes an output answer a call; what the operations do is
+//! [`crate::kv_model`]'s, and how a history of them is partitioned for
+//! the search [`crate::kv_linearizability`]'s.
 //!
 //! The operations reuse the record's shapes ([`TxnOp`], [`TxnOpResult`],
 //! [`Txn`]): a single operation is exactly a transaction operation run on
 //! its own.
 
-use crate::history::ClientId;
+use crate::history::{History, HistoryCall, HistoryError, Operation};
 use crate::record::{Bytes, KeyRange, Txn, TxnOp, TxnOpResult};
 use std::collections::BTreeSet;
 use std::fmt;
-use thiserror::Error;
 
 /// What a client asked of the store.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -175,21 +175,8 @@ pub enum KvOutput {
     },
 }
 
-/// One client operation: its call, its outcome if known, and its interval.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct KvOperation {
-    /// The client that issued it.
-    pub client: ClientId,
-    /// What was asked.
-    pub call: KvCall,
-    /// What the client was told; `None` when the outcome is unknown.
-    pub output: Option<KvOutput>,
-    /// When the call was issued.
-    pub invoke_ns: u64,
-    /// When the response arrived (required when `output` is known; ignored
-    /// otherwise).
-    pub complete_ns: Option<u64>,
-}
+/// One client operation on the store.
+pub type KvOperation = Operation<KvCall, KvOutput>;
 
 fn fmt_result(f: &mut fmt::Formatter<'_>, result: &TxnOpResult) -> fmt::Result {
     let opt = |value: &Option<Bytes>| {
@@ -216,201 +203,93 @@ fn fmt_result(f: &mut fmt::Formatter<'_>, result: &TxnOpResult) -> fmt::Result {
             let verb = if *swapped { "swapped" } else { "not swapped" };
             write!(f, "{verb} (now {})", opt(current))
         }
-        TxnOpResult::Txn { succeeded, results } => {
-            f.write_str(if *succeeded { "succeeded" } else { "failed" })?;
-            for result in results {
-                f.write_str(" [")?;
-                fmt_result(f, result)?;
-                f.write_str("]")?;
-            }
-            Ok(())
+        TxnOpResult::Txn { succeeded, results } => fmt_branch(f, *succeeded, results),
+    }
+}
+
+/// A transaction's branch and its results.
+fn fmt_branch(f: &mut fmt::Formatter<'_>, succeeded: bool, results: &[TxnOpResult]) -> fmt::Result {
+    f.write_str(if succeeded { "succeeded" } else { "failed" })?;
+    for result in results {
+        f.write_str(" [")?;
+        fmt_result(f, result)?;
+        f.write_str("]")?;
+    }
+    Ok(())
+}
+
+/// The operation or transaction, as the record shows it.
+impl fmt::Display for KvCall {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Op(op) => write!(f, "{op}"),
+            Self::Txn(txn) => write!(f, "{}", crate::record::Op::Txn(txn.clone())),
         }
     }
 }
 
-impl fmt::Display for KvOperation {
+/// `ok`, the result, or the branch and its results.
+impl fmt::Display for KvOutput {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "client {} ", self.client)?;
-        match &self.call {
-            KvCall::Op(op) => write!(f, "{op}")?,
-            KvCall::Txn(txn) => write!(f, "{}", crate::record::Op::Txn(txn.clone()))?,
+        match self {
+            Self::Acknowledged => f.write_str("ok"),
+            Self::Op(result) => fmt_result(f, result),
+            Self::Txn { succeeded, results } => fmt_branch(f, *succeeded, results),
         }
-        f.write_str(" => ")?;
-        match &self.output {
-            None => f.write_str("unknown")?,
-            Some(KvOutput::Acknowledged) => f.write_str("ok")?,
-            Some(KvOutput::Op(result)) => fmt_result(f, result)?,
-            Some(KvOutput::Txn { succeeded, results }) => {
-                f.write_str(if *succeeded { "succeeded" } else { "failed" })?;
-                for result in results {
-                    f.write_str(" [")?;
-                    fmt_result(f, result)?;
-                    f.write_str("]")?;
+    }
+}
+
+impl HistoryCall for KvCall {
+    type Output = KvOutput;
+
+    /// No transaction is nested in another (the model does not replay
+    /// them), and the output answers the call: a transaction's results
+    /// match its branch one for one.
+    fn check_output(&self, output: Option<&KvOutput>, index: usize) -> Result<(), HistoryError> {
+        let nested = match self {
+            KvCall::Op(op) => op.is_nested_txn(),
+            KvCall::Txn(txn) => txn
+                .success
+                .iter()
+                .chain(&txn.failure)
+                .any(TxnOp::is_nested_txn),
+        };
+        if nested {
+            return Err(HistoryError::NestedTxn { index });
+        }
+        match (self, output) {
+            (_, None | Some(KvOutput::Acknowledged)) => Ok(()),
+            (KvCall::Op(call), Some(KvOutput::Op(result))) if call.accepts(result) => Ok(()),
+            (KvCall::Txn(txn), Some(KvOutput::Txn { succeeded, results })) => {
+                let branch = txn.branch(*succeeded);
+                if branch.len() != results.len() {
+                    return Err(HistoryError::ResultCount {
+                        index,
+                        expected: branch.len(),
+                        got: results.len(),
+                    });
+                }
+                match branch
+                    .iter()
+                    .zip(results)
+                    .position(|(op, result)| !op.accepts(result))
+                {
+                    Some(position) => Err(HistoryError::ResultMismatch { index, position }),
+                    None => Ok(()),
                 }
             }
-        }
-        write!(f, " [{}, ", self.invoke_ns)?;
-        match (&self.output, self.complete_ns) {
-            (Some(_), Some(at)) => write!(f, "{at}]"),
-            _ => f.write_str("inf)"),
+            _ => Err(HistoryError::OutputMismatch { index }),
         }
     }
-}
-
-/// Why a list of operations is not a valid [`KvHistory`].
-#[derive(Clone, Debug, PartialEq, Eq, Error)]
-pub enum KvHistoryError {
-    /// The output's kind does not answer the call's kind.
-    #[error("operation {index}: the output does not match the call")]
-    OutputMismatch {
-        /// Position of the operation in the list.
-        index: usize,
-    },
-    /// A transaction reported a different number of results than its
-    /// branch has operations.
-    #[error("operation {index}: the branch has {expected} operations but {got} results")]
-    ResultCount {
-        /// Position of the operation in the list.
-        index: usize,
-        /// Operations in the branch.
-        expected: usize,
-        /// Results reported.
-        got: usize,
-    },
-    /// A transaction result does not answer its operation.
-    #[error("operation {index}: result {position} does not answer its operation")]
-    ResultMismatch {
-        /// Position of the operation in the list.
-        index: usize,
-        /// Position of the result in the branch.
-        position: usize,
-    },
-    /// An operation with a known output has no completion time.
-    #[error("operation {index}: a completed operation needs a completion time")]
-    MissingCompletion {
-        /// Position of the operation in the list.
-        index: usize,
-    },
-    /// An operation completed before it was invoked.
-    #[error("operation {index}: completed at {complete_ns} before its invocation at {invoke_ns}")]
-    CompletedBeforeInvoked {
-        /// Position of the operation in the list.
-        index: usize,
-        /// Its invocation time.
-        invoke_ns: u64,
-        /// Its completion time.
-        complete_ns: u64,
-    },
-    /// A transaction nested in another: the KV model does not replay them
-    /// (no workload sends one), so a history holding one is refused rather
-    /// than checked wrongly.
-    #[error("operation {index}: a transaction nested in a transaction is not modelled")]
-    NestedTxn {
-        /// Position of the operation in the list.
-        index: usize,
-    },
-    /// The operation count does not fit the checker's 32-bit indices.
-    #[error("a history holds at most {max} operations, got {got}")]
-    TooLong {
-        /// The limit.
-        max: usize,
-        /// The number given.
-        got: usize,
-    },
 }
 
 /// A validated list of KV operations, in no particular order.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct KvHistory {
-    operations: Vec<KvOperation>,
-}
+pub type KvHistory = History<KvCall>;
 
 impl KvHistory {
-    /// The most operations a history may hold.
-    pub const MAX_OPERATIONS: usize = (u32::MAX / 4) as usize;
-
-    /// Validates `operations`: no transaction is nested in another (the
-    /// model does not replay them), every output answers its call (a
-    /// transaction's results match its branch one for one), every known
-    /// outcome has a completion time, and nothing completes before it is
-    /// invoked.
-    pub fn new(operations: Vec<KvOperation>) -> Result<Self, KvHistoryError> {
-        if operations.len() > Self::MAX_OPERATIONS {
-            return Err(KvHistoryError::TooLong {
-                max: Self::MAX_OPERATIONS,
-                got: operations.len(),
-            });
-        }
-        for (index, op) in operations.iter().enumerate() {
-            let nested = match &op.call {
-                KvCall::Op(op) => op.is_nested_txn(),
-                KvCall::Txn(txn) => txn
-                    .success
-                    .iter()
-                    .chain(&txn.failure)
-                    .any(TxnOp::is_nested_txn),
-            };
-            if nested {
-                return Err(KvHistoryError::NestedTxn { index });
-            }
-            match (&op.call, &op.output) {
-                (_, None | Some(KvOutput::Acknowledged)) => {}
-                (KvCall::Op(call), Some(KvOutput::Op(result))) if call.accepts(result) => {}
-                (KvCall::Txn(txn), Some(KvOutput::Txn { succeeded, results })) => {
-                    let branch = txn.branch(*succeeded);
-                    if branch.len() != results.len() {
-                        return Err(KvHistoryError::ResultCount {
-                            index,
-                            expected: branch.len(),
-                            got: results.len(),
-                        });
-                    }
-                    if let Some(position) = branch
-                        .iter()
-                        .zip(results)
-                        .position(|(op, result)| !op.accepts(result))
-                    {
-                        return Err(KvHistoryError::ResultMismatch { index, position });
-                    }
-                }
-                _ => return Err(KvHistoryError::OutputMismatch { index }),
-            }
-            match op.complete_ns {
-                None if op.output.is_some() => {
-                    return Err(KvHistoryError::MissingCompletion { index });
-                }
-                Some(complete_ns) if complete_ns < op.invoke_ns => {
-                    return Err(KvHistoryError::CompletedBeforeInvoked {
-                        index,
-                        invoke_ns: op.invoke_ns,
-                        complete_ns,
-                    });
-                }
-                _ => {}
-            }
-        }
-        Ok(Self { operations })
-    }
-
-    /// The operations, in the order given; verdicts refer to them by
-    /// position in this slice.
-    pub fn operations(&self) -> &[KvOperation] {
-        &self.operations
-    }
-
-    /// How many operations the history holds.
-    pub fn len(&self) -> usize {
-        self.operations.len()
-    }
-
-    /// Whether the history holds no operation.
-    pub fn is_empty(&self) -> bool {
-        self.operations.is_empty()
-    }
-
     /// Every key named by some operation (prefixes name none).
     pub fn keys(&self) -> BTreeSet<Vec<u8>> {
-        self.operations
+        self.operations()
             .iter()
             .flat_map(|op| op.call.touches())
             .filter_map(|touch| match touch {
@@ -459,7 +338,7 @@ mod tests {
         let call = KvCall::Txn(nested.clone());
         assert_eq!(
             KvHistory::new(vec![op(call.clone(), None)]),
-            Err(KvHistoryError::NestedTxn { index: 0 })
+            Err(HistoryError::NestedTxn { index: 0 })
         );
         // Where it reads or writes: the nested compares and operations.
         let touches = call.touches();
@@ -494,7 +373,7 @@ mod tests {
         );
         assert_eq!(
             KvHistory::new(vec![short]),
-            Err(KvHistoryError::ResultCount {
+            Err(HistoryError::ResultCount {
                 index: 0,
                 expected: 1,
                 got: 0
@@ -509,7 +388,7 @@ mod tests {
         );
         assert_eq!(
             KvHistory::new(vec![wrong]),
-            Err(KvHistoryError::ResultMismatch {
+            Err(HistoryError::ResultMismatch {
                 index: 0,
                 position: 0
             })
@@ -520,7 +399,7 @@ mod tests {
         );
         assert_eq!(
             KvHistory::new(vec![mismatch]),
-            Err(KvHistoryError::OutputMismatch { index: 0 })
+            Err(HistoryError::OutputMismatch { index: 0 })
         );
     }
 

@@ -41,41 +41,11 @@
 //! per order and exhaust any bound.
 
 use crate::kv_history::{KvCall, KvOperation, KvOutput};
+use crate::linearizability::{KeyState, ReadState};
 use crate::record::{
     Bytes, Compare, CompareOp, CompareTarget, KeyRange, KeyValue, TxnOp, TxnOpResult,
 };
-use crate::search::Model;
-use std::collections::HashMap;
-use std::hash::Hash;
-
-/// Values or states numbered in order of first appearance.
-struct Interner<T> {
-    items: Vec<T>,
-    ids: HashMap<T, u32>,
-}
-
-impl<T: Clone + Eq + Hash> Interner<T> {
-    fn new() -> Self {
-        Self {
-            items: Vec::new(),
-            ids: HashMap::new(),
-        }
-    }
-
-    fn intern(&mut self, item: T) -> u32 {
-        if let Some(&id) = self.ids.get(&item) {
-            return id;
-        }
-        let id = u32::try_from(self.items.len()).unwrap_or(u32::MAX);
-        self.items.push(item.clone());
-        self.ids.insert(item, id);
-        id
-    }
-
-    fn get(&self, id: u32) -> Option<&T> {
-        self.items.get(usize::try_from(id).ok()?)
-    }
-}
+use crate::search::{Interner, Model};
 
 /// A three-valued truth: the model cannot always decide a compare.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -150,26 +120,6 @@ impl<'a> KvModel<'a> {
 
     /// The id of the initial state (every key absent).
     pub(crate) const INITIAL: u32 = 0;
-
-    /// The present keys of `state` and their values (length-only keys
-    /// hold zeros of the right length).
-    pub(crate) fn describe_state(&self, state: u32) -> Vec<(Vec<u8>, Vec<u8>, bool)> {
-        let Some(slots) = self.states.get(state) else {
-            return Vec::new();
-        };
-        slots
-            .iter()
-            .enumerate()
-            .filter_map(|(slot, &value)| {
-                let bytes = self.value(value)?;
-                Some((
-                    self.keys.get(slot)?.to_vec(),
-                    bytes.to_vec(),
-                    self.length_only.get(slot).copied().unwrap_or(false),
-                ))
-            })
-            .collect()
-    }
 
     fn value(&self, id: u32) -> Option<&[u8]> {
         self.values.get(id.checked_sub(1)?).map(Vec::as_slice)
@@ -325,7 +275,7 @@ impl<'a> KvModel<'a> {
             TxnOp::DeleteRange { start, end } => TxnOpResult::DeletePrefix {
                 deleted: Self::remove(work, self.slots_between(start, end.as_ref())),
             },
-            // Histories holding one are refused (`KvHistoryError::NestedTxn`).
+            // Histories holding one are refused (`HistoryError::NestedTxn`).
             TxnOp::Txn { .. } => return None,
             TxnOp::PutExisting { key, value } => {
                 let slot = key_slot(self, key)?;
@@ -472,6 +422,27 @@ impl<'a> KvModel<'a> {
                 true
             }
         }
+    }
+}
+
+impl ReadState for KvModel<'_> {
+    /// The present keys of `state` and their values (length-only keys
+    /// hold zeros of the right length).
+    fn read_state(&self, state: u32) -> Vec<KeyState> {
+        let Some(slots) = self.states.get(state) else {
+            return Vec::new();
+        };
+        slots
+            .iter()
+            .enumerate()
+            .filter_map(|(slot, &value)| {
+                Some(KeyState {
+                    key: self.keys.get(slot)?.to_vec(),
+                    value: self.value(value)?.to_vec(),
+                    length_only: self.length_only.get(slot).copied().unwrap_or(false),
+                })
+            })
+            .collect()
     }
 }
 

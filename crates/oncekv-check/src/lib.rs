@@ -12,9 +12,9 @@
 //!   tokens), [`checkers::replies`] (retries get the original reply),
 //!   [`checkers::counters`] (acknowledged plus a subset of unknown
 //!   increments), [`checkers::session_expiry`] (nothing applies after
-//!   expiry), [`checkers::linearizable_kv`] (every key operation, the
-//!   linearizability verdict `verify` uses) and
-//!   [`checkers::linearizable_registers`] (PUT/GET/CAS alone).
+//!   expiry), [`checkers::linearizable_kv`] (every key operation),
+//!   [`checkers::transfers`] (money conserved) and [`checkers::watches`]
+//!   (watchers saw the committed changes).
 //! * [`coverage`]: whether the dangerous paths were exercised, and the
 //!   run's overall verdict: a checker failure is `Fail`; anything
 //!   undecided or under-exercised is `Inconclusive`, never `Pass`.
@@ -22,32 +22,35 @@
 //!   with a timeline.
 //! * [`verify`]: runs all of the above on a record.
 //!
-//! Underneath, [`history`] models register histories and
-//! [`linearizability`] decides whether such a history could have come from
-//! atomic registers; [`kv_history`] models whole key-value histories
-//! (get, put, delete, append, incr, cas, prefixes, multi-key transactions)
-//! and [`kv_linearizability`] decides them against the store's sequential
-//! model (`kv_model`), partitioned by the keys transactions link. Both run
-//! the same bounded, memoised search (`search`: Wing–Gong/Lowe/Porcupine,
-//! Unknown rather than a false pass). [`jepsen`] reads the Jepsen etcd
-//! register log format, used to validate the search against recorded
-//! histories.
+//! Underneath is one linearizability core, generic over the call: a
+//! [`History`] of operations of one kind ([`history`]), the bounded,
+//! memoised search ([`search`]: Wing–Gong/Lowe/Porcupine, Unknown rather
+//! than a false pass) and one [`Verdict`] ([`linearizability`]). Two kinds
+//! of operation are its instances: keyed registers ([`register`], which
+//! [`jepsen`] reads from the Jepsen etcd register logs to validate the
+//! search against recorded histories) and whole key-value histories
+//! ([`kv_history`]: get, put, delete, append, incr, cas, prefixes,
+//! multi-key transactions), decided against the store's sequential model
+//! ([`kv_model`]) in partitions linked by transactions
+//! ([`kv_linearizability`]).
 //!
 //! ```
 //! use oncekv_check::{check, Bounds, Call, History, Operation, Output, Verdict};
 //!
+//! let key = b"k".to_vec();
 //! let op = |client, call, output, invoke_ns, complete_ns| Operation {
 //!     client,
-//!     key: b"k".to_vec(),
 //!     call,
 //!     output: Some(output),
 //!     invoke_ns,
 //!     complete_ns: Some(complete_ns),
 //! };
+//! let read = || Call::Read { key: key.clone() };
+//! let write = Call::Write { key: key.clone(), value: b"1".to_vec() };
 //! let history = History::new(vec![
-//!     op(1, Call::Write(b"1".to_vec()), Output::Write, 0, 10),
-//!     op(2, Call::Read, Output::Read(Some(b"1".to_vec())), 20, 30),
-//!     op(2, Call::Read, Output::Read(None), 40, 50),
+//!     op(1, write, Output::Write, 0, 10),
+//!     op(2, read(), Output::Read(Some(b"1".to_vec())), 20, 30),
+//!     op(2, read(), Output::Read(None), 40, 50),
 //! ])?;
 //! let verdict = check(&history, &Bounds::default());
 //! assert!(matches!(verdict, Verdict::NotLinearizable { .. }));
@@ -87,11 +90,14 @@ pub mod kv_linearizability;
 pub mod kv_model;
 pub mod linearizability;
 pub mod record;
+pub mod register;
 pub mod report;
 pub mod search;
 pub mod verify;
 
-pub use history::{Call, ClientId, History, HistoryError, Key, Operation, Output, Value};
+pub use history::{ClientId, History, HistoryCall, HistoryError, Key, Operation, Value};
 pub use linearizability::{
-    Bounds, Explanation, SearchStats, UnknownReason, Verdict, check, check_with_stats,
+    Bounds, Explanation, KeyState, Linearizable, SearchStats, UnknownReason, Verdict, check,
+    check_with_stats,
 };
+pub use register::{Call, Output, RegisterOperation};

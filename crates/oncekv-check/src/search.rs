@@ -35,6 +35,8 @@
 //! The walk checks the clock every 1024 steps and stops at
 //! the memo table's cap; the callers turn either into "unknown".
 
+use std::collections::HashMap;
+use std::hash::Hash;
 use std::time::Instant;
 
 /// What the operations of a partition do, for the search. States are ids
@@ -173,7 +175,7 @@ impl Search {
         let zobrist = (0..count).map(|_| splitmix64(&mut seed)).collect();
 
         // Classes, renumbered densely, with ranks in call-entry order.
-        let mut dense: std::collections::HashMap<u32, u32> = std::collections::HashMap::new();
+        let mut dense: HashMap<u32, u32> = HashMap::new();
         let mut class = vec![NO_CLASS; count];
         let mut rank = vec![0; count];
         let mut taken: Vec<u32> = Vec::new();
@@ -370,6 +372,36 @@ fn mix_state(hash: u64, state: u32) -> u64 {
     let mut z = hash ^ u64::from(state).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     z = (z ^ (z >> 29)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z ^ (z >> 32)
+}
+
+/// Values or states numbered in order of first appearance: how models
+/// hand out the ids the search compares.
+pub(crate) struct Interner<T> {
+    items: Vec<T>,
+    ids: HashMap<T, u32>,
+}
+
+impl<T: Clone + Eq + Hash> Interner<T> {
+    pub(crate) fn new() -> Self {
+        Self {
+            items: Vec::new(),
+            ids: HashMap::new(),
+        }
+    }
+
+    pub(crate) fn intern(&mut self, item: T) -> u32 {
+        if let Some(&id) = self.ids.get(&item) {
+            return id;
+        }
+        let id = u32::try_from(self.items.len()).unwrap_or(u32::MAX);
+        self.items.push(item.clone());
+        self.ids.insert(item, id);
+        id
+    }
+
+    pub(crate) fn get(&self, id: u32) -> Option<&T> {
+        self.items.get(usize::try_from(id).ok()?)
+    }
 }
 
 enum Insert {

@@ -7,10 +7,7 @@
 //! and its overall [`RunVerdict`](crate::coverage::RunVerdict).
 //!
 //! Linearizability is judged by [`linearizable_kv`] over every key
-//! operation. The register checker
-//! ([`crate::checkers::linearizable_registers`]) is not run: every history
-//! it would check is part of the KV history, checked there with more
-//! constraints.
+//! operation (a register history is part of the KV history).
 
 use crate::checkers::counters::{self, CountersOptions, CountersVerdict};
 use crate::checkers::exactly_once::{self, ExactlyOnceVerdict, TokenFormat};

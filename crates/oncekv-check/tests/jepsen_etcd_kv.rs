@@ -13,11 +13,10 @@
 
 use oncekv_check::jepsen::parse_log_file;
 use oncekv_check::kv_history::{KvCall, KvHistory, KvOperation, KvOutput};
-use oncekv_check::kv_linearizability::{KvVerdict, check_with_stats};
 use oncekv_check::record::{
     Bytes, Compare, CompareOp, CompareTarget, KeyRange, Txn, TxnOp, TxnOpResult,
 };
-use oncekv_check::{Bounds, Call, History, Output};
+use oncekv_check::{Bounds, Call, History, Output, Verdict, check_with_stats};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -58,14 +57,14 @@ fn expected_verdicts(dir: &Path) -> Vec<(String, bool)> {
         .collect()
 }
 
-fn to_kv(history: &History) -> KvHistory {
+fn to_kv(history: &History<Call>) -> KvHistory {
     let ops = history
         .operations()
         .iter()
         .map(|op| {
-            let key = Bytes(op.key.clone());
+            let key = Bytes(op.call.key().to_vec());
             let (call, output) = match &op.call {
-                Call::Read => (
+                Call::Read { .. } => (
                     KvCall::Op(TxnOp::Get { key }),
                     op.output.as_ref().map(|output| match output {
                         Output::Read(value) => KvOutput::Op(TxnOpResult::Get {
@@ -74,14 +73,14 @@ fn to_kv(history: &History) -> KvHistory {
                         _ => KvOutput::Acknowledged,
                     }),
                 ),
-                Call::Write(value) => (
+                Call::Write { value, .. } => (
                     KvCall::Op(TxnOp::Put {
                         key,
                         value: Bytes(value.clone()),
                     }),
                     op.output.as_ref().map(|_| KvOutput::Acknowledged),
                 ),
-                Call::Cas { expected, new } => {
+                Call::Cas { expected, new, .. } => {
                     let compare = match expected {
                         Some(value) => Compare {
                             range: KeyRange::Key(key.clone()),
@@ -143,9 +142,9 @@ fn every_history_gets_its_expected_verdict_as_kv() {
         let history = parse_log_file(&dir.join(&file)).unwrap_or_else(|err| panic!("{err}"));
         let (verdict, stats) = check_with_stats(&to_kv(&history), &bounds);
         let right = match verdict {
-            KvVerdict::Linearizable => linearizable,
-            KvVerdict::NotLinearizable { .. } => !linearizable,
-            KvVerdict::Unknown { .. } => false,
+            Verdict::Linearizable => linearizable,
+            Verdict::NotLinearizable { .. } => !linearizable,
+            Verdict::Unknown { .. } => false,
         };
         if !right {
             failures.push(format!(

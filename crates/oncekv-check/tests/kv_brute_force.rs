@@ -11,34 +11,17 @@
 //! (it lets them go either way); the reference tracks real versions, so
 //! there the checker must accept whatever the reference accepts.
 
-use oncekv_check::Bounds;
+mod common;
+
+use common::{Rng, agree};
 use oncekv_check::kv_history::{KvCall, KvHistory, KvOperation, KvOutput};
-use oncekv_check::kv_linearizability::check;
 use oncekv_check::record::{
     Bytes, Compare, CompareOp, CompareTarget, KeyRange, KeyValue, Txn, TxnOp, TxnOpResult,
 };
+use oncekv_check::{Bounds, check};
 use std::collections::BTreeMap;
 
-/// A small deterministic generator (SplitMix64), so failures reproduce.
-struct Rng(u64);
-
 impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-
     fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
         items[self.below(items.len() as u64) as usize]
     }
@@ -335,68 +318,17 @@ fn run_call(call: &KvCall, store: &mut Store) -> Option<KvOutput> {
     }
 }
 
-/// Whether `chosen` (all completed operations plus a subset of the unknown
-/// ones) can be ordered, respecting real time, so that every output
-/// matches.
-fn orderings(ops: &[&KvOperation], used: &mut Vec<bool>, store: &Store) -> bool {
-    if used.iter().all(|&u| u) {
-        return true;
+/// Whether `op`, run on `store`, gives its output (any, when unknown).
+fn fits(op: &KvOperation, store: &mut Store) -> bool {
+    match (&op.output, run_call(&op.call, store)) {
+        (None, result) => result.is_some(),
+        (Some(expected), Some(actual)) => *expected == actual,
+        (Some(_), None) => false,
     }
-    let end = |op: &KvOperation| match (&op.output, op.complete_ns) {
-        (Some(_), Some(at)) => at,
-        _ => u64::MAX,
-    };
-    for next in 0..ops.len() {
-        if used[next] {
-            continue;
-        }
-        // Nothing still unplaced may have completed before `next` began.
-        let blocked =
-            (0..ops.len()).any(|other| !used[other] && end(ops[other]) < ops[next].invoke_ns);
-        if blocked {
-            continue;
-        }
-        let mut after = store.clone();
-        let result = run_call(&ops[next].call, &mut after);
-        let fits = match (&ops[next].output, result) {
-            (None, None) => false,
-            (None, Some(_)) => true,
-            (Some(expected), Some(actual)) => *expected == actual,
-            (Some(_), None) => false,
-        };
-        if !fits {
-            continue;
-        }
-        used[next] = true;
-        let found = orderings(ops, used, &after);
-        used[next] = false;
-        if found {
-            return true;
-        }
-    }
-    false
 }
 
 fn reference(history: &KvHistory) -> bool {
-    let ops = history.operations();
-    let unknown: Vec<usize> = (0..ops.len())
-        .filter(|&i| ops[i].output.is_none())
-        .collect();
-    (0u32..1 << unknown.len()).any(|subset| {
-        let chosen: Vec<&KvOperation> = ops
-            .iter()
-            .enumerate()
-            .filter(|(i, op)| {
-                op.output.is_some()
-                    || unknown
-                        .iter()
-                        .position(|u| u == i)
-                        .is_some_and(|bit| subset & (1 << bit) != 0)
-            })
-            .map(|(_, op)| op)
-            .collect();
-        orderings(&chosen, &mut vec![false; chosen.len()], &Store::new())
-    })
+    common::reference(history.operations(), &Store::new(), fits)
 }
 
 /// A random history; when `honest`, outputs come from running the
@@ -487,28 +419,11 @@ fn random_history(rng: &mut Rng, honest: bool, versions: bool) -> KvHistory {
 #[test]
 fn kv_search_agrees_with_brute_force() {
     let mut rng = Rng(0x6b76);
-    let (mut good, mut bad) = (0, 0);
-    for round in 0..6000 {
-        let history = random_history(&mut rng, round % 2 == 0, false);
-        let expected = reference(&history);
-        let verdict = check(&history, &Bounds::default());
-        assert!(
-            !verdict.is_unknown(),
-            "round {round}: undecided on a tiny history: {verdict}"
-        );
-        assert_eq!(
-            verdict.is_linearizable(),
-            expected,
-            "round {round}: reference says {expected}, search says {}\n{:#?}",
-            verdict.describe(&history),
-            history.operations()
-        );
-        if expected {
-            good += 1;
-        } else {
-            bad += 1;
-        }
-    }
+    let (good, bad) = agree(
+        6000,
+        |round| random_history(&mut rng, round % 2 == 0, false),
+        reference,
+    );
     // Both outcomes must be well represented for the comparison to mean
     // anything.
     assert!(good > 2000 && bad > 1000, "{good} linearizable, {bad} not");

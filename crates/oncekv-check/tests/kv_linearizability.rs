@@ -5,12 +5,11 @@
 //! operations, unknown outcomes, transactions, prefixes), and the bounds
 //! that make it answer Unknown.
 
-use oncekv_check::Bounds;
 use oncekv_check::kv_history::{KvCall, KvHistory, KvOperation, KvOutput};
-use oncekv_check::kv_linearizability::{KvUnknownReason, KvVerdict, check, check_with_stats};
 use oncekv_check::record::{
     Bytes, Compare, CompareOp, CompareTarget, KeyRange, KeyValue, Txn, TxnOp, TxnOpResult,
 };
+use oncekv_check::{Bounds, UnknownReason, Verdict, check, check_with_stats};
 use std::time::Duration;
 
 fn b(text: &str) -> Bytes {
@@ -62,6 +61,23 @@ fn get(client: u64, key: &str, value: Option<&str>, at: (u64, u64)) -> KvOperati
         KvOutput::Op(TxnOpResult::Get {
             value: value.map(b),
         }),
+        at,
+    )
+}
+
+/// A prefix read that listed these keys and values.
+fn get_prefix(client: u64, prefix: &str, entries: &[(&str, &str)], at: (u64, u64)) -> KvOperation {
+    let entries = entries
+        .iter()
+        .map(|&(key, value)| KeyValue {
+            key: b(key),
+            value: b(value),
+        })
+        .collect();
+    done(
+        client,
+        single(TxnOp::GetPrefix { prefix: b(prefix) }),
+        KvOutput::Op(TxnOpResult::GetPrefix { entries }),
         at,
     )
 }
@@ -304,23 +320,7 @@ fn a_read_of_a_value_never_written_is_refused() {
     // A prefix read listing a key nobody wrote.
     refused(vec![
         put(1, "p/1", "1", None, (0, 1)),
-        done(
-            2,
-            single(TxnOp::GetPrefix { prefix: b("p/") }),
-            KvOutput::Op(TxnOpResult::GetPrefix {
-                entries: vec![
-                    KeyValue {
-                        key: b("p/1"),
-                        value: b("1"),
-                    },
-                    KeyValue {
-                        key: b("p/9"),
-                        value: b("9"),
-                    },
-                ],
-            }),
-            (2, 3),
-        ),
+        get_prefix(2, "p/", &[("p/1", "1"), ("p/9", "9")], (2, 3)),
     ]);
 }
 
@@ -515,23 +515,7 @@ fn prefix_operations_see_every_key_under_the_prefix() {
         put(1, "p/1", "1", None, (0, 1)),
         put(2, "p/2", "2", None, (0, 1)),
         put(2, "q", "x", None, (0, 1)),
-        done(
-            3,
-            single(TxnOp::GetPrefix { prefix: b("p/") }),
-            KvOutput::Op(TxnOpResult::GetPrefix {
-                entries: vec![
-                    KeyValue {
-                        key: b("p/1"),
-                        value: b("1"),
-                    },
-                    KeyValue {
-                        key: b("p/2"),
-                        value: b("2"),
-                    },
-                ],
-            }),
-            (2, 3),
-        ),
+        get_prefix(3, "p/", &[("p/1", "1"), ("p/2", "2")], (2, 3)),
         done(
             3,
             single(TxnOp::DeletePrefix { prefix: b("p/") }),
@@ -590,8 +574,8 @@ fn tiny_bounds_answer_unknown() {
     assert!(
         matches!(
             &states,
-            KvVerdict::Unknown {
-                reason: KvUnknownReason::StateLimit { max_states: 8, .. }
+            Verdict::Unknown {
+                reason: UnknownReason::StateLimit { max_states: 8, .. }
             }
         ),
         "{states}"
@@ -606,8 +590,8 @@ fn tiny_bounds_answer_unknown() {
     assert!(
         matches!(
             &time,
-            KvVerdict::Unknown {
-                reason: KvUnknownReason::TimeLimit { .. }
+            Verdict::Unknown {
+                reason: UnknownReason::TimeLimit { .. }
             }
         ),
         "{time}"

@@ -2,6 +2,9 @@
 //! checking by `verify` (whose linearizability verdict is the KV
 //! checker's), and malformed ones refused as typed errors.
 
+mod common;
+
+use common::assert_status;
 use oncekv_check::checkers::{CheckerVerdict, Status};
 use oncekv_check::coverage::CoverageRequirements;
 use oncekv_check::record::{
@@ -44,12 +47,7 @@ fn transfer_run(a: &str, b: &str) -> String {
 fn a_conserving_transfer_passes_verify() {
     let run = record(&transfer_run("4", "6")).expect("valid record");
     let verification = verify(&run, &config());
-    assert_eq!(
-        verification.kv.status(),
-        Status::Pass,
-        "{}",
-        verification.kv
-    );
+    assert_status(&verification.kv, Status::Pass);
     let text = verification.report.to_text();
     assert!(text.contains("linearizable_kv"), "{text}");
 }
@@ -58,12 +56,7 @@ fn a_conserving_transfer_passes_verify() {
 fn a_transfer_that_loses_money_fails_verify() {
     let run = record(&transfer_run("4", "5")).expect("valid record");
     let verification = verify(&run, &config());
-    assert_eq!(
-        verification.kv.status(),
-        Status::Fail,
-        "{}",
-        verification.kv
-    );
+    assert_status(&verification.kv, Status::Fail);
     let explanation = verification.kv.explanation();
     assert!(explanation.contains("keys {a, b}"), "{explanation}");
     assert!(explanation.contains("op #4"), "{explanation}");

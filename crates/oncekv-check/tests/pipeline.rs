@@ -9,6 +9,9 @@
 //! applies retried requests twice, and a store that ignores expiry applies
 //! requests on an expired session.
 
+mod common;
+
+use common::assert_status;
 use oncekv_check::checkers::{CheckerVerdict, Status};
 use oncekv_check::coverage::{CoverageRequirements, RunVerdict};
 use oncekv_check::record::{
@@ -338,12 +341,7 @@ fn a_store_that_ignores_expiry_is_caught() {
         ..VerifyConfig::default()
     };
     let verification = verify(&record, &config);
-    assert_eq!(
-        verification.session_expiry.status(),
-        Status::Fail,
-        "{}",
-        verification.session_expiry
-    );
+    assert_status(&verification.session_expiry, Status::Fail);
     assert_eq!(verification.report.verdict(), RunVerdict::Fail);
 }
 

@@ -4,6 +4,9 @@
 //! the transfers as transactions); a transfer applied twice and a watcher
 //! that skipped a change are each caught.
 
+mod common;
+
+use common::assert_status;
 use oncekv_check::checkers::{CheckerVerdict, Status};
 use oncekv_check::record::{
     Bytes, Completion, Event, FinalValue, Invocation, Op, Outcome, Record, RecordWriter, Reply,
@@ -151,26 +154,11 @@ fn through_a_file(events: &[Event], name: &str) -> Record {
 fn a_correct_run_passes_both() {
     let record = through_a_file(&events(false, false), "correct");
     let verification = verify(&record, &VerifyConfig::default());
-    assert_eq!(
-        verification.transfers.status(),
-        Status::Pass,
-        "{}",
-        verification.transfers
-    );
+    assert_status(&verification.transfers, Status::Pass);
     assert_eq!(verification.transfers.acknowledged, 2);
-    assert_eq!(
-        verification.watches.status(),
-        Status::Pass,
-        "{}",
-        verification.watches
-    );
+    assert_status(&verification.watches, Status::Pass);
     assert_eq!(verification.watches.watchers, 2);
-    assert_eq!(
-        verification.kv.status(),
-        Status::Pass,
-        "{}",
-        verification.kv
-    );
+    assert_status(&verification.kv, Status::Pass);
     let text = verification.report.to_text();
     assert!(text.contains("transfers"), "{text}");
     assert!(text.contains("watches"), "{text}");

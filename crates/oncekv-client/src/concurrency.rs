@@ -23,6 +23,21 @@
 //! log index that opened it), so the contenders of one session for one
 //! name share a key, as etcd's do for one session; give each its own
 //! owner id ([`Lock::with_owner`]) to have them exclude each other.
+//!
+//! A contender uses only a lease it owns, and checks that before acting.
+//! The lease's name is derived from the session's secret and the key
+//! ([`lease_name`]), so no one without the secret can know it before it is
+//! granted (another user cannot grant it first, with a short TTL, and have
+//! the holder's key freed early); the grant must answer that it granted the
+//! lease, or that this session's lease of that name exists (a second
+//! contender of the session for the same key); a grant refused because
+//! another user holds the name ends the acquire with that refusal, never
+//! uses the lease. A key found existing must be attached to the
+//! contender's own lease (compared, with its create revision, in a
+//! transaction of its own), else the acquire ends with an error: a key on
+//! a lease the contender does not keep alive is freed whenever that lease
+//! ends, and two holders would run at once. Releasing deletes the key only
+//! while it is on the contender's lease.
 
 use crate::client::Client;
 use crate::error::ClientError;
@@ -32,6 +47,7 @@ use crate::watch::{EventKind, WatchOptions, WatchUpdate};
 use oncekv_state::{
     Command, Compare, CompareOp, CompareTarget, KeyScope, KeyValue, Rejection, Reply, Txn, TxnOp,
 };
+use sha2::{Digest as _, Sha256};
 use std::time::Duration;
 
 /// The TTL of a contender's lease unless given.
@@ -76,11 +92,18 @@ fn prefix_of(name: &[u8]) -> Vec<u8> {
     prefix
 }
 
-/// FNV-1a: a short, stable name part for any bytes.
-fn fnv64(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |hash, byte| {
-        (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3)
-    })
+/// The name of the lease a contender holding `key` on a session with
+/// `secret` uses: `contend-` and 128 bits of a SHA-256 of both, in hex.
+/// The same for every contender of the session for the key, and not
+/// known to anyone without the session's secret until it is granted.
+fn lease_name(secret: oncekv_state::Secret, key: &[u8]) -> String {
+    let digest = Sha256::new()
+        .chain_update(b"oncekv contender lease\0")
+        .chain_update(secret.0.to_le_bytes())
+        .chain_update(key)
+        .finalize();
+    let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+    format!("contend-{hex}")
 }
 
 /// The contenders under `prefix`, oldest (lowest create revision) first.
@@ -134,15 +157,18 @@ impl Contender {
 
     fn set_owner(&mut self, owner: &str) {
         self.key = [self.prefix.as_slice(), owner.as_bytes()].concat();
-        self.lease = format!("contend-{:016x}", fnv64(&self.key));
+        self.lease = lease_name(self.session.secret(), &self.key);
     }
 
     fn client(&self) -> &Client {
         self.session.client()
     }
 
-    /// Grants the lease (once: an existing one of this name is ours) and
-    /// keeps it alive.
+    /// Grants the lease and keeps it alive. Once: an existing lease of
+    /// this name is this session's (its name follows from the session's
+    /// secret), granted by another contender of the session for the same
+    /// key; one another user holds is refused by the cluster, and that
+    /// refusal ends the acquire.
     async fn grant(&mut self) -> Result<(), ClientError> {
         if self.keeper.is_some() {
             return Ok(());
@@ -152,10 +178,18 @@ impl Contender {
             ttl_ms: u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX),
         };
         match self.session.execute(command).await {
-            // An existing lease of this name is this contender's own.
+            // An existing lease of this name is this session's own (the
+            // cluster refuses another user's, below).
             Ok(Reply::LeaseGranted { .. })
             | Ok(Reply::Rejected(Rejection::LeaseExists { .. }))
             | Err(ClientError::Rejected(Rejection::LeaseExists { .. })) => {}
+            Err(ClientError::PermissionDenied(why)) => {
+                return Err(ClientError::PermissionDenied(format!(
+                    "lease {} of contender {:?} is another user's, not used: {why}",
+                    self.lease,
+                    String::from_utf8_lossy(&self.key)
+                )));
+            }
             Ok(Reply::Rejected(rejection)) => return Err(ClientError::Rejected(rejection)),
             Ok(other) => {
                 return Err(ClientError::Invalid(format!(
@@ -169,7 +203,8 @@ impl Contender {
     }
 
     /// Creates the key (with `value`) unless it exists; either way answers
-    /// its create revision.
+    /// its create revision. A key that exists attached to another lease
+    /// than this contender's is not its to hold: an error.
     async fn queue(&mut self, value: &[u8]) -> Result<Ownership, ClientError> {
         self.grant().await?;
         let txn = Txn {
@@ -207,10 +242,41 @@ impl Contender {
                 )));
             }
         };
+        if !outcome.succeeded {
+            self.check_attached(revision).await?;
+        }
         Ok(Ownership {
             key: self.key.clone(),
             revision,
         })
+    }
+
+    /// Checks that the key, created at `revision`, is attached to this
+    /// contender's lease (one read-only transaction).
+    async fn check_attached(&self, revision: u64) -> Result<(), ClientError> {
+        let compare = |target| Compare {
+            key: self.key.clone(),
+            scope: KeyScope::Key,
+            target,
+            op: CompareOp::Equal,
+        };
+        let txn = Txn {
+            compare: vec![
+                compare(CompareTarget::CreateRevision(revision)),
+                compare(CompareTarget::Lease(Some(self.lease.clone()))),
+            ],
+            success: Vec::new(),
+            failure: Vec::new(),
+        };
+        if self.session.txn(txn).await?.succeeded {
+            return Ok(());
+        }
+        Err(ClientError::Invalid(format!(
+            "key {:?} exists attached to another lease than this contender's ({}): \
+             another contender holds it, not this one",
+            String::from_utf8_lossy(&self.key),
+            self.lease
+        )))
     }
 
     /// Waits until `mine` is the oldest contender.
@@ -245,11 +311,26 @@ impl Contender {
         Ok(mine)
     }
 
-    /// Deletes the key and revokes the lease.
+    /// Deletes the key (if it is on the contender's lease) and revokes
+    /// the lease.
     async fn release(&mut self) -> Result<(), ClientError> {
         self.keeper = None;
         self.held = None;
-        self.session.delete(self.key.clone()).await?;
+        // Only while the key is on this contender's lease: a key of its
+        // name on another lease is not its to delete.
+        let delete = Txn {
+            compare: vec![Compare {
+                key: self.key.clone(),
+                scope: KeyScope::Key,
+                target: CompareTarget::Lease(Some(self.lease.clone())),
+                op: CompareOp::Equal,
+            }],
+            success: vec![TxnOp::Delete {
+                key: self.key.clone(),
+            }],
+            failure: Vec::new(),
+        };
+        self.session.txn(delete).await?;
         let revoke = Command::LeaseRevoke {
             name: self.lease.clone(),
         };
@@ -544,8 +625,14 @@ mod tests {
 
     #[test]
     fn names_and_keys() {
+        use oncekv_state::Secret;
         assert_eq!(prefix_of(b"jobs"), b"jobs/");
-        assert_eq!(fnv64(b""), 0xcbf2_9ce4_8422_2325);
-        assert_ne!(fnv64(b"a/1"), fnv64(b"a/2"));
+        let name = lease_name(Secret(7), b"jobs/1");
+        assert!(name.starts_with("contend-"), "{name}");
+        assert_eq!(name.len(), "contend-".len() + 32);
+        // The same for the same session and key; else unrelated.
+        assert_eq!(name, lease_name(Secret(7), b"jobs/1"));
+        assert_ne!(name, lease_name(Secret(8), b"jobs/1"));
+        assert_ne!(name, lease_name(Secret(7), b"jobs/2"));
     }
 }

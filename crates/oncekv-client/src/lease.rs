@@ -1,6 +1,11 @@
 //! Leases from the client: grant, keep alive in the background, revoke.
 //! Each call is a one-shot request under an idempotency key, so a retried
 //! grant returns the original grant instead of `LeaseExists`.
+//!
+//! A lease is its granter's: while the cluster enforces authentication,
+//! renewing, revoking, listing or attaching keys to another user's lease
+//! is refused ([`ClientError::PermissionDenied`]), and so is granting a
+//! name another user holds; an admin may use any lease.
 
 use crate::client::Client;
 use crate::error::ClientError;
@@ -50,7 +55,8 @@ impl Client {
     }
 
     /// Renews lease `name` every `ttl / 3` in the background until the
-    /// returned keeper is dropped or the lease is gone.
+    /// returned keeper is dropped, or the lease is gone or not this
+    /// user's.
     pub fn keep_lease_alive(&self, name: &str, ttl: Duration) -> LeaseKeeper {
         let client = self.clone();
         let name = name.to_string();
@@ -59,7 +65,7 @@ impl Client {
             loop {
                 tokio::time::sleep(period).await;
                 match client.lease_keep_alive(&name).await {
-                    Err(ClientError::Rejected(_)) => return,
+                    Err(ClientError::Rejected(_) | ClientError::PermissionDenied(_)) => return,
                     Err(error) => tracing::debug!(%error, lease = %name, "lease keep-alive failed"),
                     Ok(_) => {}
                 }

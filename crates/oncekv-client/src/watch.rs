@@ -5,6 +5,14 @@
 //! next endpoint from the revision after the last one it delivered, so no
 //! change is lost or repeated. A start revision the history no longer
 //! reaches is `Rejected(Compacted)`.
+//!
+//! A node ends a watch whose user loses the right to it: a revoked role or
+//! permission is `PermissionDenied`; a token the node no longer accepts
+//! (expired, or its user's password changed) is logged in again once when
+//! the client holds a password, and `Unauthenticated` otherwise (or when
+//! that login fails). A node refuses a watch past a cap on watchers (per
+//! connection, per user) as `Invalid`, naming the cap; a node serving its
+//! most watchers is tried again later, or another one.
 
 use crate::client::Client;
 use crate::error::ClientError;
@@ -107,6 +115,9 @@ pub struct Watcher {
     pending: VecDeque<WatchUpdate>,
     /// Consecutive failed starts, for the pause between them.
     failures: u32,
+    /// Whether it logged in again since it last heard of a change (a
+    /// token refused once more is the caller's to know).
+    logged_in_again: bool,
 }
 
 impl Client {
@@ -122,6 +133,7 @@ impl Client {
             stream: None,
             pending: VecDeque::new(),
             failures: 0,
+            logged_in_again: false,
         }
     }
 }
@@ -134,7 +146,8 @@ impl Watcher {
 
     /// The next update. Waits as long as it takes; it fails only when the
     /// watch cannot go on: the history no longer holds the next revision
-    /// (`Rejected(Compacted)`), or the user may not read the keys.
+    /// (`Rejected(Compacted)`), the user may not read the keys (any more),
+    /// its credentials no longer hold, or it holds its most watchers.
     pub async fn next(&mut self) -> Result<WatchUpdate, ClientError> {
         loop {
             if let Some(update) = self.pending.pop_front() {
@@ -178,10 +191,14 @@ impl Watcher {
                 self.stream = Some(response.into_inner());
                 Ok(())
             }
-            Err(_) => {
-                self.broken().await;
-                Ok(())
-            }
+            // Refused, not shed: a cap on the caller's own watchers.
+            Err(status) => match crate::retry::refused_by_transport(&status) {
+                Some(error) => Err(error),
+                None => {
+                    self.broken().await;
+                    Ok(())
+                }
+            },
         }
     }
 
@@ -195,6 +212,7 @@ impl Watcher {
             }
             Some(Kind::Events(events)) => {
                 self.failures = 0;
+                self.logged_in_again = false;
                 let mut current: Option<(u64, Vec<Event>)> = None;
                 for wire in events.events {
                     // A revision already delivered (never expected) is
@@ -225,6 +243,7 @@ impl Watcher {
                 }
             }
             Some(Kind::Progress(revision)) => {
+                self.logged_in_again = false;
                 if revision.saturating_add(1) > self.next {
                     self.next = revision.saturating_add(1);
                 }
@@ -248,7 +267,17 @@ impl Watcher {
                         return Err(ClientError::PermissionDenied(reason));
                     }
                     Ok(convert::CallFailure::Unauthenticated(reason)) => {
-                        return Err(ClientError::Unauthenticated(reason));
+                        let password = matches!(
+                            self.client.options().credentials,
+                            Some(crate::auth::Credentials::Password { .. })
+                        );
+                        if !password || self.logged_in_again {
+                            return Err(ClientError::Unauthenticated(reason));
+                        }
+                        // The token expired (or was voided): log in again
+                        // and resume, on the same node.
+                        self.client.forget_token();
+                        self.logged_in_again = true;
                     }
                     _ => self.target = self.client.next_target(&self.target),
                 }

@@ -1,12 +1,21 @@
-//! [`Cluster`]: real `oncekv serve` processes on loopback, each on free
-//! ports with a data directory in a temporary folder, and the process
-//! controls fault runs and tests need: a start through a launcher command
+//! [`Cluster`]: real `oncekv serve` processes, each with a data directory
+//! in a temporary folder, on one of two topologies ([`Topology`]): all on
+//! loopback, each on free ports (the default), or each on a host of its
+//! own, a network namespace with its own address on a private bridge
+//! ([`crate::netns`]; the node runs as `ip netns exec <namespace> oncekv
+//! serve ...` and listens on its address, [`crate::netns::CLIENT_PORT`]
+//! and [`crate::netns::PEER_PORT`]; its clients must run in the network's
+//! clients' namespace, [`Cluster::network`]). The process controls fault
+//! runs and tests need: a start through a launcher command
 //! (`fiu-run`, so disk syncs can be made to fail; `nsenter`), SIGKILL and
 //! restart on the same data, SIGSTOP and SIGCONT, exits noticed. Started
 //! with [`Cluster::start_partitionable`], each node's peer address is a
 //! [`PeerProxy`] and its outgoing peer connections come from its own
 //! loopback source address, so partitions can be cut between any pair.
-//! Every process is stopped by PID when its [`NodeProcess`] is dropped.
+//! (Peer proxies are for the loopback topology: between namespaces, the
+//! links themselves are cut, [`crate::netns::Network`].) Every process is
+//! stopped by PID when its [`NodeProcess`] is dropped; the namespaces go
+//! when the cluster is dropped, after the processes.
 //! With [`ClusterOptions::tls`], a CA and node certificates are made in
 //! the cluster's folder (`certs/`, [`crate::certs`]) and every node serves
 //! TLS on both ports; [`Cluster::connector`] and [`NodeProcess::tls`] are
@@ -20,6 +29,7 @@
 //! ([`crate::run`]) and the multi-process tests ([`crate::testing`]) both
 //! start their nodes here, from the `oncekv` binary they name.
 
+use crate::netns::{self, Network};
 use crate::peer_proxy::{Partitions, PeerProxy, source_ip};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -31,6 +41,36 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
+
+/// Where the nodes run, and how they reach each other.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Topology {
+    /// All on this machine's loopback, each on free ports.
+    #[default]
+    Loopback,
+    /// Each in a network namespace of its own, with its own address on a
+    /// bridge the cluster makes ([`crate::netns`]; needs root).
+    Netns,
+}
+
+impl Topology {
+    /// Both, in the order of `--topology`.
+    pub const ALL: [Topology; 2] = [Topology::Loopback, Topology::Netns];
+
+    /// The name used on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Topology::Loopback => "loopback",
+            Topology::Netns => "netns",
+        }
+    }
+}
+
+impl std::fmt::Display for Topology {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
 
 /// How the nodes are started.
 #[derive(Clone, Debug)]
@@ -62,6 +102,8 @@ pub struct ClusterOptions {
     /// without `tls` gets a token file in its folder (`peer-token`) and
     /// every node `--peer-token-file` with it.
     pub insecure_peers: bool,
+    /// Where the nodes run.
+    pub topology: Topology,
 }
 
 /// The name of a cluster's peer token file, in its folder.
@@ -100,9 +142,11 @@ fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ClusterError {
 pub struct NodeProcess {
     /// Its id.
     pub id: NodeId,
-    /// Its client address (`127.0.0.1:port`).
+    /// Its client address (`127.0.0.1:port`; between namespaces, its own
+    /// address and [`netns::CLIENT_PORT`]).
     pub client: String,
-    /// The address its peer port listens on (`127.0.0.1:port`).
+    /// The address its peer port listens on (`127.0.0.1:port`; between
+    /// namespaces, its own address and [`netns::PEER_PORT`]).
     pub peer: String,
     /// The proxy other nodes reach it through, when the cluster has peer
     /// proxies (else they reach [`NodeProcess::peer`]).
@@ -118,6 +162,9 @@ pub struct NodeProcess {
     pub launcher: Vec<String>,
     /// How a client reaches it over TLS, when the cluster serves TLS.
     pub tls: Option<oncekv_client::TlsConnector>,
+    /// The command that puts it in its namespace (`ip netns exec NS`),
+    /// before the launcher, on the netns topology.
+    netns_exec: Vec<String>,
     binary: PathBuf,
     args: Vec<OsString>,
     log: PathBuf,
@@ -158,7 +205,10 @@ impl NodeProcess {
             return Ok(());
         }
         let log = File::options().create(true).append(true).open(&self.log)?;
-        let mut command = match self.launcher.split_first() {
+        // `ip netns exec` execs what follows in its own process, so the
+        // PID is the node's (or its launcher's, which execs it in turn).
+        let launcher: Vec<&String> = self.netns_exec.iter().chain(&self.launcher).collect();
+        let mut command = match launcher.split_first() {
             Some((program, args)) => {
                 let mut command = Command::new(program);
                 command.args(args).arg(&self.binary);
@@ -207,6 +257,11 @@ impl NodeProcess {
     pub fn resume(&mut self) {
         self.send(Signal::SIGCONT);
         self.paused = false;
+    }
+
+    /// Its network namespace, on the netns topology.
+    pub fn namespace(&self) -> Option<&str> {
+        self.netns_exec.last().map(String::as_str)
     }
 
     /// The last `lines` lines of its log.
@@ -260,25 +315,28 @@ pub struct Cluster {
     tls: Option<oncekv_client::TlsConnector>,
     /// The peer token file the nodes share, when they use one.
     peer_token: Option<PathBuf>,
+    /// The hosts' namespaces, on the netns topology (dropped last, after
+    /// the processes in them).
+    network: Option<Arc<Network>>,
 }
 
-/// Makes a CA and the certificates of nodes `ids` in `<folder>/certs`
-/// (named for 127.0.0.1 only, the address the nodes serve on), and the
-/// harness's client certificate if `client_certificates`; returns how
-/// clients connect.
+/// Makes a CA and the certificates of nodes `hosts` in `<folder>/certs`
+/// (each named for the one address it serves on: 127.0.0.1, or its own
+/// between namespaces), and the harness's client certificate if
+/// `client_certificates`; returns how clients connect.
 fn make_certificates(
     folder: &Path,
-    ids: &[NodeId],
+    hosts: &[(NodeId, String)],
     client_certificates: bool,
 ) -> Result<oncekv_client::TlsConnector, ClusterError> {
     use crate::certs;
     let dir = folder.join("certs");
     let ca = certs::create_ca(&dir, certs::CA_DAYS_DEFAULT)?;
-    for &id in ids {
+    for (id, host) in hosts {
         certs::create_node(
             &dir,
-            id,
-            &["127.0.0.1".to_string()],
+            *id,
+            std::slice::from_ref(host),
             certs::LEAF_DAYS_DEFAULT,
         )?;
     }
@@ -381,8 +439,13 @@ impl Cluster {
 
     /// Starts the nodes of `options` behind peer proxies (on the current
     /// tokio runtime), so that [`Cluster::partitions`] can cut their
-    /// links. Does not wait for a leader.
+    /// links. Does not wait for a leader. On the netns topology there are
+    /// no peer proxies: the links between the hosts are cut in the
+    /// network ([`Cluster::network`]).
     pub async fn start_partitionable(options: &ClusterOptions) -> Result<Cluster, ClusterError> {
+        if options.topology == Topology::Netns {
+            return Cluster::start(options);
+        }
         let mut proxies = Vec::new();
         for _ in 0..options.nodes {
             proxies.push(
@@ -412,8 +475,24 @@ impl Cluster {
             temp: Some(temp),
         };
         let ids: Vec<NodeId> = (1..=options.nodes as NodeId).collect();
+        let network = match options.topology {
+            Topology::Loopback => None,
+            Topology::Netns => Some(Arc::new(
+                Network::create(&ids).map_err(io("making the hosts' network namespaces"))?,
+            )),
+        };
+        // Peer proxies listen on loopback: they are for loopback nodes.
+        let proxies = proxies.filter(|_| network.is_none());
         let mut addresses = Vec::new();
-        for _ in &ids {
+        for &id in &ids {
+            if network.is_some() {
+                let host = std::net::IpAddr::V4(netns::node_ip(id));
+                addresses.push((
+                    SocketAddr::new(host, netns::CLIENT_PORT),
+                    SocketAddr::new(host, netns::PEER_PORT),
+                ));
+                continue;
+            }
             let client = free_address().map_err(io("finding a free port"))?;
             let peer = free_address().map_err(io("finding a free port"))?;
             addresses.push((client, peer));
@@ -442,9 +521,14 @@ impl Cluster {
             Vec::new()
         };
         let tls = if options.tls {
+            let hosts: Vec<(NodeId, String)> = ids
+                .iter()
+                .zip(&addresses)
+                .map(|(&id, (client, _))| (id, client.ip().to_string()))
+                .collect();
             Some(make_certificates(
                 dir.path(),
-                &ids,
+                &hosts,
                 options.client_certificates,
             )?)
         } else {
@@ -504,6 +588,10 @@ impl Cluster {
                 child: None,
                 paused: false,
                 launcher: launcher.clone(),
+                netns_exec: network
+                    .as_ref()
+                    .map(|network| network.exec_prefix(id))
+                    .unwrap_or_default(),
                 // As the plaintext helpers: a paused node must not hold a
                 // test's call for ever.
                 tls: tls
@@ -529,7 +617,24 @@ impl Cluster {
             exits: Vec::new(),
             tls,
             peer_token,
+            network,
         })
+    }
+
+    /// Where the nodes run.
+    pub fn topology(&self) -> Topology {
+        if self.network.is_some() {
+            Topology::Netns
+        } else {
+            Topology::Loopback
+        }
+    }
+
+    /// The hosts' network, on the netns topology: its clients' namespace
+    /// is where the nodes are reached from ([`Network::block_on`]), and
+    /// its links are where network faults are made.
+    pub fn network(&self) -> Option<Arc<Network>> {
+        self.network.clone()
     }
 
     /// The peer token file the nodes share (in the cluster's folder), when
@@ -622,15 +727,21 @@ impl Cluster {
         }
     }
 
-    /// Resumes paused nodes, restarts dead ones and heals partitions.
+    /// Resumes paused nodes, restarts dead ones and heals partitions (and,
+    /// between namespaces, sets every link up and removes every cut).
     pub fn heal(&mut self) -> std::io::Result<()> {
         self.partitions.heal();
+        // The nodes run again even if a link could not be repaired.
+        let links = match &self.network {
+            Some(network) => network.heal(),
+            None => Ok(()),
+        };
         let ids: Vec<NodeId> = self.nodes.iter().map(|n| n.id).collect();
         for id in ids {
             self.resume(id);
             self.restart(id)?;
         }
-        Ok(())
+        links
     }
 
     /// Notes every process that exited on its own since the last look.
@@ -689,6 +800,7 @@ mod tests {
             tls: false,
             client_certificates: false,
             insecure_peers: false,
+            topology: Topology::Loopback,
         }
     }
 
@@ -781,6 +893,54 @@ mod tests {
                 Some("--unsafe-no-dedup")
             );
         }
+    }
+
+    #[tokio::test]
+    async fn a_node_between_namespaces_serves_on_its_own_address_through_ip_netns_exec() {
+        if let Err(why) = netns::available() {
+            crate::testing::missing_dependency(
+                "cluster::tests::a_node_between_namespaces_serves_on_its_own_address_through_\
+                 ip_netns_exec",
+                crate::testing::Dependency::NetworkNamespaces,
+                &why,
+            );
+            return;
+        }
+        let mut with = options(3);
+        with.topology = Topology::Netns;
+        with.binary = PathBuf::from("/bin/true");
+        // No peer proxies between namespaces: the links themselves are cut.
+        let cluster = Cluster::start_partitionable(&with).await.expect("start");
+        assert_eq!(cluster.topology(), Topology::Netns);
+        let network = cluster.network().expect("a network");
+        for node in &cluster.nodes {
+            let own = netns::node_ip(node.id);
+            let namespace = network.namespace(node.id);
+            assert_eq!(node.namespace(), Some(namespace.as_str()));
+            assert_eq!(node.netns_exec, ["ip", "netns", "exec", namespace.as_str()]);
+            assert!(node.peer_proxy.is_none() && node.launcher.is_empty());
+            assert_eq!(node.client, format!("{own}:{}", netns::CLIENT_PORT));
+            assert_eq!(
+                flag(node, "--listen-peer"),
+                Some(format!("{own}:{}", netns::PEER_PORT))
+            );
+            assert!(
+                flag(node, "--initial-cluster").is_some_and(|c| c.contains(&format!(
+                    "{}={own}:{}/{own}:{}",
+                    node.id,
+                    netns::PEER_PORT,
+                    netns::CLIENT_PORT
+                )))
+            );
+            for absent in ["--advertise-peer", "--peer-source-ip"] {
+                assert!(!args(node).iter().any(|a| a == absent), "{absent}");
+            }
+        }
+        let names = network.namespaces();
+        drop(network);
+        drop(cluster);
+        let left = netns::list_namespaces().expect("list");
+        assert!(!names.iter().any(|name| left.contains(name)), "{left:?}");
     }
 
     #[test]

@@ -25,8 +25,13 @@
 //! * [`certs`]: a CA, node and client certificates (`oncekv certs`, TLS
 //!   clusters);
 //! * [`cluster`]: the node processes (start, kill, restart, pause,
-//!   resume, exits), the one implementation of them;
-//! * [`nemesis`]: the seeded fault schedule;
+//!   resume, exits), the one implementation of them, on loopback or each
+//!   on a host of its own;
+//! * [`netns`]: hosts as network namespaces on a private bridge (a run's
+//!   own, removed with it), the clients' namespace the harness reaches
+//!   them from, and the network faults between hosts (links down, cuts);
+//! * [`nemesis`]: the seeded fault schedule (process, proxy, flood and,
+//!   between namespaces, network faults);
 //! * [`flood`]: the flood fault (sessions and idempotency keys nobody
 //!   uses, sent outside the history);
 //! * [`run`]: one run from start to verdict;
@@ -43,6 +48,7 @@ pub mod etcd_watch;
 pub mod etcd_workload;
 pub mod flood;
 pub mod nemesis;
+pub mod netns;
 pub mod peer_proxy;
 pub mod recorder;
 pub mod run;

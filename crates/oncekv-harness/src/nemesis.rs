@@ -4,9 +4,20 @@
 //! dropped by the client proxies after the node committed, delayed
 //! replies, reset client connections, peer-link partitions, and (where
 //! `fiu-run`/`fiu-ctrl` are installed) failing disk syncs on one node.
+//!
+//! Between hosts of their own ([`crate::netns`], the netns topology) the
+//! network itself fails ([`Fault::NETWORK`]): a node's link goes down, a
+//! node's packets to its peers (or theirs to it) are dropped one way, a
+//! follower is cut from the leader only, the cluster splits into a
+//! minority and a majority (2/3 of five), and a node's link flaps. There
+//! a partition is a cut of both directions between the node and the
+//! others, in the network rather than in the peer proxies. The links heal
+//! at the end of each fault's window; a failure to make or heal one is
+//! kept in [`Nemesis::failures`].
 
 use crate::client_proxy::{ClientProxy, ReplyFault};
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, Topology};
+use crate::netns::Network;
 use crate::recorder::Recorder;
 use oncekv_check::record::{FaultKind, NodeId};
 use rand::rngs::StdRng;
@@ -37,11 +48,25 @@ pub enum Fault {
     Fsync,
     /// Flood the cluster with sessions and idempotency keys.
     Flood,
+    /// Set a node's link down, then up (between namespaces).
+    LinkDown,
+    /// Drop a node's packets to every peer, or every peer's to it: one
+    /// direction only (between namespaces).
+    OneWay,
+    /// Cut a follower from the leader only, both ways (between
+    /// namespaces).
+    CutLeader,
+    /// Split the cluster into a minority and a majority, both ways
+    /// (between namespaces).
+    Split,
+    /// Take a node's link down and up again and again (between
+    /// namespaces).
+    Flap,
 }
 
 impl Fault {
     /// Every kind, in the order of `--faults`.
-    pub const ALL: [Fault; 8] = [
+    pub const ALL: [Fault; 13] = [
         Fault::Kill,
         Fault::Pause,
         Fault::DropReply,
@@ -50,7 +75,37 @@ impl Fault {
         Fault::Partition,
         Fault::Fsync,
         Fault::Flood,
+        Fault::LinkDown,
+        Fault::OneWay,
+        Fault::CutLeader,
+        Fault::Split,
+        Fault::Flap,
     ];
+
+    /// The kinds made in the network between hosts of their own: only on
+    /// the netns topology.
+    pub const NETWORK: [Fault; 5] = [
+        Fault::LinkDown,
+        Fault::OneWay,
+        Fault::CutLeader,
+        Fault::Split,
+        Fault::Flap,
+    ];
+
+    /// The kinds a run on `topology` injects unless told otherwise: all
+    /// that can run there.
+    pub fn defaults(topology: Topology) -> Vec<Fault> {
+        Fault::ALL
+            .into_iter()
+            .filter(|f| topology == Topology::Netns || !f.needs_namespaces())
+            .collect()
+    }
+
+    /// Whether it is made in the network between hosts of their own
+    /// (the netns topology).
+    pub fn needs_namespaces(self) -> bool {
+        Fault::NETWORK.contains(&self)
+    }
 
     /// The name used on the command line.
     pub fn name(self) -> &'static str {
@@ -63,6 +118,11 @@ impl Fault {
             Fault::Partition => "partition",
             Fault::Fsync => "fsync",
             Fault::Flood => "flood",
+            Fault::LinkDown => "link-down",
+            Fault::OneWay => "one-way",
+            Fault::CutLeader => "cut-leader",
+            Fault::Split => "split",
+            Fault::Flap => "flap",
         }
     }
 
@@ -83,15 +143,21 @@ impl Fault {
         matches!(
             self,
             Fault::Kill | Fault::Pause | Fault::Partition | Fault::Fsync | Fault::Flood
+        ) || self.needs_namespaces()
+    }
+
+    /// Whether it moves leadership (its first window takes the leader
+    /// off the majority for longer than the election timeout).
+    pub fn disturbs_leadership(self) -> bool {
+        matches!(
+            self,
+            Fault::Kill | Fault::Pause | Fault::Partition | Fault::LinkDown | Fault::Split
         )
     }
 
-    /// Whether it moves leadership.
-    pub fn disturbs_leadership(self) -> bool {
-        matches!(self, Fault::Kill | Fault::Pause | Fault::Partition)
-    }
-
-    /// The kind recorded in the history.
+    /// The kind recorded in the history: the network faults are
+    /// partitions (their detail says which), flapping links are failing
+    /// links (`message_loss`).
     pub fn kind(self) -> FaultKind {
         match self {
             Fault::Kill => FaultKind::Kill,
@@ -102,6 +168,10 @@ impl Fault {
             Fault::Partition => FaultKind::Partition,
             Fault::Fsync => FaultKind::FsyncFailure,
             Fault::Flood => FaultKind::Flood,
+            Fault::LinkDown | Fault::OneWay | Fault::CutLeader | Fault::Split => {
+                FaultKind::Partition
+            }
+            Fault::Flap => FaultKind::MessageLoss,
         }
     }
 }
@@ -137,10 +207,13 @@ pub struct Nemesis {
     pub recorder: Arc<Recorder>,
     /// Seeds the schedule.
     pub seed: u64,
+    /// Faults that could not be made or healed (an `ip` command that
+    /// failed), for the run's report.
+    pub failures: Arc<Mutex<Vec<String>>>,
 }
 
-fn lock(cluster: &Mutex<Cluster>) -> std::sync::MutexGuard<'_, Cluster> {
-    cluster
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
@@ -149,11 +222,13 @@ impl Nemesis {
     /// Injects faults until `stop` is set, then heals everything.
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
         let mut rng = StdRng::seed_from_u64(self.seed ^ 0x6e65_6d65_7369_7321);
+        let network = self.network();
         let faults: Vec<Fault> = self
             .faults
             .iter()
             .copied()
             .filter(|f| !f.needs_processes() || self.cluster.is_some())
+            .filter(|f| !f.needs_namespaces() || network.is_some())
             .collect();
         // Round-robin over a shuffled order, so a short run sees every kind.
         let mut order = Vec::new();
@@ -178,6 +253,23 @@ impl Nemesis {
                 .await;
         }
         self.heal();
+    }
+
+    /// The hosts' network, on the netns topology.
+    fn network(&self) -> Option<Arc<Network>> {
+        self.cluster.as_ref().and_then(|c| lock(c).network())
+    }
+
+    /// Keeps a failure to make or heal a fault.
+    fn failed(&self, what: String) {
+        lock(&self.failures).push(what);
+    }
+
+    /// Runs `change` on the network, keeping its failure, if any.
+    fn change(&self, what: &str, change: impl FnOnce() -> std::io::Result<()>) {
+        if let Err(error) = change() {
+            self.failed(format!("{what}: {error}"));
+        }
     }
 
     fn nodes(&self) -> Vec<NodeId> {
@@ -246,10 +338,20 @@ impl Nemesis {
                     self.nodes().into_iter().filter(|&n| n != target).collect();
                 let detail = format!("{target} | {others:?}");
                 let id = recorder.fault_started(fault.kind(), Some(target), Some(detail));
-                lock(cluster).partitions().split(&[target], &others);
+                let network = lock(cluster).network();
+                match &network {
+                    Some(network) => self.change("partition", || network.split(&[target], &others)),
+                    None => lock(cluster).partitions().split(&[target], &others),
+                }
                 sleep_or_stop(hold, stop).await;
-                lock(cluster).partitions().heal();
+                match &network {
+                    Some(network) => self.change("healing a partition", || network.heal()),
+                    None => lock(cluster).partitions().heal(),
+                }
                 recorder.fault_ended(id);
+            }
+            Fault::LinkDown | Fault::OneWay | Fault::CutLeader | Fault::Split | Fault::Flap => {
+                self.inject_network(fault, hold, first, rng, stop).await;
             }
             Fault::DropReply | Fault::Delay => {
                 let reply_fault = if fault == Fault::DropReply {
@@ -292,6 +394,108 @@ impl Nemesis {
         }
     }
 
+    /// Injects one of [`Fault::NETWORK`] and heals it after `hold`.
+    async fn inject_network(
+        &self,
+        fault: Fault,
+        hold: Duration,
+        first: bool,
+        rng: &mut StdRng,
+        stop: &mut watch::Receiver<bool>,
+    ) {
+        let (Some(network), Some(target)) = (self.network(), self.target(first, rng)) else {
+            return;
+        };
+        let nodes = self.nodes();
+        let others: Vec<NodeId> = nodes.iter().copied().filter(|&n| n != target).collect();
+        // Long enough for the others to elect a leader without the target.
+        let hold = hold.max(self.election_timeout * 2);
+        let recorder = &self.recorder;
+        let (target, detail): (NodeId, String) = match fault {
+            Fault::LinkDown => (target, format!("link of node {target} down")),
+            Fault::Flap => (target, format!("link of node {target} flapping")),
+            Fault::OneWay => {
+                let outbound = rng.random_bool(0.5);
+                let detail = if outbound {
+                    format!("one-way: {target} -> {others:?} dropped")
+                } else {
+                    format!("one-way: {others:?} -> {target} dropped")
+                };
+                let id = recorder.fault_started(fault.kind(), Some(target), Some(detail));
+                self.change("one-way partition", || {
+                    others.iter().try_for_each(|&other| {
+                        if outbound {
+                            network.cut(target, other)
+                        } else {
+                            network.cut(other, target)
+                        }
+                    })
+                });
+                sleep_or_stop(hold, stop).await;
+                self.change("healing a one-way partition", || network.heal());
+                recorder.fault_ended(id);
+                return;
+            }
+            Fault::CutLeader => {
+                let leader = self.leader.load(Ordering::Relaxed);
+                let followers: Vec<NodeId> =
+                    nodes.iter().copied().filter(|&n| n != leader).collect();
+                let Some(&follower) = followers.choose(rng) else {
+                    return;
+                };
+                if !nodes.contains(&leader) {
+                    return;
+                }
+                let detail = format!("node {follower} cut from the leader {leader} only");
+                let id = recorder.fault_started(fault.kind(), Some(follower), Some(detail));
+                self.change("cutting a node from the leader", || {
+                    network.split(&[follower], &[leader])
+                });
+                sleep_or_stop(hold, stop).await;
+                self.change("healing a cut from the leader", || network.heal());
+                recorder.fault_ended(id);
+                return;
+            }
+            _ => {
+                // Split: a minority (two of five, one of three) with the
+                // target, the leader the first time.
+                let mut rest = others.clone();
+                let mut minority = vec![target];
+                while minority.len() < nodes.len() / 2 && !rest.is_empty() {
+                    minority.push(rest.swap_remove(rng.random_range(0..rest.len())));
+                }
+                minority.sort_unstable();
+                rest.sort_unstable();
+                let detail = format!("split {minority:?} | {rest:?}");
+                let id = recorder.fault_started(fault.kind(), Some(target), Some(detail));
+                self.change("splitting the cluster", || network.split(&minority, &rest));
+                sleep_or_stop(hold, stop).await;
+                self.change("healing a split", || network.heal());
+                recorder.fault_ended(id);
+                return;
+            }
+        };
+        let id = recorder.fault_started(fault.kind(), Some(target), Some(detail));
+        if fault == Fault::LinkDown {
+            self.change("a link down", || network.set_link(target, false));
+            sleep_or_stop(hold, stop).await;
+        } else {
+            // Down and up in turns, each for 100 to 500 ms.
+            let began = tokio::time::Instant::now();
+            let mut up = true;
+            while began.elapsed() < hold {
+                up = !up;
+                self.change("a flapping link", || network.set_link(target, up));
+                let turn = Duration::from_millis(rng.random_range(100..500));
+                if sleep_or_stop(turn, stop).await {
+                    break;
+                }
+            }
+        }
+        self.change("a link up", || network.set_link(target, true));
+        recorder.fault_ended(id);
+    }
+
     /// Ends every fault: replies pass, links heal, nodes run.
     pub fn heal(&self) {
         self.proxies
@@ -302,7 +506,9 @@ impl Nemesis {
             for id in cluster.nodes.iter().map(|n| n.id).collect::<Vec<_>>() {
                 fiu_syncs(&cluster, id, false);
             }
-            let _ = cluster.heal();
+            if let Err(error) = cluster.heal() {
+                self.failed(format!("healing the cluster: {error}"));
+            }
         }
     }
 }
@@ -344,6 +550,21 @@ async fn sleep_or_stop(duration: Duration, stop: &mut watch::Receiver<bool>) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn network_faults_are_the_netns_topology_s_only() {
+        let loopback = Fault::defaults(Topology::Loopback);
+        let netns = Fault::defaults(Topology::Netns);
+        assert_eq!(netns, Fault::ALL);
+        assert_eq!(loopback.len(), Fault::ALL.len() - Fault::NETWORK.len());
+        for fault in Fault::NETWORK {
+            assert!(!loopback.contains(&fault) && fault.needs_processes());
+            assert!(matches!(
+                fault.kind(),
+                FaultKind::Partition | FaultKind::MessageLoss
+            ));
+        }
+    }
 
     #[test]
     fn names_round_trip_and_unknown_names_are_refused() {

@@ -1,6 +1,10 @@
 //! [`run`]: one live fault run, start to verdict. It starts a local cluster
 //! behind peer proxies ([`Cluster::start_partitionable`], from the binary
-//! it is given) or uses an existing one, puts a fault proxy in front of
+//! it is given), or with each node a host of its own (the netns topology,
+//! [`crate::netns`]: then the whole run, from the cluster's start, runs on
+//! a thread of its own in the clients' namespace, with a tokio runtime of
+//! its own, so every client, proxy and watcher socket is there), or uses
+//! an existing one, puts a fault proxy in front of
 //! every node's client port, waits for a leader, runs the workload under
 //! the nemesis for the given time while watching leadership (and watchers
 //! follow the accounts' changes), stops, heals, reads the final values,
@@ -8,7 +12,7 @@
 //! record to `oncekv-check`'s checkers.
 
 use crate::client_proxy::{ClientProxy, ProxyListener};
-use crate::cluster::{Cluster, ClusterOptions, STARTUP_TIMEOUT};
+use crate::cluster::{Cluster, ClusterOptions, STARTUP_TIMEOUT, Topology};
 use crate::nemesis::{Fault, Nemesis, fiu_available};
 use crate::recorder::Recorder;
 use crate::workload::{self, ClientMode, WorkloadOptions, client_options};
@@ -39,6 +43,8 @@ pub enum Target {
         nodes: usize,
         /// Whether the nodes deduplicate (off: the negative control).
         dedup: bool,
+        /// Where the nodes run.
+        topology: Topology,
     },
     /// A running cluster, by client addresses (no process faults).
     Endpoints(Vec<String>),
@@ -96,6 +102,9 @@ pub struct RunSummary {
     pub html: Option<PathBuf>,
     /// The folder of node data and logs, kept when something failed.
     pub kept: Option<PathBuf>,
+    /// Faults the nemesis could not make or heal (the run did not do
+    /// what it was asked).
+    pub nemesis_failures: Vec<String>,
 }
 
 /// How far a run is.
@@ -240,6 +249,11 @@ pub fn requirements_for(faults: &[Fault], mode: ClientMode, api: Api) -> Coverag
     required
 }
 
+/// How long one node gets to report its status. A node whose link is
+/// down (between namespaces) does not even refuse: without a bound, one
+/// connection attempt would wait for TCP's own timeout.
+const STATUS_PATIENCE: Duration = Duration::from_secs(1);
+
 /// The leader and term a node reports, if it answers and knows one.
 async fn status_of(address: &str) -> Option<(NodeId, u64)> {
     let mut client = KvClient::connect(format!("http://{address}")).await.ok()?;
@@ -249,15 +263,28 @@ async fn status_of(address: &str) -> Option<(NodeId, u64)> {
     status.leader_id.map(|leader| (leader, status.term))
 }
 
-/// The leader of the highest term any node reports, through `api`.
+/// The leader of the highest term any node reports, through `api`: all
+/// asked at once, each for at most [`STATUS_PATIENCE`].
 async fn observe_leader(addresses: &[String], api: Api) -> Option<(NodeId, u64)> {
-    let mut best: Option<(NodeId, u64)> = None;
+    let mut asked = tokio::task::JoinSet::new();
     for address in addresses {
-        let status = match api {
-            Api::Native => status_of(address).await,
-            Api::Etcd => etcd_workload::status_of(address).await,
-        };
-        if let Some((leader, term)) = status
+        let address = address.clone();
+        asked.spawn(async move {
+            let status = async {
+                match api {
+                    Api::Native => status_of(&address).await,
+                    Api::Etcd => etcd_workload::status_of(&address).await,
+                }
+            };
+            tokio::time::timeout(STATUS_PATIENCE, status)
+                .await
+                .ok()
+                .flatten()
+        });
+    }
+    let mut best: Option<(NodeId, u64)> = None;
+    while let Some(status) = asked.join_next().await {
+        if let Ok(Some((leader, term))) = status
             && best.is_none_or(|(_, t)| term > t)
         {
             best = Some((leader, term));
@@ -300,9 +327,128 @@ type SharedCluster = Option<Arc<Mutex<Cluster>>>;
 /// Runs one fault run to its verdict; `progress` is called about four
 /// times a second while the workload runs.
 pub async fn run(config: &RunConfig, progress: &dyn Fn(Progress)) -> Result<RunSummary, RunError> {
+    if let Target::Local {
+        topology: Topology::Netns,
+        ..
+    } = &config.target
+    {
+        return run_in_namespaces(config, progress).await;
+    }
+    run_on(config, progress, None).await
+}
+
+/// [`run`] on the netns topology: the cluster is started (its network
+/// made) on a thread of the run's own, which then enters the clients'
+/// namespace and runs the rest on a tokio runtime it builds there; its
+/// progress is relayed to `progress` here. The network is removed on that
+/// thread when the run ends (or unwinds).
+async fn run_in_namespaces(
+    config: &RunConfig,
+    progress: &dyn Fn(Progress),
+) -> Result<RunSummary, RunError> {
+    let config = config.clone();
+    let (progress_tx, mut progress_rx) = watch::channel(None::<Progress>);
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("oncekv-netns-run".into())
+        .spawn(move || {
+            let result = run_on_own_thread(&config, &progress_tx);
+            let _ = done_tx.send(result);
+        })
+        .map_err(|e| RunError::Setup(format!("starting the run's thread: {e}")))?;
+    let mut done = std::pin::pin!(done_rx);
+    let mut relaying = true;
+    loop {
+        tokio::select! {
+            result = &mut done => {
+                return result.unwrap_or_else(|_| {
+                    Err(RunError::Setup("the run's thread ended without a verdict".into()))
+                });
+            }
+            changed = progress_rx.changed(), if relaying => match changed {
+                Ok(()) => {
+                    if let Some(now) = *progress_rx.borrow_and_update() {
+                        progress(now);
+                    }
+                }
+                Err(_) => relaying = false,
+            },
+        }
+    }
+}
+
+/// The body of the netns run's thread (see [`run_in_namespaces`]).
+fn run_on_own_thread(
+    config: &RunConfig,
+    progress: &watch::Sender<Option<Progress>>,
+) -> Result<RunSummary, RunError> {
+    let (faults, _) = runnable_faults(config);
+    let Target::Local {
+        binary,
+        nodes,
+        dedup,
+        topology,
+    } = &config.target
+    else {
+        return Err(RunError::Setup("a netns run starts its own nodes".into()));
+    };
+    let cluster = Cluster::start(&local_options(binary, *nodes, *dedup, *topology, &faults))?;
+    let network = cluster
+        .network()
+        .ok_or_else(|| RunError::Setup("the cluster has no network of its own".into()))?;
+    network
+        .enter_client()
+        .map_err(|e| RunError::Setup(format!("entering the clients' namespace: {e}")))?;
+    drop(network);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| RunError::Setup(format!("building the clients' runtime: {e}")))?;
+    let report = |now: Progress| {
+        progress.send_replace(Some(now));
+    };
+    let result = runtime.block_on(run_on(config, &report, Some(cluster)));
+    // The tasks still holding the cluster go with the runtime; then the
+    // cluster, and its network, are dropped.
+    runtime.shutdown_timeout(Duration::from_secs(10));
+    result
+}
+
+/// The options of a cluster the run starts.
+fn local_options(
+    binary: &std::path::Path,
+    nodes: usize,
+    dedup: bool,
+    topology: Topology,
+    faults: &[Fault],
+) -> ClusterOptions {
+    ClusterOptions {
+        binary: binary.to_path_buf(),
+        nodes,
+        dedup,
+        extra_args: node_flags(faults),
+        fiu: faults.contains(&Fault::Fsync),
+        log: None,
+        folder_prefix: "oncekv-verify-".into(),
+        tls: false,
+        client_certificates: false,
+        // The nodes share a token made in the run's folder.
+        insecure_peers: false,
+        topology,
+    }
+}
+
+/// [`run`], on the cluster `prepared` if given (else on the one the
+/// target names, started here).
+async fn run_on(
+    config: &RunConfig,
+    progress: &dyn Fn(Progress),
+    prepared: Option<Cluster>,
+) -> Result<RunSummary, RunError> {
     let recorder = Arc::new(Recorder::new());
     let (faults, skipped) = runnable_faults(config);
-    let (cluster, real) = start_target(config, &faults).await?;
+    let (cluster, real) = start_target(config, &faults, prepared).await?;
     let real_addresses: Vec<String> = real.iter().map(|(_, a)| a.clone()).collect();
     let proxies = start_proxies(&real, config.seed, &recorder).await?;
     let proxy_addresses: Vec<String> = proxies.iter().map(|p| p.address().to_string()).collect();
@@ -369,6 +515,7 @@ pub async fn run(config: &RunConfig, progress: &dyn Fn(Progress)) -> Result<RunS
             watchers_stop,
         ),
     };
+    let nemesis_failures = Arc::new(Mutex::new(Vec::new()));
     let nemesis = Nemesis {
         faults: faults.clone(),
         cluster: cluster.clone(),
@@ -377,6 +524,7 @@ pub async fn run(config: &RunConfig, progress: &dyn Fn(Progress)) -> Result<RunS
         election_timeout: ELECTION_TIMEOUT,
         recorder: recorder.clone(),
         seed: config.seed,
+        failures: nemesis_failures.clone(),
     };
     let nemesis = tokio::spawn(nemesis.run(stop.clone()));
     report_progress(config.duration, &recorder, progress).await;
@@ -443,12 +591,17 @@ pub async fn run(config: &RunConfig, progress: &dyn Fn(Progress)) -> Result<RunS
         history: None,
         html: None,
         kept: None,
+        nemesis_failures: nemesis_failures
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone(),
     };
     if let Some(dir) = &config.out_dir {
         write_outputs(dir, &mut summary)?;
     }
     let passed = summary.verification.report.verdict() == oncekv_check::coverage::RunVerdict::Pass
-        && summary.crashed.is_empty();
+        && summary.crashed.is_empty()
+        && summary.nemesis_failures.is_empty();
     if let Some(cluster) = cluster {
         let mut cluster = cluster.lock().unwrap_or_else(|p| p.into_inner());
         cluster.stop_all();
@@ -476,11 +629,18 @@ async fn first_revision(config: &RunConfig, addresses: &[String]) -> Result<u64,
 fn runnable_faults(config: &RunConfig) -> (Vec<Fault>, Vec<String>) {
     let mut skipped = Vec::new();
     let mut faults = Vec::new();
-    let local = matches!(config.target, Target::Local { .. });
+    let topology = match &config.target {
+        Target::Local { topology, .. } => Some(*topology),
+        Target::Endpoints(_) => None,
+    };
     for &fault in &config.faults {
-        if fault.needs_processes() && !local {
+        if fault.needs_processes() && topology.is_none() {
             skipped.push(format!(
                 "{fault}: needs the nodes' processes; skipped with --endpoints"
+            ));
+        } else if fault.needs_namespaces() && topology != Some(Topology::Netns) {
+            skipped.push(format!(
+                "{fault}: needs hosts of their own (--topology netns); skipped"
             ));
         } else if fault == Fault::Fsync && !fiu_available() {
             skipped.push(format!(
@@ -493,31 +653,27 @@ fn runnable_faults(config: &RunConfig) -> (Vec<Fault>, Vec<String>) {
     (faults, skipped)
 }
 
-/// Starts the run's own cluster, or names the existing one's nodes.
+/// Starts the run's own cluster (unless `prepared` is it), or names the
+/// existing one's nodes.
 async fn start_target(
     config: &RunConfig,
     faults: &[Fault],
+    prepared: Option<Cluster>,
 ) -> Result<(SharedCluster, Nodes), RunError> {
     match &config.target {
         Target::Local {
             binary,
             nodes,
             dedup,
+            topology,
         } => {
-            let cluster = Cluster::start_partitionable(&ClusterOptions {
-                binary: binary.clone(),
-                nodes: *nodes,
-                dedup: *dedup,
-                extra_args: node_flags(faults),
-                fiu: faults.contains(&Fault::Fsync),
-                log: None,
-                folder_prefix: "oncekv-verify-".into(),
-                tls: false,
-                client_certificates: false,
-                // The nodes share a token made in the run's folder.
-                insecure_peers: false,
-            })
-            .await?;
+            let cluster = match prepared {
+                Some(cluster) => cluster,
+                None => {
+                    let options = local_options(binary, *nodes, *dedup, *topology, faults);
+                    Cluster::start_partitionable(&options).await?
+                }
+            };
             let real = cluster
                 .nodes
                 .iter()
@@ -594,8 +750,16 @@ async fn wait_for_leader(
 /// The run's description in its history.
 fn describe(config: &RunConfig, faults: &[Fault]) -> String {
     let names: Vec<&str> = faults.iter().map(|f| f.name()).collect();
+    let hosts = match &config.target {
+        Target::Local {
+            nodes,
+            topology: Topology::Netns,
+            ..
+        } => format!(", {nodes} hosts in network namespaces"),
+        _ => String::new(),
+    };
     format!(
-        "{} clients ({:?} mode{}), faults [{}], {:?}{}",
+        "{} clients ({:?} mode{}), faults [{}], {:?}{}{hosts}",
         config.workload.clients,
         config.workload.mode,
         match config.api {

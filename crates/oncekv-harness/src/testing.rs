@@ -86,6 +86,7 @@ pub fn options(binary: impl AsRef<Path>, size: u64, extra: &[&str]) -> ClusterOp
         tls: false,
         client_certificates: false,
         insecure_peers: false,
+        topology: crate::cluster::Topology::Loopback,
     }
 }
 
@@ -440,6 +441,9 @@ pub enum Dependency {
     /// A build with `--cfg tokio_unstable` (`.cargo/config.toml` sets it),
     /// for a deterministic simulation.
     TokioUnstable,
+    /// Root and `ip netns` (iproute2), to run nodes as hosts of their own
+    /// ([`crate::netns`]).
+    NetworkNamespaces,
 }
 
 impl Dependency {
@@ -458,6 +462,9 @@ impl Dependency {
             Dependency::Shell("fish") => "fish on PATH",
             Dependency::Shell(_) => "a shell on PATH",
             Dependency::TokioUnstable => "a build with --cfg tokio_unstable",
+            Dependency::NetworkNamespaces => {
+                "root and `ip netns` (iproute2), to give each node a network namespace"
+            }
         }
     }
 
@@ -488,6 +495,10 @@ impl Dependency {
             Dependency::TokioUnstable => {
                 "build with the workspace's .cargo/config.toml (it sets --cfg tokio_unstable), \
                  not with RUSTFLAGS that replace it"
+            }
+            Dependency::NetworkNamespaces => {
+                "run the tests as root (CI does), with iproute2 installed (apt-get install \
+                 iproute2); scripts/setup.sh cannot grant root"
             }
         }
     }

@@ -2,8 +2,11 @@
 //! `Kv`, peer API `RaftPeer`) generated with tonic, and [`convert`], the one
 //! place that maps between wire messages and the state machine's types;
 //! and etcd's v3 API ([`etcd`]), generated from etcd's own definitions
-//! (`proto/etcd-api`), which the node serves as an adapter.
+//! (`proto/etcd-api`), which the node serves as an adapter. One message,
+//! `ExecuteBatchRequest`, is written by hand ([`batch`]) so that decoding
+//! it refuses more than [`BATCH_REQUESTS_MAX`] requests as it counts them.
 
+pub mod batch;
 pub mod convert;
 
 /// Generated code of the `oncekv.v1` protobuf package.
@@ -15,6 +18,7 @@ pub mod convert;
 )]
 pub mod v1 {
     tonic::include_proto!("oncekv.v1");
+    pub use crate::batch::ExecuteBatchRequest;
 }
 
 /// The encoded file descriptor set of `oncekv.v1`, for gRPC server

@@ -240,6 +240,8 @@ fn rejection() -> impl Strategy<Value = Rejection> {
                 ops_max
             }
         ),
+        (any::<u64>(), any::<u64>())
+            .prop_map(|(bytes, max)| Rejection::ReplyTooLarge { bytes, max }),
     ]
 }
 

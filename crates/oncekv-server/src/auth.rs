@@ -1,6 +1,7 @@
 //! Who is calling: password hashing (argon2id, on a blocking thread, never
-//! on the apply path), login tokens and the check of a call's credentials
-//! against the replicated users.
+//! on the apply path), logins (limited by [`crate::login_guard`]), login
+//! tokens and the check of a call's credentials against the replicated
+//! users.
 //!
 //! A token is `v1.<user>.<revision>.<expires_ms>.<mac>`: the MAC is
 //! HMAC-SHA256 under the cluster's token key (drawn by the leader into the
@@ -9,6 +10,7 @@
 //! re-created user voids older tokens) and the cluster time after which it
 //! is refused. Tokens are checked against the node's applied cluster time.
 
+use crate::login_guard::LoginRefused;
 use crate::node::Node;
 use crate::raft::consensus::WriteError;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
@@ -164,9 +166,19 @@ pub fn verify_password(hash: &str, password: &str) -> bool {
     })
 }
 
-/// Password checks running at once on a node (each is slow on purpose);
-/// more logins wait.
-static PASSWORD_CHECKS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
+/// Why a login gave no token.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LoginError {
+    /// Refused before its password was checked: too many failed logins
+    /// of its user name or from its address, or too many logins waiting
+    /// ([`crate::login_guard`]).
+    #[error("{0}")]
+    Refused(#[from] LoginRefused),
+    /// Not carried out (not the leader, authentication not enabled, a
+    /// wrong user name or password, ...).
+    #[error("{0}")]
+    Failed(#[from] WriteError),
+}
 
 impl Node {
     /// The principal of a call: `None` while authentication is off,
@@ -209,13 +221,23 @@ impl Node {
 
     /// Checks a password against the user's (after a read barrier, so a
     /// changed password counts at once) and returns a token valid for `ttl`
-    /// of cluster time, and when it expires.
+    /// of cluster time, and when it expires. `source` is the caller's
+    /// address, if known.
+    ///
+    /// Cheap refusals first: a user name or an address that failed too
+    /// often lately is refused before the read barrier
+    /// ([`crate::login_guard`]). An unknown user, or one without a
+    /// password, costs what a wrong password costs (its password is
+    /// checked against a dummy hash), counts as a failure the same, and is
+    /// answered the same.
     pub async fn login(
         &self,
         user: &str,
         password: &str,
         ttl: std::time::Duration,
-    ) -> Result<(String, ClusterTime), WriteError> {
+        source: Option<std::net::IpAddr>,
+    ) -> Result<(String, ClusterTime), LoginError> {
+        let attempt = crate::login_guard::guard().begin_attempt(user, source)?;
         self.consensus().read_barrier().await?;
         let found = self.consensus().with_state(|state| {
             let auth = state.auth();
@@ -227,26 +249,32 @@ impl Node {
         if !enabled {
             return Err(WriteError::Unauthenticated(
                 "authentication is not enabled: calls need no token".to_string(),
-            ));
+            )
+            .into());
         }
-        let wrong = || WriteError::Unauthenticated(AuthError::WrongPassword.to_string());
-        let (Some(key), Some(found)) = (key, found) else {
-            return Err(wrong());
-        };
-        let Some(hash) = found.password_hash.clone() else {
-            return Err(wrong());
-        };
-        let _slot = PASSWORD_CHECKS
-            .acquire()
-            .await
-            .map_err(|_| WriteError::Unavailable("shutting down".to_string()))?;
+        let hash = found.as_ref().and_then(|found| found.password_hash.clone());
         let password = password.to_string();
-        let matches = tokio::task::spawn_blocking(move || verify_password(&hash, &password))
-            .await
-            .unwrap_or(false);
-        if !matches {
-            return Err(wrong());
-        }
+        let matches = attempt
+            .verify(move || {
+                // Made on first use, before any check: every first login
+                // pays for it, whoever it names.
+                let dummy = crate::login_guard::dummy_hash();
+                match hash {
+                    Some(hash) => verify_password(&hash, &password),
+                    None => {
+                        verify_password(dummy, &password);
+                        false
+                    }
+                }
+            })
+            .await?;
+        let (true, Some(key), Some(found)) = (matches, key, found) else {
+            attempt.failed();
+            tracing::debug!("a login failed: wrong user name or password");
+            return Err(WriteError::Unauthenticated(AuthError::WrongPassword.to_string()).into());
+        };
+        drop(attempt);
+        metrics::counter!("oncekv_logins_total", "result" => "ok").increment(1);
         let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
         let expires = now.plus_ms(ttl_ms);
         Ok((issue_token(&key, user, found.revision, expires), expires))
@@ -274,8 +302,8 @@ pub async fn hash_passwords(command: &mut oncekv_state::Command) -> Result<(), W
             oncekv_state::Rejection::InvalidAuth { reason }.into(),
         ));
     }
-    let _slot = PASSWORD_CHECKS
-        .acquire()
+    let _slot = crate::login_guard::guard()
+        .hashing_slot()
         .await
         .map_err(|_| WriteError::Unavailable("shutting down".to_string()))?;
     let hashed = tokio::task::spawn_blocking(move || hash_password(&clear))
@@ -293,6 +321,16 @@ pub fn draw_token_key() -> TokenKey {
     key[..16].copy_from_slice(&crate::raft::runtime::secret_bits().to_be_bytes());
     key[16..].copy_from_slice(&crate::raft::runtime::secret_bits().to_be_bytes());
     TokenKey(key)
+}
+
+/// When `token` stops being accepted, in cluster time, read from the
+/// token itself (unchecked: [`check_token`] decides whether it holds).
+/// A watch checks its user's right again then.
+pub fn token_expires(token: &str) -> Option<ClusterTime> {
+    let rest = token.strip_prefix("v1.")?;
+    let mut tail = rest.rsplitn(4, '.');
+    let _mac = tail.next()?;
+    tail.next()?.parse().ok().map(ClusterTime)
 }
 
 #[cfg(test)]
@@ -334,6 +372,8 @@ mod tests {
             check_token(&auth, &token, ClusterTime(101)),
             Err(AuthError::Expired(100))
         );
+        assert_eq!(token_expires(&token), Some(ClusterTime(100)));
+        assert_eq!(token_expires("garbage"), None);
         let forged = token.replace(".100.", ".999999.");
         assert_eq!(
             check_token(&auth, &forged, ClusterTime(50)),

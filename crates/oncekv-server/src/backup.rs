@@ -13,16 +13,11 @@
 //! of all of them, as etcd ends its snapshot stream; it is read as well
 //! ([`Backup::decode`]).
 
-use crate::raft::segment_log::SegmentLog;
-use crate::raft::state_machine_store::StateMachineStore;
-use crate::raft::type_config::{NodeId, NodeInfo, TypeConfig};
+use crate::raft::seed::{SeedError, seed};
+use crate::raft::type_config::{NodeId, NodeInfo};
 use oncekv_state::{Limits, LogIndex, StateMachine};
-use openraft::Membership;
-use openraft::alias::{LogIdOf, SnapshotMetaOf, StoredMembershipOf, VoteOf};
-use openraft::storage::RaftLogStorage;
-use openraft::vote::RaftLeaderIdExt as _;
 use sha2::{Digest as _, Sha256};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8; 8] = b"OKVBKUP1";
@@ -102,9 +97,9 @@ pub enum BackupError {
         /// The cause.
         source: std::io::Error,
     },
-    /// The membership could not be formed.
-    #[error("the initial cluster is not a valid membership: {0}")]
-    Membership(String),
+    /// The node's storage could not be seeded with it.
+    #[error(transparent)]
+    Seed(#[from] SeedError),
 }
 
 impl Backup {
@@ -191,10 +186,6 @@ pub async fn restore(
     if !members.contains_key(&id) {
         return Err(BackupError::NotAMember(id));
     }
-    let io = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| BackupError::Io { path, source }
-    };
     if std::fs::read_dir(data_dir).is_ok_and(|mut entries| entries.next().is_some()) {
         return Err(BackupError::NotEmpty(data_dir.to_path_buf()));
     }
@@ -203,30 +194,20 @@ pub async fn restore(
             path: data_dir.to_path_buf(),
             source: std::io::Error::other(e.to_string()),
         })?;
-    // Every member restores the same entry id: term 1, led by the lowest id.
-    let first = *members.keys().next().ok_or(BackupError::NotAMember(id))?;
-    let leader = <TypeConfig as openraft::RaftTypeConfig>::LeaderId::new_committed(1, first);
-    let log_id = LogIdOf::<TypeConfig>::new(leader, backup.applied_index.0);
-    let voters: BTreeSet<NodeId> = members.keys().copied().collect();
-    let membership = Membership::new(vec![voters], members.clone())
-        .map_err(|e| BackupError::Membership(e.to_string()))?;
-    let meta = SnapshotMetaOf::<TypeConfig> {
-        last_log_id: Some(log_id),
-        last_membership: StoredMembershipOf::<TypeConfig>::new(Some(log_id), membership),
-    };
     // A new cluster, with an id of its own (as etcd's restore makes one):
     // every member seeds the same state, with the same id, which members
     // that join it later get in the snapshot.
     machine.record_cluster_id(crate::identity::cluster_id(members));
-    let state_dir = data_dir.join("state");
-    StateMachineStore::seed(&state_dir, backup.limits()?, meta, machine.snapshot())
-        .map_err(io(&state_dir))?;
-    let log_dir = data_dir.join("log");
-    let mut log = SegmentLog::open(&log_dir).map_err(io(&log_dir))?;
-    log.save_vote(&VoteOf::<TypeConfig>::new(1, id))
-        .await
-        .map_err(io(&log_dir))?;
-    log.purge(log_id).await.map_err(io(&log_dir))?;
+    let limits = backup.limits()?;
+    seed(
+        data_dir,
+        id,
+        members,
+        backup.applied_index,
+        limits,
+        machine.snapshot(),
+    )
+    .await?;
     Ok(())
 }
 

@@ -7,6 +7,7 @@ pub mod backup;
 pub mod clock;
 pub mod grpc;
 pub mod identity;
+pub mod login_guard;
 pub mod node;
 pub mod private_fs;
 pub mod raft;

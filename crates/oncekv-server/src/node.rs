@@ -477,28 +477,88 @@ impl Node {
                 .check_query(principal, query)
                 .map_err(WriteError::PermissionDenied)?;
             let applied = state.last_applied().map_or(0, |index| index.0);
-            let reply = state.read(query);
+            // A lease list names only the leases `principal` may use.
+            let reply = state.read_as(principal, query);
             let more = then(state, &reply);
             Ok((reply, applied, more))
         })
     }
 
     /// Starts a watch of `spec` on this replica's applied state, if
-    /// `principal` may read every key it covers.
+    /// `principal` may read every key it covers (for the recipes inside
+    /// the node; clients' watches are [`watch_as`](Self::watch_as)). It
+    /// ends if the principal loses that right.
     pub fn watch(
         &self,
         spec: crate::watch::WatchSpec,
         principal: Option<&Principal>,
     ) -> Result<tokio::sync::mpsc::Receiver<crate::watch::WatchMessage>, WriteError> {
         let covered = Query::covering(&spec.key, &spec.scope);
-        self.inner.consensus.with_state(|state| {
+        let principal = principal.cloned();
+        let check: crate::watch::Check = Arc::new(move |state| {
             state
-                .check_query(principal, &covered)
+                .check_query(principal.as_ref(), &covered)
                 .map_err(WriteError::PermissionDenied)
-        })?;
+        });
+        let rights = crate::watch::Rights::new(check, None);
+        crate::watch::watch(self.watch_lock(), spec, Some(rights))
+    }
+
+    /// Whom a client's watches count against: the user `credentials`
+    /// authenticate, or (authentication off) the source address of
+    /// `address`; and `channel`, its connection or stream. Refused as a
+    /// call is when the credentials do not hold.
+    pub fn watch_owner(
+        &self,
+        credentials: &crate::auth::Credentials,
+        address: Option<std::net::SocketAddr>,
+        channel: Option<crate::watch::Holder>,
+    ) -> Result<crate::watch::WatchOwner, WriteError> {
+        use crate::watch::Holder;
+        let user = match self.authenticate(credentials)? {
+            Some(principal) => Some(Holder::User(principal.0)),
+            None => address.map(|address| Holder::Address(address.ip())),
+        };
+        let mut owner = None;
+        self.inner.consensus.with_state_and_watch(&mut |_, hub| {
+            owner = Some(hub.owner(user.clone(), channel.clone()))
+        });
+        Ok(owner.unwrap_or_default())
+    }
+
+    /// Starts a client's watch of `spec` for `owner`, if `credentials`
+    /// authenticate a user who may read every key it covers and no cap on
+    /// watchers is reached. The watch ends when they no longer do: a
+    /// changed password, a deleted user, a revoked role or permission,
+    /// enforcement switched on, or the token's expiry.
+    pub fn watch_as(
+        &self,
+        spec: crate::watch::WatchSpec,
+        credentials: &crate::auth::Credentials,
+        owner: &crate::watch::WatchOwner,
+    ) -> Result<crate::watch::WatchInbox, crate::watch::WatchError> {
+        let covered = Query::covering(&spec.key, &spec.scope);
+        let expires = credentials
+            .token
+            .as_deref()
+            .and_then(crate::auth::token_expires);
+        let credentials = credentials.clone();
+        let check: crate::watch::Check = Arc::new(move |state| {
+            let principal =
+                crate::auth::principal_of(state.auth(), &credentials, state.cluster_time())
+                    .map_err(|error| WriteError::Unauthenticated(error.to_string()))?;
+            state
+                .check_query(principal.as_ref(), &covered)
+                .map_err(WriteError::PermissionDenied)
+        });
+        let rights = crate::watch::Rights::new(check, expires);
+        crate::watch::start(self.watch_lock(), spec, owner, Some(rights))
+    }
+
+    /// How a watch reaches the applied state and its hub.
+    fn watch_lock(&self) -> impl Fn(crate::watch::Visit<'_>) + Send + Sync + 'static {
         let consensus = self.inner.consensus.clone();
-        let lock = move |f: crate::watch::Visit<'_>| consensus.with_state_and_watch(f);
-        Ok(crate::watch::watch(lock, spec))
+        move |f: crate::watch::Visit<'_>| consensus.with_state_and_watch(f)
     }
 
     /// Consensus progress and state machine counts.
@@ -510,20 +570,29 @@ impl Node {
         }
     }
 
+    /// What `hash` computes over a copy of the whole state, on a blocking
+    /// thread, one whole-state computation at a time (with digests and
+    /// backups: each holds a copy and takes a core).
+    pub async fn over_state_copy<T: Send + 'static>(
+        &self,
+        hash: impl FnOnce(oncekv_state::StateMachine) -> T + Send + 'static,
+    ) -> T {
+        let _one_at_a_time = self.inner.digesting.lock().await;
+        let copy = self.inner.consensus.state_copy();
+        match tokio::task::spawn_blocking(move || hash(copy)).await {
+            Ok(result) => result,
+            Err(panicked) => std::panic::resume_unwind(panicked.into_panic()),
+        }
+    }
+
     /// A digest of this replica's state machine and the index it was taken
     /// at. The state lock is held only to copy the state; the digest is
     /// computed from the copy on a blocking thread while applies go on.
     /// Calls are served one at a time (each holds a copy): for checks, not
     /// for polling; status reports counters only.
     pub async fn state_digest(&self) -> (Option<LogIndex>, u64) {
-        let _one_at_a_time = self.inner.digesting.lock().await;
-        let copy = self.inner.consensus.state_copy();
-        let digest =
-            tokio::task::spawn_blocking(move || (copy.last_applied(), copy.state_digest())).await;
-        match digest {
-            Ok(digest) => digest,
-            Err(panicked) => std::panic::resume_unwind(panicked.into_panic()),
-        }
+        self.over_state_copy(|copy| (copy.last_applied(), copy.state_digest()))
+            .await
     }
 
     /// A consistent copy of the whole state, for a backup: on the leader,

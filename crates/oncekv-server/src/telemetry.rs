@@ -104,6 +104,11 @@ fn describe() {
         "oncekv_peer_appends_received_total",
         "AppendEntries admitted from the leader, by call: `stream` (pipelined) or `unary`"
     );
+    metrics::describe_gauge!("oncekv_watchers", "Watchers this node serves");
+    metrics::describe_counter!(
+        "oncekv_watches_canceled_total",
+        "Watches the node ended, by reason: `unread` (a bound on unsent events), `behind`, `reset`, `compacted`, `denied` (the right to read lost)"
+    );
     metrics::describe_gauge!("oncekv_sessions", "Live sessions");
     metrics::describe_gauge!("oncekv_completion_records", "Completion records held");
     metrics::describe_gauge!("oncekv_idempotency_keys", "Idempotency keys kept");

@@ -1,33 +1,92 @@
 //! Watches: [`WatchHub`] carries every applied change from the apply loop
-//! to the node's watchers, and [`watch`] serves one watcher: the history
+//! to the node's watchers, and [`start`] serves one watcher: the history
 //! from its start revision, then live changes, in revision order, whole
 //! revisions per message, with progress notices while idle.
 //!
-//! The hub is a bounded broadcast channel fed under the applied state's
-//! lock, so a watcher that subscribes under that lock and reads the
-//! history there misses nothing and sees nothing twice. A watcher that
-//! falls a channel's length behind is cancelled with a reason (its memory
-//! never grows); so is every watcher when the replica installs a snapshot
-//! (the history jumps). The client resumes from the next revision.
+//! A watcher first catches up from the history, a message at a time under
+//! the applied state's lock, each sent once its queue has room; once it
+//! has read the history up to the applied index it subscribes to the hub
+//! under that same lock, so it misses nothing and sees nothing twice. The
+//! hub is a bounded broadcast channel fed under the lock, which each live
+//! watcher drains at once into its own queue ([`queue`]).
+//!
+//! What a watcher may hold, and when it ends:
+//!
+//! - **Unsent bytes.** Each watcher's queue counts the bytes of the
+//!   events in it (keys, values, previous values when asked for, and an
+//!   overhead per event and message), towards the watcher's stream
+//!   ([`WATCH_STREAM_BYTES_MAX`]) and towards its user
+//!   ([`WATCH_USER_BYTES_MAX`], all the user's streams on this node). A
+//!   live change that would pass either, while the queue still holds
+//!   something, cancels the watcher: its queue is emptied (the memory
+//!   freed) and it is told why, naming the bound, and the revision to
+//!   resume from. A queue that is empty always takes the next message, so
+//!   a reader that keeps up is never cancelled, whatever one revision
+//!   weighs. The history it catches up from is sent as the queue drains.
+//! - **How many.** A node serves at most [`WATCHERS_MAX`] watchers, a user
+//!   at most [`WATCHERS_PER_USER_MAX`] of them (with authentication off:
+//!   the clients of one source address), one connection at most
+//!   [`WATCHERS_PER_CONNECTION_MAX`] and one etcd watch stream at most
+//!   [`WATCHES_PER_STREAM_MAX`]. One more is refused ([`WatchCap`], naming
+//!   the cap), never served by dropping another.
+//! - **The right to read.** A client's watcher keeps the credentials it
+//!   started with ([`Rights`]) and checks them again, against the applied
+//!   state, whenever the users and roles change (the hub counts the
+//!   applied auth changes: [`WatchHub::auth_changed`]) and once its token
+//!   expires (in cluster time). A password change, a deleted user, an
+//!   expired token, enforcement switched on, or a revoked role or
+//!   permission that no longer covers the watched keys ends it with the
+//!   refusal a call would get (`Unauthenticated` or `PermissionDenied`),
+//!   before any later change is sent.
+//! - **Falling behind.** A watcher whose task falls the hub's whole length
+//!   behind is cancelled with a reason; so is every watcher when the
+//!   replica installs a snapshot (the history jumps).
+//!
+//! The client resumes from the revision the reason names (its next).
 
-use oncekv_state::{Event, KeyScope, StateMachine};
-use std::sync::Arc;
+use crate::raft::consensus::WriteError;
+use crate::sync::lock;
+use oncekv_state::{ClusterTime, Event, KeyScope, StateMachine, StoredValue};
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::{Notify, broadcast, mpsc};
 
 /// Notices a watcher may be behind by before it is cancelled.
 pub const WATCH_BACKLOG_NOTICES: usize = 4096;
 /// Most watchers one node serves at once; one more is refused (told to
 /// retry later or elsewhere), never served by dropping another.
 pub const WATCHERS_MAX: usize = 4096;
+/// Most watchers of one user on one node (with authentication off: of the
+/// clients at one source address): a quarter of the node's.
+pub const WATCHERS_PER_USER_MAX: usize = 1024;
+/// Most native watchers on one client connection: of the 256 calls a
+/// connection carries at once (`--streams-per-connection-max`), the rest
+/// stay free for its other calls.
+pub const WATCHERS_PER_CONNECTION_MAX: usize = 200;
+/// Most watches one etcd watch stream multiplexes.
+pub const WATCHES_PER_STREAM_MAX: usize = 1024;
+/// Most bytes of events queued unsent on one watch stream (a native
+/// watch, or an etcd stream with all its watches): 4 MiB.
+pub const WATCH_STREAM_BYTES_MAX: usize = 4 * 1024 * 1024;
+/// Most bytes of events queued unsent on all of one user's watch streams
+/// on one node: 64 MiB.
+pub const WATCH_USER_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// The shortest progress interval a watcher may ask for.
 pub const PROGRESS_INTERVAL_MIN: Duration = Duration::from_millis(100);
-/// Messages buffered towards one watcher's connection.
-const WATCH_OUTBOX_MESSAGES: usize = 64;
-/// Revisions of history sent in one message at most.
-const EVENTS_PER_MESSAGE: usize = 1024;
 /// How often an idle watcher hears the revision it is up to, by default.
 pub const PROGRESS_INTERVAL_DEFAULT: Duration = Duration::from_secs(5);
+/// What a message or an event weighs besides its keys and values.
+pub const MESSAGE_OVERHEAD_BYTES: usize = 64;
+/// Messages buffered towards the consumer of a watch inside the node
+/// ([`watch`]).
+const INTERNAL_OUTBOX_MESSAGES: usize = 64;
+/// Events of history sent in one message, about (whole revisions).
+const EVENTS_PER_MESSAGE: usize = 1024;
+/// Bytes of history sent in one message, about (whole revisions).
+const HISTORY_MESSAGE_BYTES: usize = 1024 * 1024;
 
 /// What the apply loop tells watchers.
 #[derive(Clone, Debug)]
@@ -38,6 +97,10 @@ pub enum Notice {
         revision: u64,
         /// Its changes, in order.
         events: Arc<[Event]>,
+        /// The cluster time after it.
+        time: ClusterTime,
+        /// How many auth changes were applied up to it.
+        auth: u64,
     },
     /// The replica's state was replaced by a snapshot at `revision`.
     Reset {
@@ -50,6 +113,9 @@ pub enum Notice {
 #[derive(Clone, Debug)]
 pub struct WatchHub {
     sender: broadcast::Sender<Notice>,
+    /// Auth changes applied since the replica started.
+    auth: u64,
+    registry: Arc<Mutex<Registry>>,
 }
 
 impl Default for WatchHub {
@@ -63,6 +129,8 @@ impl WatchHub {
     pub fn with_capacity(notices: usize) -> WatchHub {
         WatchHub {
             sender: broadcast::channel(notices.max(1)).0,
+            auth: 0,
+            registry: Arc::default(),
         }
     }
 
@@ -86,7 +154,19 @@ impl WatchHub {
         } else {
             Arc::from(Vec::new())
         };
-        let _ = self.sender.send(Notice::Applied { revision, events });
+        let _ = self.sender.send(Notice::Applied {
+            revision,
+            events,
+            time: machine.cluster_time(),
+            auth: self.auth,
+        });
+    }
+
+    /// Before the entry applied next is told of ([`applied`](Self::applied)):
+    /// it changed users, roles or enforcement, so every watcher checks its
+    /// right again. Call under the applied state's lock.
+    pub fn auth_changed(&mut self) {
+        self.auth = self.auth.wrapping_add(1);
     }
 
     /// After the state was replaced by a snapshot at `revision`.
@@ -94,14 +174,279 @@ impl WatchHub {
         let _ = self.sender.send(Notice::Reset { revision });
     }
 
-    /// A new receiver (call under the applied state's lock).
-    pub fn subscribe(&self) -> broadcast::Receiver<Notice> {
-        self.sender.subscribe()
+    /// The accounts of `user` and `channel`, for a client's watches
+    /// ([`WatchOwner`]).
+    pub fn owner(&self, user: Option<Holder>, channel: Option<Holder>) -> WatchOwner {
+        let mut registry = lock(&self.registry);
+        WatchOwner {
+            user: user.map(|holder| registry.account(holder)),
+            channel: channel.map(|holder| registry.account(holder)),
+        }
+    }
+
+    /// How many watchers this node serves.
+    pub fn watchers(&self) -> usize {
+        lock(&self.registry).watchers
+    }
+
+    /// Takes a place for one more watcher of `owner`, if every cap allows.
+    fn take_slot(&self, owner: &WatchOwner) -> Result<Slot, WatchCap> {
+        let mut registry = lock(&self.registry);
+        if registry.watchers >= WATCHERS_MAX {
+            return Err(WatchCap {
+                holder: None,
+                max: WATCHERS_MAX,
+            });
+        }
+        let accounts: Vec<Arc<Account>> = [&owner.channel, &owner.user]
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect();
+        for account in &accounts {
+            let max = account.holder.cap();
+            if account.watchers.load(Ordering::Relaxed) >= max {
+                return Err(WatchCap {
+                    holder: Some(account.holder.clone()),
+                    max,
+                });
+            }
+        }
+        for account in &accounts {
+            account.watchers.fetch_add(1, Ordering::Relaxed);
+        }
+        registry.watchers += 1;
+        metrics::gauge!("oncekv_watchers").set(registry.watchers as f64);
+        Ok(Slot {
+            registry: Arc::clone(&self.registry),
+            accounts,
+        })
     }
 }
 
 /// A look at the applied state and its hub, run under the state's lock.
 pub type Visit<'a> = &'a mut dyn FnMut(&StateMachine, &WatchHub);
+
+/// Whom a client's watchers are counted against.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Holder {
+    /// A user, while authentication is enforced.
+    User(String),
+    /// The clients at one source address, while it is not.
+    Address(IpAddr),
+    /// One client connection (native watches).
+    Connection(SocketAddr),
+    /// One etcd watch stream (its number on this node).
+    Stream(u64),
+}
+
+impl Holder {
+    /// How many watchers it may hold.
+    fn cap(&self) -> usize {
+        match self {
+            Holder::User(_) | Holder::Address(_) => WATCHERS_PER_USER_MAX,
+            Holder::Connection(_) => WATCHERS_PER_CONNECTION_MAX,
+            Holder::Stream(_) => WATCHES_PER_STREAM_MAX,
+        }
+    }
+}
+
+/// One holder's watchers and unsent bytes.
+#[derive(Debug)]
+pub struct Account {
+    holder: Holder,
+    watchers: AtomicUsize,
+    bytes: AtomicUsize,
+}
+
+impl Account {
+    /// Bytes of events its queues hold unsent.
+    pub fn bytes(&self) -> usize {
+        self.bytes.load(Ordering::Relaxed)
+    }
+}
+
+/// The node's watchers and the accounts of their holders (each kept while
+/// anything holds it).
+#[derive(Debug, Default)]
+struct Registry {
+    watchers: usize,
+    accounts: HashMap<Holder, Weak<Account>>,
+    /// Accounts kept after the last sweep of the dead ones.
+    kept: usize,
+}
+
+impl Registry {
+    fn account(&mut self, holder: Holder) -> Arc<Account> {
+        if let Some(account) = self.accounts.get(&holder).and_then(Weak::upgrade) {
+            return account;
+        }
+        if self.accounts.len() >= 2 * self.kept.max(32) {
+            self.accounts
+                .retain(|_, account| account.strong_count() > 0);
+            self.kept = self.accounts.len();
+        }
+        let account = Arc::new(Account {
+            holder: holder.clone(),
+            watchers: AtomicUsize::new(0),
+            bytes: AtomicUsize::new(0),
+        });
+        self.accounts.insert(holder, Arc::downgrade(&account));
+        account
+    }
+}
+
+/// A watcher's place, given back when it ends.
+#[derive(Debug)]
+struct Slot {
+    registry: Arc<Mutex<Registry>>,
+    accounts: Vec<Arc<Account>>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut registry = lock(&self.registry);
+        registry.watchers = registry.watchers.saturating_sub(1);
+        metrics::gauge!("oncekv_watchers").set(registry.watchers as f64);
+        for account in &self.accounts {
+            account.watchers.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Whom a client's watches count against: its user (or source address)
+/// and its connection or stream. [`WatchHub::owner`] makes it.
+#[derive(Clone, Debug, Default)]
+pub struct WatchOwner {
+    /// The user's account, when known.
+    pub user: Option<Arc<Account>>,
+    /// The connection's or stream's account, when known.
+    pub channel: Option<Arc<Account>>,
+}
+
+/// A watcher refused because a cap is reached.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WatchCap {
+    /// Whose cap (`None`: the node's).
+    pub holder: Option<Holder>,
+    /// The cap.
+    pub max: usize,
+}
+
+impl WatchCap {
+    /// Whether the node as a whole is full (another node may serve it),
+    /// rather than the caller's own share.
+    pub fn is_node(&self) -> bool {
+        self.holder.is_none()
+    }
+
+    /// What is full, as the overloaded metadata names it.
+    pub fn what(&self) -> &'static str {
+        match self.holder {
+            None => "watchers",
+            Some(Holder::User(_) | Holder::Address(_)) => "watchers-per-user",
+            Some(Holder::Connection(_)) => "watchers-per-connection",
+            Some(Holder::Stream(_)) => "watches-per-stream",
+        }
+    }
+}
+
+impl std::fmt::Display for WatchCap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let max = self.max;
+        match &self.holder {
+            None => write!(
+                f,
+                "this node serves its maximum of {max} watchers; retry later or on another node"
+            ),
+            Some(Holder::User(user)) => write!(
+                f,
+                "user {user:?} holds its maximum of {max} watchers on this node \
+                 (the cap per user); end one first"
+            ),
+            Some(Holder::Address(address)) => write!(
+                f,
+                "the clients at {address} hold their maximum of {max} watchers on this node \
+                 (the cap per user; with authentication off, per source address); end one first"
+            ),
+            Some(Holder::Connection(_)) => write!(
+                f,
+                "this connection holds its maximum of {max} watchers (the cap per connection); \
+                 end one first, or watch on another connection"
+            ),
+            Some(Holder::Stream(_)) => write!(
+                f,
+                "this watch stream holds its maximum of {max} watches (the cap per stream); \
+                 cancel one first, or open another stream"
+            ),
+        }
+    }
+}
+
+/// Why a watch did not start.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WatchError {
+    /// The caller has no valid credentials, or may not read the keys.
+    Refused(WriteError),
+    /// A cap on watchers is reached.
+    Capped(WatchCap),
+}
+
+/// Checks, against the applied state, that a watcher may still read what
+/// it watches.
+pub type Check = Arc<dyn Fn(&StateMachine) -> Result<(), WriteError> + Send + Sync>;
+
+/// A watcher's right to go on: checked at its start, whenever an auth
+/// change is applied, and once its token's expiry passes.
+#[derive(Clone)]
+pub struct Rights {
+    check: Check,
+    /// When its token expires (cluster time), while that is still ahead.
+    expires: Option<ClusterTime>,
+    /// The hub's auth count when it was last checked.
+    checked_at: u64,
+}
+
+impl std::fmt::Debug for Rights {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rights")
+            .field("expires", &self.expires)
+            .field("checked_at", &self.checked_at)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Rights {
+    /// Rights checked by `check`, on a token expiring at `expires` (if
+    /// any).
+    pub fn new(check: Check, expires: Option<ClusterTime>) -> Rights {
+        Rights {
+            check,
+            expires,
+            checked_at: 0,
+        }
+    }
+
+    /// Whether they must be checked again: an auth change applied since,
+    /// or the token's expiry passed.
+    fn due(&self, auth: u64, time: ClusterTime) -> bool {
+        auth != self.checked_at || self.expires.is_some_and(|expires| time > expires)
+    }
+
+    /// Checks them against `machine`, with the hub's auth count `auth`.
+    fn check(&mut self, machine: &StateMachine, auth: u64) -> Result<(), WriteError> {
+        self.checked_at = auth;
+        // Past the expiry, the check itself refuses the token whenever
+        // authentication is enforced; an auth change checks again.
+        if self
+            .expires
+            .is_some_and(|expires| machine.cluster_time() > expires)
+        {
+            self.expires = None;
+        }
+        (self.check)(machine)
+    }
+}
 
 /// What a watcher asks for.
 #[derive(Clone, Debug)]
@@ -142,222 +487,805 @@ pub enum WatchMessage {
         reason: String,
         /// The compacted revision, when the cause is compaction.
         compacted: u64,
+        /// The refusal a call would now get, when the watcher lost the
+        /// right to it (`Unauthenticated` or `PermissionDenied`).
+        denied: Option<WriteError>,
     },
 }
 
-/// Starts serving `spec` from `state` (locked by `lock`) and returns the
-/// messages for the watcher. The stream ends after `Canceled`, or when the
-/// watcher goes away.
-pub fn watch<L>(lock: L, spec: WatchSpec) -> mpsc::Receiver<WatchMessage>
+/// What one event weighs in a queue: its key, its value and lease, its
+/// previous value when it is sent, and an overhead.
+pub fn event_bytes(event: &Event, previous: bool) -> usize {
+    let stored = |stored: &Option<Arc<StoredValue>>| {
+        stored.as_ref().map_or(0, |stored| {
+            stored.value.len() + stored.lease.as_ref().map_or(0, String::len)
+        })
+    };
+    let previous = if previous { stored(&event.previous) } else { 0 };
+    MESSAGE_OVERHEAD_BYTES + event.key.len() + stored(&event.value) + previous
+}
+
+/// What a message weighs in a queue.
+fn message_bytes(message: &WatchMessage, previous: bool) -> usize {
+    match message {
+        WatchMessage::Events(events) => {
+            MESSAGE_OVERHEAD_BYTES
+                + events
+                    .iter()
+                    .map(|event| event_bytes(event, previous))
+                    .sum::<usize>()
+        }
+        WatchMessage::Canceled { reason, .. } => MESSAGE_OVERHEAD_BYTES + reason.len(),
+        WatchMessage::Started { .. } | WatchMessage::Progress(_) => MESSAGE_OVERHEAD_BYTES,
+    }
+}
+
+/// Which bound a queue reached.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Bound {
+    /// The stream's: [`WATCH_STREAM_BYTES_MAX`].
+    Stream {
+        /// The bytes it held.
+        held: usize,
+    },
+    /// The user's, over all its streams: [`WATCH_USER_BYTES_MAX`].
+    User {
+        /// The bytes its streams held.
+        held: usize,
+    },
+}
+
+impl Bound {
+    /// Why a watch was cancelled, for a reason that goes on with "resume
+    /// from revision N".
+    pub fn reason(&self) -> String {
+        match self {
+            Bound::Stream { held } => format!(
+                "watch canceled: {held} bytes of events were waiting unsent on its stream, \
+                 the bound is {WATCH_STREAM_BYTES_MAX} bytes per stream (the client does not \
+                 read them fast enough)"
+            ),
+            Bound::User { held } => format!(
+                "watch canceled: its user's watch streams held {held} bytes of events unsent \
+                 on this node, the bound is {WATCH_USER_BYTES_MAX} bytes per user (its \
+                 clients do not read them fast enough)"
+            ),
+        }
+    }
+}
+
+/// Why a message was not queued.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// The reader went away.
+    Gone,
+    /// A bound is reached while the queue holds something.
+    Full(Bound),
+}
+
+struct QueueState<T> {
+    items: VecDeque<(T, usize)>,
+    bytes: usize,
+    senders: usize,
+    reader: bool,
+}
+
+struct Shared<T> {
+    state: Mutex<QueueState<T>>,
+    bytes_max: usize,
+    account: Option<Arc<Account>>,
+    /// Something was queued, or the last sender left.
+    readable: Notify,
+    /// Something was taken, or the reader left.
+    writable: Notify,
+}
+
+impl<T> Shared<T> {
+    /// Forgets `bytes` taken out of the queue.
+    fn uncount(&self, state: &mut QueueState<T>, bytes: usize) {
+        state.bytes = state.bytes.saturating_sub(bytes);
+        if let Some(account) = &self.account {
+            account.bytes.fetch_sub(bytes, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether a message of `bytes` may be queued now, and if not which
+    /// bound stops it.
+    fn fits(&self, state: &QueueState<T>, bytes: usize) -> Result<(), Bound> {
+        if state.items.is_empty() {
+            return Ok(());
+        }
+        if state.bytes.saturating_add(bytes) > self.bytes_max {
+            return Err(Bound::Stream { held: state.bytes });
+        }
+        if let Some(account) = &self.account {
+            let held = account.bytes.load(Ordering::Relaxed);
+            if held.saturating_add(bytes) > WATCH_USER_BYTES_MAX {
+                return Err(Bound::User { held });
+            }
+        }
+        Ok(())
+    }
+
+    fn push(&self, state: &mut QueueState<T>, item: T, bytes: usize) {
+        state.items.push_back((item, bytes));
+        state.bytes = state.bytes.saturating_add(bytes);
+        if let Some(account) = &self.account {
+            account.bytes.fetch_add(bytes, Ordering::Relaxed);
+        }
+        self.readable.notify_one();
+    }
+}
+
+impl<T> Drop for Shared<T> {
+    fn drop(&mut self) {
+        let state = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
+        if let Some(account) = &self.account {
+            account.bytes.fetch_sub(state.bytes, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The sending side of a watch stream's queue.
+pub struct Outbox<T> {
+    shared: Arc<Shared<T>>,
+}
+
+/// The receiving side of a watch stream's queue.
+pub struct Inbox<T> {
+    shared: Arc<Shared<T>>,
+}
+
+impl<T> std::fmt::Debug for Outbox<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Outbox").finish_non_exhaustive()
+    }
+}
+
+impl<T> std::fmt::Debug for Inbox<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inbox").finish_non_exhaustive()
+    }
+}
+
+/// A watch stream's queue, holding at most `bytes_max` bytes unsent (and
+/// counting them towards `account`, whose streams together hold at most
+/// [`WATCH_USER_BYTES_MAX`]); an empty queue takes any one message.
+pub fn queue<T>(bytes_max: usize, account: Option<Arc<Account>>) -> (Outbox<T>, Inbox<T>) {
+    let shared = Arc::new(Shared {
+        state: Mutex::new(QueueState {
+            items: VecDeque::new(),
+            bytes: 0,
+            senders: 1,
+            reader: true,
+        }),
+        bytes_max,
+        account,
+        readable: Notify::new(),
+        writable: Notify::new(),
+    });
+    (
+        Outbox {
+            shared: Arc::clone(&shared),
+        },
+        Inbox { shared },
+    )
+}
+
+impl<T> Clone for Outbox<T> {
+    fn clone(&self) -> Self {
+        lock(&self.shared.state).senders += 1;
+        Outbox {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<T> Drop for Outbox<T> {
+    fn drop(&mut self) {
+        let mut state = lock(&self.shared.state);
+        state.senders = state.senders.saturating_sub(1);
+        if state.senders == 0 {
+            self.shared.readable.notify_one();
+        }
+    }
+}
+
+impl<T> Outbox<T> {
+    /// Queues `item` of `bytes` if it fits now ([`Refused::Full`] names
+    /// the bound otherwise).
+    pub fn try_send(&self, item: T, bytes: usize) -> Result<(), Refused> {
+        let mut state = lock(&self.shared.state);
+        if !state.reader {
+            return Err(Refused::Gone);
+        }
+        self.shared.fits(&state, bytes).map_err(Refused::Full)?;
+        self.shared.push(&mut state, item, bytes);
+        Ok(())
+    }
+
+    /// Queues `item` of `bytes` once it fits; `Err` if the reader goes
+    /// away first.
+    pub async fn send(&self, item: T, bytes: usize) -> Result<(), Refused> {
+        let mut item = Some(item);
+        loop {
+            let taken = self.shared.writable.notified();
+            tokio::pin!(taken);
+            taken.as_mut().enable();
+            {
+                let mut state = lock(&self.shared.state);
+                if !state.reader {
+                    return Err(Refused::Gone);
+                }
+                if self.shared.fits(&state, bytes).is_ok()
+                    && let Some(item) = item.take()
+                {
+                    self.shared.push(&mut state, item, bytes);
+                    return Ok(());
+                }
+            }
+            taken.await;
+        }
+    }
+
+    /// Queues `item` of `bytes` whatever the bounds: a stream's last
+    /// words, after [`take_all`](Self::take_all) freed what it held.
+    pub fn force(&self, item: T, bytes: usize) -> Result<(), Refused> {
+        let mut state = lock(&self.shared.state);
+        if !state.reader {
+            return Err(Refused::Gone);
+        }
+        self.shared.push(&mut state, item, bytes);
+        Ok(())
+    }
+
+    /// Takes out of the queue, unsent, every item `which` picks, in order.
+    pub fn take_where(&self, which: impl Fn(&T) -> bool) -> Vec<T> {
+        let mut state = lock(&self.shared.state);
+        let mut taken = Vec::new();
+        let mut kept = VecDeque::with_capacity(state.items.len());
+        let mut freed = 0;
+        for (item, bytes) in std::mem::take(&mut state.items) {
+            if which(&item) {
+                freed += bytes;
+                taken.push(item);
+            } else {
+                kept.push_back((item, bytes));
+            }
+        }
+        state.items = kept;
+        self.shared.uncount(&mut state, freed);
+        drop(state);
+        self.shared.writable.notify_waiters();
+        taken
+    }
+
+    /// Takes everything out of the queue, unsent.
+    pub fn take_all(&self) -> Vec<T> {
+        self.take_where(|_| true)
+    }
+
+    /// Bytes queued unsent.
+    pub fn bytes(&self) -> usize {
+        lock(&self.shared.state).bytes
+    }
+
+    /// Waits until the reader goes away.
+    pub async fn closed(&self) {
+        loop {
+            let changed = self.shared.writable.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if !lock(&self.shared.state).reader {
+                return;
+            }
+            changed.await;
+        }
+    }
+}
+
+impl<T> Inbox<T> {
+    /// The next item; `None` once every sender is gone and the queue is
+    /// empty.
+    pub async fn recv(&mut self) -> Option<T> {
+        loop {
+            {
+                let mut state = lock(&self.shared.state);
+                if let Some((item, bytes)) = state.items.pop_front() {
+                    self.shared.uncount(&mut state, bytes);
+                    drop(state);
+                    self.shared.writable.notify_waiters();
+                    return Some(item);
+                }
+                if state.senders == 0 {
+                    return None;
+                }
+            }
+            self.shared.readable.notified().await;
+        }
+    }
+
+    /// The items as a stream.
+    pub fn into_stream(self) -> impl futures_util::Stream<Item = T> + Send + 'static
+    where
+        T: Send + 'static,
+    {
+        futures_util::stream::unfold(self, |mut inbox| async move {
+            inbox.recv().await.map(|item| (item, inbox))
+        })
+    }
+}
+
+impl<T> Drop for Inbox<T> {
+    fn drop(&mut self) {
+        let mut state = lock(&self.shared.state);
+        state.reader = false;
+        let freed = state.bytes;
+        state.items.clear();
+        self.shared.uncount(&mut state, freed);
+        drop(state);
+        self.shared.writable.notify_waiters();
+    }
+}
+
+/// The messages of one watcher.
+pub type WatchInbox = Inbox<WatchMessage>;
+
+/// One step of catching up from the history.
+#[derive(Debug)]
+enum Step {
+    /// Events of whole revisions (possibly none) examined up to `through`.
+    Chunk { events: Vec<Event>, through: u64 },
+    /// Caught up: every change up to `sent` was examined; live from here.
+    Live {
+        sent: u64,
+        notices: broadcast::Receiver<Notice>,
+    },
+    /// The history no longer holds revision `from`.
+    Compacted { from: u64, compacted: u64 },
+}
+
+/// The next step of catching up from revision `next`, under the state's
+/// lock: a message's worth of the history, or the subscription once the
+/// history is read up to the applied index.
+fn catch_up(machine: &StateMachine, hub: &WatchHub, spec: &WatchSpec, next: u64) -> Step {
+    let applied = machine.last_applied().map_or(0, |index| index.0);
+    if next > applied {
+        return Step::Live {
+            sent: next.saturating_sub(1),
+            notices: hub.sender.subscribe(),
+        };
+    }
+    let history = machine.kv().history();
+    let events = match history.since(next) {
+        Ok(events) => events,
+        Err(_) => {
+            return Step::Compacted {
+                from: next,
+                compacted: history.compacted(),
+            };
+        }
+    };
+    let mut chunk: Vec<Event> = Vec::new();
+    let mut bytes = 0;
+    let mut through = applied;
+    for event in events {
+        if event.revision > applied {
+            break;
+        }
+        let full = chunk.len() >= EVENTS_PER_MESSAGE || bytes >= HISTORY_MESSAGE_BYTES;
+        if full
+            && chunk
+                .last()
+                .is_some_and(|last| last.revision != event.revision)
+        {
+            through = event.revision.saturating_sub(1);
+            break;
+        }
+        if spec.matches(&event.key) {
+            bytes += event_bytes(event, spec.previous);
+            chunk.push(event.clone());
+        }
+    }
+    if chunk.is_empty() {
+        return Step::Live {
+            sent: applied,
+            notices: hub.sender.subscribe(),
+        };
+    }
+    Step::Chunk {
+        events: chunk,
+        through,
+    }
+}
+
+/// Why a watcher ends.
+#[derive(Debug)]
+enum Stop {
+    /// The reader went away: nothing to say.
+    Gone,
+    /// Its queue reached a bound; the changes from `next` on were not sent.
+    Full { bound: Bound, next: u64 },
+    /// The replica's state jumped to `revision`.
+    Reset { revision: u64 },
+    /// It fell `behind` notices behind the hub.
+    Behind { behind: u64 },
+    /// The history no longer holds revision `from`.
+    Compacted { from: u64, compacted: u64 },
+    /// It lost the right to watch.
+    Denied(WriteError),
+}
+
+/// One watcher being served.
+struct Serving<L> {
+    /// Given back first when it ends, before its reader hears the end.
+    _slot: Slot,
+    spec: WatchSpec,
+    lock: L,
+    outbox: Outbox<WatchMessage>,
+    rights: Option<Rights>,
+}
+
+/// Starts serving `spec` to `owner` from the state `lock` locks, after
+/// checking `rights` (if given) and the caps, and returns the watcher's
+/// messages. The stream ends after `Canceled`, or when the watcher goes
+/// away; a watch from a compacted revision is `Canceled` at once (with the
+/// compacted revision).
+pub fn start<L>(
+    lock: L,
+    spec: WatchSpec,
+    owner: &WatchOwner,
+    mut rights: Option<Rights>,
+) -> Result<WatchInbox, WatchError>
 where
     L: Fn(Visit<'_>) + Send + Sync + 'static,
 {
-    let (outbox, messages) = mpsc::channel(WATCH_OUTBOX_MESSAGES);
-    // Under the lock: the backlog from the history, and the subscription.
-    let mut start = Err(String::new());
+    let (outbox, inbox) = queue(WATCH_STREAM_BYTES_MAX, owner.user.clone());
+    let mut started = Err(WatchError::Refused(WriteError::Unavailable(
+        "the applied state was not read".to_string(),
+    )));
     lock(&mut |machine: &StateMachine, hub: &WatchHub| {
-        let applied = machine.last_applied().map_or(0, |index| index.0);
-        let from = if spec.start_revision == 0 {
-            applied.saturating_add(1)
-        } else {
-            spec.start_revision
-        };
-        let history = machine.kv().history();
-        if hub.sender.receiver_count() >= WATCHERS_MAX {
-            let _ = outbox.try_send(WatchMessage::Canceled {
-                reason: format!(
-                    "this node serves its maximum of {WATCHERS_MAX} watchers; \
-                     retry later or on another node"
-                ),
-                compacted: 0,
-            });
-            return;
-        }
-        start = match history.since(from) {
-            Ok(events) => {
-                let backlog: Vec<Event> = events
-                    .filter(|event| event.revision <= applied && spec.matches(&event.key))
-                    .cloned()
-                    .collect();
-                Ok((from.saturating_sub(1), applied, backlog, hub.subscribe()))
+        started = (|| {
+            if let Some(rights) = &mut rights {
+                rights
+                    .check(machine, hub.auth)
+                    .map_err(WatchError::Refused)?;
             }
-            Err(_) => Err(format!(
-                "revision {from} is compacted (the history starts after revision {}); \
-                 read the current state and watch from its revision",
-                history.compacted()
-            )),
-        };
-        if let Err(reason) = &start {
-            let compacted = history.compacted();
-            let _ = outbox.try_send(WatchMessage::Canceled {
-                reason: reason.clone(),
-                compacted,
-            });
-        }
+            let slot = hub.take_slot(owner).map_err(WatchError::Capped)?;
+            let from = if spec.start_revision == 0 {
+                machine
+                    .last_applied()
+                    .map_or(0, |index| index.0)
+                    .saturating_add(1)
+            } else {
+                spec.start_revision
+            };
+            Ok((slot, from, catch_up(machine, hub, &spec, from)))
+        })();
     });
-    if let Ok((after, applied, backlog, notices)) = start {
-        tokio::spawn(serve(spec, after, applied, backlog, notices, outbox, lock));
+    let (slot, from, first) = started?;
+    if let Step::Compacted { from, compacted } = first {
+        let message = canceled(Stop::Compacted { from, compacted }, from);
+        let bytes = message_bytes(&message, false);
+        let _ = outbox.force(message, bytes);
+        metrics::counter!("oncekv_watches_canceled_total", "reason" => "compacted").increment(1);
+        return Ok(inbox);
     }
-    messages
+    let serving = Serving {
+        _slot: slot,
+        spec,
+        lock,
+        outbox,
+        rights,
+    };
+    tokio::spawn(serving.run(from, first));
+    Ok(inbox)
 }
 
-async fn serve<L>(
-    spec: WatchSpec,
-    after: u64,
-    applied: u64,
-    backlog: Vec<Event>,
-    mut notices: broadcast::Receiver<Notice>,
-    outbox: mpsc::Sender<WatchMessage>,
-    lock: L,
-) where
+/// The message that ends a watch for `stop`, whose next unsent change is
+/// at revision `next`.
+fn canceled(stop: Stop, next: u64) -> WatchMessage {
+    let (reason, compacted, denied) = match stop {
+        Stop::Gone => (String::new(), 0, None),
+        Stop::Full { bound, .. } => (
+            format!("{}; resume from revision {next}", bound.reason()),
+            0,
+            None,
+        ),
+        Stop::Reset { revision } => (
+            format!(
+                "this replica's state jumped to revision {revision} (a snapshot was installed, \
+                 or one change exceeded the history): resume from revision {next}"
+            ),
+            0,
+            None,
+        ),
+        Stop::Behind { behind } => (
+            format!(
+                "watcher too slow: {behind} changes behind the node's buffer; \
+                 resume from revision {next}"
+            ),
+            0,
+            None,
+        ),
+        Stop::Compacted { from, compacted } => (
+            format!(
+                "revision {from} is compacted (the history starts after revision {compacted}); \
+                 read the current state and watch from its revision"
+            ),
+            compacted,
+            None,
+        ),
+        Stop::Denied(error) => (error.to_string(), 0, Some(error)),
+    };
+    WatchMessage::Canceled {
+        reason,
+        compacted,
+        denied,
+    }
+}
+
+impl<L> Serving<L>
+where
     L: Fn(Visit<'_>) + Send + Sync + 'static,
 {
-    if outbox
-        .send(WatchMessage::Started { revision: after })
-        .await
-        .is_err()
-    {
-        return;
+    /// Serves the watch from revision `from`, `first` being its first step.
+    async fn run(mut self, from: u64, first: Step) {
+        let stop = self.serve(from, first).await;
+        self.finish(stop);
     }
-    for chunk in whole_revisions(backlog, EVENTS_PER_MESSAGE) {
-        if outbox.send(WatchMessage::Events(chunk)).await.is_err() {
-            return;
+
+    async fn serve(&mut self, from: u64, first: Step) -> (Stop, u64) {
+        let started = WatchMessage::Started {
+            revision: from.saturating_sub(1),
+        };
+        if self
+            .outbox
+            .send(started, MESSAGE_OVERHEAD_BYTES)
+            .await
+            .is_err()
+        {
+            return (Stop::Gone, from);
         }
-    }
-    // Every change up to `sent` went out (or was not asked for).
-    let mut sent = applied.max(after);
-    let mut ticker = tokio::time::interval(spec.progress_interval.max(PROGRESS_INTERVAL_MIN));
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    ticker.tick().await;
-    loop {
-        let notice = tokio::select! {
-            notice = notices.recv() => notice,
-            _ = ticker.tick() => {
-                // Notices up to the applied index now were sent before it
-                // was read (under the same lock): drain them, then say so.
-                let mut now = 0;
-                lock(&mut |machine: &StateMachine, _: &WatchHub| {
-                    now = machine.last_applied().map_or(0, |index| index.0);
-                });
-                loop {
-                    match notices.try_recv() {
-                        Ok(notice) => match deliver(&spec, notice, &mut sent, &outbox).await {
-                            Ok(()) => {}
-                            Err(()) => return,
-                        },
-                        Err(broadcast::error::TryRecvError::Empty) => break,
-                        Err(broadcast::error::TryRecvError::Lagged(behind)) => {
-                            return cancel_slow(&outbox, behind, sent).await;
-                        }
-                        Err(broadcast::error::TryRecvError::Closed) => return,
+        // Catching up: a message's worth of history at a time, each sent
+        // once the queue has room; nothing is subscribed meanwhile.
+        let mut step = first;
+        let (mut sent, mut notices) = loop {
+            match step {
+                Step::Live { sent, notices } => break (sent, notices),
+                Step::Compacted { from, compacted } => {
+                    return (Stop::Compacted { from, compacted }, from);
+                }
+                Step::Chunk { events, through } => {
+                    let message = WatchMessage::Events(events);
+                    let bytes = message_bytes(&message, self.spec.previous);
+                    if self.outbox.send(message, bytes).await.is_err() {
+                        return (Stop::Gone, through.saturating_add(1));
+                    }
+                    let next = through.saturating_add(1);
+                    match self.catch_up(next) {
+                        Ok(next_step) => step = next_step,
+                        Err(stop) => return (stop, next),
                     }
                 }
-                sent = sent.max(now);
-                if outbox.send(WatchMessage::Progress(sent)).await.is_err() {
-                    return;
-                }
-                continue;
-            }
-            _ = outbox.closed() => return,
-        };
-        match notice {
-            Ok(notice) => {
-                if deliver(&spec, notice, &mut sent, &outbox).await.is_err() {
-                    return;
-                }
-            }
-            Err(broadcast::error::RecvError::Lagged(behind)) => {
-                return cancel_slow(&outbox, behind, sent).await;
-            }
-            Err(broadcast::error::RecvError::Closed) => return,
-        }
-    }
-}
-
-/// Sends what `notice` holds for this watcher; `Err` ends the watch.
-async fn deliver(
-    spec: &WatchSpec,
-    notice: Notice,
-    sent: &mut u64,
-    outbox: &mpsc::Sender<WatchMessage>,
-) -> Result<(), ()> {
-    match notice {
-        Notice::Applied { revision, events } => {
-            if revision <= *sent {
-                return Ok(());
-            }
-            let matching: Vec<Event> = events
-                .iter()
-                .filter(|event| spec.matches(&event.key))
-                .cloned()
-                .collect();
-            *sent = revision;
-            if matching.is_empty() {
-                return Ok(());
-            }
-            outbox
-                .send(WatchMessage::Events(matching))
-                .await
-                .map_err(|_| ())
-        }
-        Notice::Reset { revision } => {
-            let reason = format!(
-                "this replica's state jumped to revision {revision} (a snapshot was installed, \
-                 or one change exceeded the history): resume from revision {}",
-                sent.saturating_add(1)
-            );
-            let _ = outbox
-                .send(WatchMessage::Canceled {
-                    reason,
-                    compacted: 0,
-                })
-                .await;
-            Err(())
-        }
-    }
-}
-
-async fn cancel_slow(outbox: &mpsc::Sender<WatchMessage>, behind: u64, sent: u64) {
-    let reason = format!(
-        "watcher too slow: {behind} changes behind the node's buffer; resume from revision {}",
-        sent.saturating_add(1)
-    );
-    let _ = outbox
-        .send(WatchMessage::Canceled {
-            reason,
-            compacted: 0,
-        })
-        .await;
-}
-
-/// Splits events into messages of at most about `max` events, never
-/// splitting one revision.
-fn whole_revisions(events: Vec<Event>, max: usize) -> Vec<Vec<Event>> {
-    let mut chunks: Vec<Vec<Event>> = Vec::new();
-    for event in events {
-        let start_new = match chunks.last() {
-            None => true,
-            Some(chunk) => {
-                chunk.len() >= max && chunk.last().is_some_and(|e| e.revision != event.revision)
             }
         };
-        if start_new {
-            chunks.push(Vec::new());
-        }
-        if let Some(chunk) = chunks.last_mut() {
-            chunk.push(event);
+        // Live: every notice is taken at once, so none is held for us.
+        let mut ticker =
+            tokio::time::interval(self.spec.progress_interval.max(PROGRESS_INTERVAL_MIN));
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ticker.tick().await;
+        loop {
+            let result = tokio::select! {
+                notice = notices.recv() => match notice {
+                    Ok(notice) => self.deliver(notice, &mut sent),
+                    Err(broadcast::error::RecvError::Lagged(behind)) => Err(Stop::Behind { behind }),
+                    Err(broadcast::error::RecvError::Closed) => Err(Stop::Gone),
+                },
+                _ = ticker.tick() => self.progress(&mut notices, &mut sent),
+                () = self.outbox.closed() => Err(Stop::Gone),
+            };
+            if let Err(stop) = result {
+                let next = match &stop {
+                    Stop::Full { next, .. } => *next,
+                    _ => sent.saturating_add(1),
+                };
+                return (stop, next);
+            }
         }
     }
-    chunks
+
+    /// The next step of catching up from `next`, after checking the
+    /// watcher's right again if an auth change or its token's expiry
+    /// calls for it.
+    fn catch_up(&mut self, next: u64) -> Result<Step, Stop> {
+        let mut step = Err(Stop::Gone);
+        let (spec, rights) = (&self.spec, &mut self.rights);
+        (self.lock)(&mut |machine: &StateMachine, hub: &WatchHub| {
+            step = recheck(rights, machine, hub).map(|()| catch_up(machine, hub, spec, next));
+        });
+        step
+    }
+
+    /// Queues what `notice` holds for this watcher.
+    fn deliver(&mut self, notice: Notice, sent: &mut u64) -> Result<(), Stop> {
+        let (revision, events, time, auth) = match notice {
+            Notice::Applied {
+                revision,
+                events,
+                time,
+                auth,
+            } => (revision, events, time, auth),
+            Notice::Reset { revision } => return Err(Stop::Reset { revision }),
+        };
+        if self
+            .rights
+            .as_ref()
+            .is_some_and(|rights| rights.due(auth, time))
+        {
+            let (lock, rights) = (&self.lock, &mut self.rights);
+            let mut checked = Ok(());
+            lock(&mut |machine: &StateMachine, hub: &WatchHub| {
+                checked = recheck(rights, machine, hub);
+            });
+            checked?;
+        }
+        if revision <= *sent {
+            return Ok(());
+        }
+        let matching: Vec<Event> = events
+            .iter()
+            .filter(|event| self.spec.matches(&event.key))
+            .cloned()
+            .collect();
+        let next = sent.saturating_add(1);
+        *sent = revision;
+        if matching.is_empty() {
+            return Ok(());
+        }
+        let message = WatchMessage::Events(matching);
+        let bytes = message_bytes(&message, self.spec.previous);
+        match self.outbox.try_send(message, bytes) {
+            Ok(()) => Ok(()),
+            Err(Refused::Gone) => Err(Stop::Gone),
+            Err(Refused::Full(bound)) => Err(Stop::Full { bound, next }),
+        }
+    }
+
+    /// The ticker: notices up to the applied index now were sent before it
+    /// was read (under the same lock), so once they are taken the watcher
+    /// has heard of everything up to it; it is told so.
+    fn progress(
+        &mut self,
+        notices: &mut broadcast::Receiver<Notice>,
+        sent: &mut u64,
+    ) -> Result<(), Stop> {
+        let mut now = 0;
+        let mut checked = Ok(());
+        let (lock, rights) = (&self.lock, &mut self.rights);
+        lock(&mut |machine: &StateMachine, hub: &WatchHub| {
+            now = machine.last_applied().map_or(0, |index| index.0);
+            checked = recheck(rights, machine, hub);
+        });
+        checked?;
+        loop {
+            match notices.try_recv() {
+                Ok(notice) => self.deliver(notice, sent)?,
+                Err(broadcast::error::TryRecvError::Empty) => break,
+                Err(broadcast::error::TryRecvError::Lagged(behind)) => {
+                    return Err(Stop::Behind { behind });
+                }
+                Err(broadcast::error::TryRecvError::Closed) => return Err(Stop::Gone),
+            }
+        }
+        *sent = (*sent).max(now);
+        match self
+            .outbox
+            .try_send(WatchMessage::Progress(*sent), MESSAGE_OVERHEAD_BYTES)
+        {
+            Ok(()) => Ok(()),
+            Err(Refused::Gone) => Err(Stop::Gone),
+            Err(Refused::Full(bound)) => Err(Stop::Full {
+                bound,
+                next: sent.saturating_add(1),
+            }),
+        }
+    }
+
+    /// Ends the watch: what its queue held unsent is dropped, and the
+    /// watcher told why (and from which revision to resume).
+    fn finish(self, (stop, next): (Stop, u64)) {
+        let label = match &stop {
+            Stop::Gone => return,
+            Stop::Full { .. } => "unread",
+            Stop::Reset { .. } => "reset",
+            Stop::Behind { .. } => "behind",
+            Stop::Compacted { .. } => "compacted",
+            Stop::Denied(_) => "denied",
+        };
+        metrics::counter!("oncekv_watches_canceled_total", "reason" => label).increment(1);
+        // The changes it holds unsent are dropped (what they weigh is
+        // freed); the first it did not get is the oldest of them.
+        let dropped = self
+            .outbox
+            .take_where(|message| matches!(message, WatchMessage::Events(_)));
+        let next = dropped
+            .iter()
+            .find_map(|message| match message {
+                WatchMessage::Events(events) => events.first().map(|event| event.revision),
+                _ => None,
+            })
+            .map_or(next, |first| first.min(next));
+        let message = canceled(stop, next);
+        let bytes = message_bytes(&message, false);
+        let _ = self.outbox.force(message, bytes);
+    }
+}
+
+/// Checks `rights` again when the hub's auth count or the cluster time
+/// calls for it.
+fn recheck(
+    rights: &mut Option<Rights>,
+    machine: &StateMachine,
+    hub: &WatchHub,
+) -> Result<(), Stop> {
+    match rights {
+        Some(rights) if rights.due(hub.auth, machine.cluster_time()) => {
+            rights.check(machine, hub.auth).map_err(Stop::Denied)
+        }
+        _ => Ok(()),
+    }
+}
+
+/// [`start`] for a watch inside the node (the lock and election
+/// recipes): no caps but the node's, `rights` checked as for a client's;
+/// its messages through a channel. A full node is `Canceled` at once.
+pub fn watch<L>(
+    lock: L,
+    spec: WatchSpec,
+    rights: Option<Rights>,
+) -> Result<mpsc::Receiver<WatchMessage>, WriteError>
+where
+    L: Fn(Visit<'_>) + Send + Sync + 'static,
+{
+    let (sender, messages) = mpsc::channel(INTERNAL_OUTBOX_MESSAGES);
+    match start(lock, spec, &WatchOwner::default(), rights) {
+        Ok(mut inbox) => {
+            tokio::spawn(async move {
+                loop {
+                    let message = tokio::select! {
+                        message = inbox.recv() => message,
+                        () = sender.closed() => return,
+                    };
+                    let Some(message) = message else { return };
+                    if sender.send(message).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        Err(WatchError::Capped(cap)) => {
+            let _ = sender.try_send(WatchMessage::Canceled {
+                reason: cap.to_string(),
+                compacted: 0,
+                denied: None,
+            });
+        }
+        Err(WatchError::Refused(error)) => return Err(error),
+    }
+    Ok(messages)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use oncekv_state::{ClusterTime, Command, Entry, Limits, LogIndex, Request};
-    use std::sync::Mutex;
 
     type Shared = Arc<Mutex<(StateMachine, WatchHub)>>;
+
+    fn shared(limits: Limits, hub: WatchHub) -> Shared {
+        Arc::new(Mutex::new((StateMachine::new(limits), hub)))
+    }
 
     fn lock(shared: &Shared) -> impl Fn(Visit<'_>) + Send + Sync + 'static {
         let shared = shared.clone();
@@ -367,12 +1295,12 @@ mod tests {
         }
     }
 
-    fn put(shared: &Shared, index: u64, key: &str) {
+    fn put_value(shared: &Shared, index: u64, key: &str, value: Vec<u8>) {
         let mut guard = shared.lock().expect("not poisoned");
         let (machine, hub) = &mut *guard;
         let command = Command::Put {
             key: key.as_bytes().to_vec(),
-            value: b"v".to_vec(),
+            value,
             lease: None,
         };
         machine.apply(&Entry {
@@ -382,6 +1310,10 @@ mod tests {
             request: Request::plain(command),
         });
         hub.applied(machine, index);
+    }
+
+    fn put(shared: &Shared, index: u64, key: &str) {
+        put_value(shared, index, key, b"v".to_vec());
     }
 
     fn spec(start_revision: u64) -> WatchSpec {
@@ -394,15 +1326,47 @@ mod tests {
         }
     }
 
+    fn watch_of(shared: &Shared, spec: WatchSpec, owner: &WatchOwner) -> WatchInbox {
+        start(lock(shared), spec, owner, None).expect("started")
+    }
+
+    /// Every message until the stream ends, or panics after 10 s.
+    async fn drain(messages: &mut WatchInbox) -> Vec<WatchMessage> {
+        let mut all = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while let Some(message) = messages.recv().await {
+                all.push(message);
+            }
+        })
+        .await
+        .expect("the watch ended");
+        all
+    }
+
+    /// Lets the spawned watchers run until they wait.
+    async fn settle() {
+        for _ in 0..50 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// Lets the spawned watchers run until the node serves `watchers`.
+    async fn until_watchers(shared: &Shared, watchers: usize) {
+        for _ in 0..10_000 {
+            if shared.lock().expect("not poisoned").1.watchers() == watchers {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+        panic!("the node never served {watchers} watchers");
+    }
+
     #[tokio::test(flavor = "current_thread")]
     async fn the_backlog_then_live_changes_each_once_in_order() {
-        let shared: Shared = Arc::new(Mutex::new((
-            StateMachine::new(Limits::default()),
-            WatchHub::default(),
-        )));
+        let shared = shared(Limits::default(), WatchHub::default());
         put(&shared, 1, "k1");
         put(&shared, 2, "other");
-        let mut messages = watch(lock(&shared), spec(1));
+        let mut messages = watch_of(&shared, spec(1), &WatchOwner::default());
         put(&shared, 3, "k2");
         let mut revisions = Vec::new();
         while revisions.len() < 2 {
@@ -418,27 +1382,152 @@ mod tests {
     }
 
     #[tokio::test(flavor = "current_thread")]
+    async fn a_long_backlog_is_sent_as_the_reader_reads_each_change_once() {
+        let shared = shared(Limits::default(), WatchHub::default());
+        // 40 changes of 256 KiB: 10 MiB of history, over the stream's
+        // bound, sent as it is read.
+        let big = vec![b'x'; 256 * 1024];
+        for index in 1..=40 {
+            put_value(&shared, index, &format!("k{index}"), big.clone());
+        }
+        let mut messages = watch_of(&shared, spec(1), &WatchOwner::default());
+        let mut revisions = Vec::new();
+        let mut index = 40;
+        while revisions.len() < 45 {
+            match messages.recv().await.expect("a message") {
+                WatchMessage::Events(events) => {
+                    revisions.extend(events.iter().map(|e| e.revision));
+                }
+                WatchMessage::Started { .. } => {}
+                other => panic!("unexpected {other:?}"),
+            }
+            if index < 45 {
+                index += 1;
+                put(&shared, index, "k");
+            }
+        }
+        assert_eq!(revisions, (1..=45).collect::<Vec<_>>());
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_reader_that_does_not_read_is_cancelled_at_the_byte_bound_and_freed() {
+        let shared = shared(Limits::default(), WatchHub::default());
+        let owner = {
+            let guard = shared.lock().expect("not poisoned");
+            guard.1.owner(Some(Holder::User("u".into())), None)
+        };
+        let mut idle = watch_of(&shared, spec(0), &owner);
+        let mut reader = watch_of(&shared, spec(0), &WatchOwner::default());
+        settle().await;
+        // 32 changes of 256 KiB (8 MiB): twice the stream's bound.
+        let big = vec![b'x'; 256 * 1024];
+        let mut read = Vec::new();
+        for index in 1..=32 {
+            put_value(&shared, index, "k", big.clone());
+            settle().await;
+            while read.len() < index as usize {
+                match reader.recv().await.expect("the reader's watch goes on") {
+                    WatchMessage::Events(events) => {
+                        read.extend(events.iter().map(|e| e.revision));
+                    }
+                    WatchMessage::Started { .. } => {}
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+        }
+        assert_eq!(read, (1..=32).collect::<Vec<_>>(), "the reader got all");
+        let user = owner.user.as_ref().expect("a user account");
+        let messages = drain(&mut idle).await;
+        assert_eq!(user.bytes(), 0, "what it held is freed");
+        assert!(matches!(messages[0], WatchMessage::Started { .. }));
+        // What the queue held was dropped: only the cancellation is left.
+        assert_eq!(messages.len(), 2, "{messages:?}");
+        match &messages[1] {
+            WatchMessage::Canceled {
+                reason,
+                compacted,
+                denied,
+            } => {
+                assert!(reason.contains("bytes per stream"), "{reason}");
+                assert!(
+                    reason.contains(&WATCH_STREAM_BYTES_MAX.to_string()),
+                    "{reason}"
+                );
+                assert!(reason.contains("resume from revision 1"), "{reason}");
+                assert_eq!((*compacted, denied), (0, &None));
+            }
+            other => panic!("expected a cancellation, got {other:?}"),
+        }
+        until_watchers(&shared, 1).await;
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_queue_holds_its_bound_takes_one_message_when_empty_and_counts_its_user() {
+        let account = WatchHub::default().owner(Some(Holder::User("u".into())), None);
+        let user = account.user.expect("an account");
+        let (outbox, mut inbox) = queue::<u32>(100, Some(Arc::clone(&user)));
+        // An empty queue takes a message over the bound.
+        assert_eq!(outbox.try_send(1, 150), Ok(()));
+        assert_eq!(
+            outbox.try_send(2, 1),
+            Err(Refused::Full(Bound::Stream { held: 150 }))
+        );
+        assert_eq!(user.bytes(), 150);
+        assert_eq!(inbox.recv().await, Some(1));
+        assert_eq!(user.bytes(), 0);
+        assert_eq!(outbox.try_send(3, 60), Ok(()));
+        assert_eq!(outbox.try_send(4, 40), Ok(()));
+        assert_eq!(
+            outbox.try_send(5, 1),
+            Err(Refused::Full(Bound::Stream { held: 100 }))
+        );
+        assert_eq!(outbox.bytes(), 100);
+        // The user's bound counts every stream of the user.
+        let (other, _other_inbox) = queue::<u32>(usize::MAX, Some(Arc::clone(&user)));
+        assert_eq!(other.try_send(6, WATCH_USER_BYTES_MAX - 100), Ok(()));
+        assert_eq!(
+            other.try_send(7, 1),
+            Err(Refused::Full(Bound::User {
+                held: WATCH_USER_BYTES_MAX
+            }))
+        );
+        // Taken out unsent: freed.
+        assert_eq!(outbox.take_all(), vec![3, 4]);
+        assert_eq!(user.bytes(), WATCH_USER_BYTES_MAX - 100);
+        drop(_other_inbox);
+        assert_eq!(user.bytes(), 0, "a reader gone frees its queue");
+        assert_eq!(other.try_send(8, 1), Err(Refused::Gone));
+        // A sender waiting for room gets it once the reader reads.
+        assert_eq!(outbox.try_send(9, 100), Ok(()));
+        {
+            let waiting = outbox.send(10, 50);
+            tokio::pin!(waiting);
+            assert!(
+                futures_util::poll!(waiting.as_mut()).is_pending(),
+                "no room yet"
+            );
+            assert_eq!(inbox.recv().await, Some(9));
+            assert_eq!(waiting.await, Ok(()));
+        }
+        drop(outbox);
+        assert_eq!(inbox.recv().await, Some(10));
+        assert_eq!(inbox.recv().await, None, "every sender gone");
+    }
+
+    #[tokio::test(flavor = "current_thread")]
     async fn a_watcher_that_falls_behind_is_cancelled_not_buffered() {
-        let shared: Shared = Arc::new(Mutex::new((
-            StateMachine::new(Limits::default()),
-            WatchHub::with_capacity(4),
-        )));
-        let mut messages = watch(lock(&shared), spec(0));
-        // Ten changes before the watcher's task runs at all: it is more
-        // than the hub's four notices behind.
+        let shared = shared(Limits::default(), WatchHub::with_capacity(4));
+        let mut messages = watch_of(&shared, spec(0), &WatchOwner::default());
+        // The watcher subscribed at its start; ten changes before its task
+        // runs at all: it is more than the hub's four notices behind.
         for index in 1..=10 {
             put(&shared, index, &format!("k{index}"));
         }
-        let mut last = None;
-        let drained = tokio::time::timeout(Duration::from_secs(10), async {
-            while let Some(message) = messages.recv().await {
-                last = Some(message);
-            }
-        })
-        .await;
-        assert!(drained.is_ok(), "the slow watcher was never cancelled");
+        let last = drain(&mut messages).await.pop();
         match last {
-            Some(WatchMessage::Canceled { reason, compacted }) => {
+            Some(WatchMessage::Canceled {
+                reason, compacted, ..
+            }) => {
                 assert!(reason.contains("too slow"), "{reason}");
                 assert!(reason.contains("resume from revision 1"), "{reason}");
                 assert_eq!(compacted, 0);
@@ -448,33 +1537,57 @@ mod tests {
     }
 
     #[tokio::test(flavor = "current_thread")]
-    async fn one_watcher_past_the_maximum_is_refused_and_the_others_kept() {
-        let shared: Shared = Arc::new(Mutex::new((
-            StateMachine::new(Limits::default()),
-            WatchHub::default(),
-        )));
-        let held: Vec<_> = {
+    async fn one_watcher_past_a_cap_is_refused_and_the_others_kept() {
+        let shared = shared(Limits::default(), WatchHub::default());
+        let (alice, bob, stream) = {
             let guard = shared.lock().expect("not poisoned");
-            (0..WATCHERS_MAX).map(|_| guard.1.subscribe()).collect()
+            let hub = &guard.1;
+            let alice = hub.owner(Some(Holder::User("alice".into())), None);
+            let bob = hub.owner(Some(Holder::User("bob".into())), Some(Holder::Stream(7)));
+            let stream = hub.owner(None, Some(Holder::Stream(8)));
+            (alice, bob, stream)
         };
-        let mut messages = watch(lock(&shared), spec(0));
-        match messages.recv().await {
-            Some(WatchMessage::Canceled { reason, compacted }) => {
-                assert!(reason.contains("maximum"), "{reason}");
-                assert_eq!(compacted, 0);
-            }
-            other => panic!("expected a refusal, got {other:?}"),
+        let mut held: Vec<_> = (0..WATCHERS_PER_USER_MAX)
+            .map(|_| watch_of(&shared, spec(0), &alice))
+            .collect();
+        let refused = start(lock(&shared), spec(0), &alice, None).expect_err("over the cap");
+        let WatchError::Capped(cap) = refused else {
+            panic!("{refused:?}")
+        };
+        assert_eq!(cap.what(), "watchers-per-user");
+        assert!(cap.to_string().contains("alice"), "{cap}");
+        assert!(
+            cap.to_string().contains(&WATCHERS_PER_USER_MAX.to_string()),
+            "{cap}"
+        );
+        // Another user still watches, until its stream's cap.
+        held.extend((0..WATCHES_PER_STREAM_MAX).map(|_| watch_of(&shared, spec(0), &bob)));
+        let refused = start(lock(&shared), spec(0), &bob, None).expect_err("over the cap");
+        assert!(
+            matches!(&refused, WatchError::Capped(cap) if cap.what() == "watches-per-stream"),
+            "{refused:?}"
+        );
+        // The node's cap.
+        let left = WATCHERS_MAX - held.len();
+        held.extend((0..left).map(|_| watch_of(&shared, spec(0), &WatchOwner::default())));
+        let refused = start(lock(&shared), spec(0), &stream, None).expect_err("node full");
+        assert!(
+            matches!(&refused, WatchError::Capped(cap) if cap.is_node()),
+            "{refused:?}"
+        );
+        settle().await;
+        let watchers = shared.lock().expect("not poisoned").1.watchers();
+        assert_eq!(watchers, WATCHERS_MAX, "no watcher was dropped");
+        for messages in &mut held[..WATCHERS_PER_USER_MAX] {
+            assert!(matches!(
+                messages.recv().await,
+                Some(WatchMessage::Started { .. })
+            ));
         }
-        assert!(messages.recv().await.is_none());
-        let receivers = shared
-            .lock()
-            .expect("not poisoned")
-            .1
-            .sender
-            .receiver_count();
-        assert_eq!(receivers, held.len(), "no watcher was dropped");
-        drop(held);
-        let mut admitted = watch(lock(&shared), spec(0));
+        // A place freed is a place to take.
+        held.truncate(WATCHERS_PER_USER_MAX - 1);
+        until_watchers(&shared, WATCHERS_PER_USER_MAX - 1).await;
+        let mut admitted = watch_of(&shared, spec(0), &alice);
         assert!(matches!(
             admitted.recv().await,
             Some(WatchMessage::Started { .. })
@@ -487,14 +1600,119 @@ mod tests {
             history_events_max: 1,
             ..Limits::default()
         };
-        let shared: Shared = Arc::new(Mutex::new((StateMachine::new(limits), WatchHub::default())));
+        let shared = shared(limits, WatchHub::default());
         put(&shared, 1, "k1");
         put(&shared, 2, "k2");
-        let mut messages = watch(lock(&shared), spec(1));
+        let mut messages = watch_of(&shared, spec(1), &WatchOwner::default());
         match messages.recv().await {
             Some(WatchMessage::Canceled { compacted, .. }) => assert_eq!(compacted, 1),
             other => panic!("expected compacted, got {other:?}"),
         }
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_watcher_that_loses_the_right_ends_before_the_next_change() {
+        let shared = shared(Limits::default(), WatchHub::default());
+        let allowed = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let check: Check = {
+            let allowed = Arc::clone(&allowed);
+            Arc::new(move |_: &StateMachine| {
+                if allowed.load(Ordering::Relaxed) {
+                    Ok(())
+                } else {
+                    Err(WriteError::PermissionDenied("revoked".into()))
+                }
+            })
+        };
+        let rights = Rights::new(check, None);
+        let mut messages =
+            start(lock(&shared), spec(0), &WatchOwner::default(), Some(rights)).expect("started");
+        put(&shared, 1, "k1");
+        loop {
+            match messages.recv().await.expect("a message") {
+                WatchMessage::Events(events) => {
+                    assert_eq!(events[0].revision, 1);
+                    break;
+                }
+                WatchMessage::Started { .. } => {}
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        // The right goes, then an auth change is applied (with no change
+        // to the keys), then a change of a watched key.
+        allowed.store(false, Ordering::Relaxed);
+        shared.lock().expect("not poisoned").1.auth_changed();
+        put(&shared, 2, "other");
+        put(&shared, 3, "k3");
+        let messages = drain(&mut messages).await;
+        let revisions: Vec<u64> = messages
+            .iter()
+            .filter_map(|message| match message {
+                WatchMessage::Events(events) => Some(events.iter().map(|e| e.revision)),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        assert_eq!(revisions, Vec::<u64>::new(), "{messages:?}");
+        assert!(
+            matches!(
+                messages.last(),
+                Some(WatchMessage::Canceled {
+                    denied: Some(WriteError::PermissionDenied(_)),
+                    ..
+                })
+            ),
+            "{messages:?}"
+        );
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_token_past_its_expiry_is_checked_again() {
+        let shared = shared(Limits::default(), WatchHub::default());
+        let checks = Arc::new(AtomicUsize::new(0));
+        let check: Check = {
+            let checks = Arc::clone(&checks);
+            Arc::new(move |machine: &StateMachine| {
+                checks.fetch_add(1, Ordering::Relaxed);
+                if machine.cluster_time() > ClusterTime(5) {
+                    Err(WriteError::Unauthenticated("expired".into()))
+                } else {
+                    Ok(())
+                }
+            })
+        };
+        let rights = Rights::new(check, Some(ClusterTime(5)));
+        let mut messages =
+            start(lock(&shared), spec(0), &WatchOwner::default(), Some(rights)).expect("started");
+        put(&shared, 1, "k1");
+        settle().await;
+        assert_eq!(
+            checks.load(Ordering::Relaxed),
+            1,
+            "checked at the start only"
+        );
+        {
+            let mut guard = shared.lock().expect("not poisoned");
+            let (machine, hub) = &mut *guard;
+            machine.apply(&Entry {
+                index: LogIndex(2),
+                time: ClusterTime(10),
+                principal: None,
+                request: Request::plain(Command::Tick),
+            });
+            hub.applied(machine, 2);
+        }
+        let messages = drain(&mut messages).await;
+        assert!(
+            matches!(
+                messages.last(),
+                Some(WatchMessage::Canceled {
+                    denied: Some(WriteError::Unauthenticated(_)),
+                    ..
+                })
+            ),
+            "{messages:?}"
+        );
     }
 
     fn event(revision: u64) -> Event {
@@ -508,13 +1726,45 @@ mod tests {
     }
 
     #[test]
-    fn messages_never_split_a_revision() {
-        let events = vec![event(1), event(2), event(2), event(2), event(3)];
-        let chunks = whole_revisions(events, 2);
-        let revisions: Vec<Vec<u64>> = chunks
-            .iter()
-            .map(|c| c.iter().map(|e| e.revision).collect())
-            .collect();
-        assert_eq!(revisions, vec![vec![1, 2, 2, 2], vec![3]]);
+    fn history_is_sent_in_messages_up_to_the_applied_index_then_live() {
+        let mut machine = StateMachine::new(Limits::default());
+        let hub = WatchHub::default();
+        for index in 1..=3000u64 {
+            let key = if index % 3 == 0 { "other" } else { "k" };
+            machine.apply(&Entry {
+                index: LogIndex(index),
+                time: ClusterTime(0),
+                principal: None,
+                request: Request::plain(Command::Put {
+                    key: format!("{key}{index}").into_bytes(),
+                    value: b"v".to_vec(),
+                    lease: None,
+                }),
+            });
+        }
+        let mut next = 1;
+        let mut seen = Vec::new();
+        loop {
+            match catch_up(&machine, &hub, &spec(1), next) {
+                Step::Chunk { events, through } => {
+                    assert!(events.len() <= EVENTS_PER_MESSAGE, "{}", events.len());
+                    assert!(
+                        events
+                            .iter()
+                            .all(|e| (next..=through).contains(&e.revision))
+                    );
+                    seen.extend(events.iter().map(|e| e.revision));
+                    next = through + 1;
+                }
+                Step::Live { sent, .. } => {
+                    assert_eq!(sent, 3000);
+                    break;
+                }
+                Step::Compacted { .. } => panic!("compacted"),
+            }
+        }
+        let matching: Vec<u64> = (1..=3000).filter(|index| index % 3 != 0).collect();
+        assert_eq!(seen, matching);
+        assert_eq!(event_bytes(&event(1), true), MESSAGE_OVERHEAD_BYTES + 1);
     }
 }

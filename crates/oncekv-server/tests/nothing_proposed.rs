@@ -294,7 +294,13 @@ async fn no_leader_is_answered_only_for_what_was_never_appended() {
     let members = BTreeMap::from([(1, info("127.0.0.1:1")), (2, info("127.0.0.1:1"))]);
     let (_dir, node) = start_node(members, Arc::default()).await;
     let service = KvService::new(node.clone());
-    let before = node.status().raft.last_log_index;
+    // The founding membership entry (index 0) is appended in the
+    // background as the node starts: the log's end is read after it.
+    let before = eventually(WAIT, "the founding membership entry is in the log", || {
+        let end = node.status().raft.last_log_index;
+        async move { end.map(Some) }
+    })
+    .await;
     let alone = wire_failure(&execute(&service, &put("a")).await);
     assert!(matches!(alone, CallFailure::NoLeader(_)), "{alone:?}");
     let batch = execute_batch(&service, &[put("b"), on_session(1), on_session(1)]).await;

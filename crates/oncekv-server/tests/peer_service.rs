@@ -52,6 +52,14 @@ fn next_chunk(data: &[u8]) -> SnapshotChunk {
     }
 }
 
+/// How the snapshot tests below configure their node: waiting to join (it
+/// knows no membership yet), so it takes a snapshot from leader 2 of their
+/// first chunks; a member of a cluster refuses a sender that is not one
+/// before spooling anything.
+fn waiting_to_join(config: &mut ServerConfig) {
+    config.initial_cluster = None;
+}
+
 /// A node serving on loopback, and a peer client of it.
 struct TestNode {
     dir: tempfile::TempDir,
@@ -170,7 +178,7 @@ async fn spool_empties(dir: &Path) {
 
 #[tokio::test]
 async fn a_snapshot_stream_that_ends_short_or_runs_long_is_refused() {
-    let mut node = TestNode::start(|_| {}).await;
+    let mut node = TestNode::start(waiting_to_join).await;
     for (chunks, expected) in [
         (
             vec![first_chunk(b"01234", 100), next_chunk(b"56789")],
@@ -198,7 +206,11 @@ async fn a_snapshot_stream_that_ends_short_or_runs_long_is_refused() {
 
 #[tokio::test]
 async fn a_snapshot_over_the_cap_is_refused_at_once() {
-    let mut node = TestNode::start(|config| config.server_limits.snapshot_bytes_max = 64).await;
+    let mut node = TestNode::start(|config| {
+        waiting_to_join(config);
+        config.server_limits.snapshot_bytes_max = 64;
+    })
+    .await;
     let status = node
         .install(vec![first_chunk(b"0123", u64::MAX), next_chunk(b"4567")])
         .await
@@ -229,7 +241,7 @@ async fn a_snapshot_over_the_cap_is_refused_at_once() {
 
 #[tokio::test]
 async fn chunks_are_spooled_to_disk_and_removed_when_the_sender_goes_away() {
-    let mut node = TestNode::start(|_| {}).await;
+    let mut node = TestNode::start(waiting_to_join).await;
     let (send, receive) = tokio::sync::mpsc::channel::<SnapshotChunk>(4);
     let mut peer = node.peer.clone();
     let call = tokio::spawn(async move {
@@ -283,7 +295,7 @@ fn snapshot_stream(data: &[u8], index: u64) -> Vec<SnapshotChunk> {
 #[tokio::test]
 async fn a_complete_snapshot_is_installed_and_its_spool_file_removed() {
     // A node waiting to join: any leader's snapshot is newer than its state.
-    let mut node = TestNode::start(|config| config.initial_cluster = None).await;
+    let mut node = TestNode::start(waiting_to_join).await;
     let mut machine = StateMachine::new(Limits::default());
     machine.apply_empty(LogIndex(5));
     let data = machine.snapshot();

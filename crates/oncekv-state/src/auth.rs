@@ -1,7 +1,10 @@
 //! [`AuthTable`]: users, roles and the key permissions roles grant, whether
 //! authentication is enforced, and the key that signs login tokens. Part of
 //! the replicated state and its snapshot, changed only by [`AuthCommand`]s,
-//! which only an admin may send once authentication is enabled.
+//! which only an admin may send once authentication is enabled. Leases have
+//! owners ([`AuthTable::may_use_lease`]): while authentication is enforced
+//! a lease is its owner's and an admin's to use, whatever keys a user may
+//! write.
 //!
 //! Passwords arrive hashed (the node hashes them with a slow hash before
 //! proposing), so applying stays cheap and pure. Every table is bounded in
@@ -422,6 +425,18 @@ impl AuthTable {
             .is_some_and(|user| user.roles.contains(ADMIN_ROLE))
     }
 
+    /// Whether `principal` may use a lease owned by `owner` (renew,
+    /// revoke, list it or attach keys to it): always while authentication
+    /// is off; otherwise its owner, or an admin. A lease without an owner
+    /// (granted while authentication was off, or before leases had owners)
+    /// is anyone's.
+    pub fn may_use_lease(&self, principal: Option<&Principal>, owner: Option<&Principal>) -> bool {
+        match owner {
+            None => true,
+            Some(owner) => !self.enabled || principal == Some(owner) || self.is_admin(principal),
+        }
+    }
+
     fn permissions<'a>(&'a self, user: &'a User) -> impl Iterator<Item = &'a Permission> + 'a {
         user.roles
             .iter()
@@ -776,6 +791,33 @@ mod tests {
             table.apply(command, LogIndex(i as u64 + 1)).unwrap();
         }
         table
+    }
+
+    #[test]
+    fn a_lease_is_its_owners_and_the_admins_once_enforced() {
+        let mut table = table_with(
+            "alice",
+            "app",
+            Permission {
+                access: Access::ReadWrite,
+                key: b"app/".to_vec(),
+                prefix: true,
+            },
+        );
+        let alice = Principal("alice".into());
+        let bob = Principal("bob".into());
+        let root = Principal("root".into());
+        let owned = Some(&alice);
+        assert!(table.may_use_lease(Some(&alice), owned));
+        assert!(table.may_use_lease(Some(&root), owned), "an admin");
+        assert!(!table.may_use_lease(Some(&bob), owned));
+        assert!(!table.may_use_lease(None, owned));
+        // A lease without an owner is anyone's.
+        assert!(table.may_use_lease(Some(&bob), None));
+        // Not enforced: anyone's.
+        table.apply(&AuthCommand::Disable, LogIndex(100)).unwrap();
+        assert!(table.may_use_lease(Some(&bob), owned));
+        assert!(table.may_use_lease(None, owned));
     }
 
     #[test]

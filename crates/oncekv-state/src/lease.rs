@@ -1,8 +1,15 @@
-//! [`Leases`]: named leases with a cluster-time TTL and the keys attached to
-//! each. The caller deletes an ended lease's keys from the store in the same
-//! apply.
+//! [`Leases`]: named leases with a cluster-time TTL, their owner and the
+//! keys attached to each. The caller deletes an ended lease's keys from the
+//! store in the same apply.
+//!
+//! A lease's owner is the principal of the entry that granted it (`None`
+//! while authentication was off, and for a lease restored from a snapshot
+//! taken before leases had owners): once authentication is enforced, only
+//! its owner or an admin may renew, revoke, list or attach keys to it
+//! ([`crate::AuthTable::may_use_lease`]); a lease without an owner is
+//! anyone's, as every lease was before.
 
-use crate::ids::{ClusterTime, LogIndex};
+use crate::ids::{ClusterTime, LogIndex, Principal};
 use crate::invariant::{BrokenInvariant, Table};
 use crate::outcome::LeaseInfo;
 use imbl::{OrdMap, OrdSet};
@@ -19,6 +26,9 @@ pub struct Lease {
     pub expires_at: ClusterTime,
     /// Where it was granted.
     pub granted_index: LogIndex,
+    /// Who granted it: the entry's authenticated principal (`None` while
+    /// authentication was off, or granted before leases had owners).
+    pub owner: Option<Principal>,
     /// The keys attached to it (derived from the store on restore).
     #[serde(skip)]
     pub keys: OrdSet<Vec<u8>>,
@@ -81,13 +91,22 @@ impl Leases {
         self.leases.insert(lease.name.clone(), lease);
     }
 
-    /// Grants a new lease (the caller checked that the name is free).
-    pub fn grant(&mut self, name: String, ttl_ms: u64, now: ClusterTime, index: LogIndex) {
+    /// Grants a new lease owned by `owner` (the caller checked that the
+    /// name is free).
+    pub fn grant(
+        &mut self,
+        name: String,
+        ttl_ms: u64,
+        now: ClusterTime,
+        index: LogIndex,
+        owner: Option<Principal>,
+    ) {
         self.insert(Lease {
             name,
             ttl_ms,
             expires_at: now.plus_ms(ttl_ms),
             granted_index: index,
+            owner,
             keys: OrdSet::new(),
         });
     }

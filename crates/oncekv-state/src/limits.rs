@@ -68,6 +68,16 @@ pub struct Limits {
     pub txn_ops_max: u32,
 }
 
+impl Limits {
+    /// Most bytes one transaction's reply holds, as the byte budgets count
+    /// them ([`crate::Reply::weight_bytes`]): two scans' worth (4 MiB by
+    /// default, the client message size). Derived from `scan_bytes_max`
+    /// so that it is the same on every replica and in every snapshot.
+    pub fn reply_bytes_max(&self) -> u64 {
+        self.scan_bytes_max.saturating_mul(2)
+    }
+}
+
 /// The default in-flight window of a session (as RIFL).
 pub const WINDOW_DEFAULT: u32 = 128;
 

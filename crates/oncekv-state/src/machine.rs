@@ -3,6 +3,13 @@
 //! deduplication (the only place it is decided), refuses what a full table
 //! or budget cannot take (never evicting anything live), enforces users'
 //! permissions once authentication is on, and executes commands.
+//!
+//! Leases have owners: a grant records the entry's principal as the
+//! lease's owner, and once authentication is enforced only the owner or an
+//! admin may grant its name again, renew it, revoke it, attach a key to it
+//! (a put naming it, in a transaction too) or see it listed; anyone else is
+//! refused with [`Outcome::PermissionDenied`], decided at apply from the
+//! replicated state, so every replica decides alike.
 
 use crate::auth::{Access, AuthTable};
 use crate::command::{Command, Entry, Origin, Query, Request};
@@ -269,7 +276,9 @@ impl StateMachine {
                 match self.sessions.admit(header, digest, self.clock, budget) {
                     Ok(()) => {}
                     Err(NotExecuted::Replay(_)) if !self.dedup => {}
-                    Err(NotExecuted::Replay(record)) => return self.replay(record, command),
+                    Err(NotExecuted::Replay(record)) => {
+                        return self.replay(record, command, principal);
+                    }
                     Err(NotExecuted::Refused(outcome)) => return outcome,
                 }
                 if let Err(reason) = self.check_permission(principal, command) {
@@ -297,7 +306,9 @@ impl StateMachine {
                 let digest = command_digest(command);
                 match self.keys.lookup(principal, key, digest) {
                     Some(NotExecuted::Replay(_)) if !self.dedup => {}
-                    Some(NotExecuted::Replay(record)) => return self.replay(record, command),
+                    Some(NotExecuted::Replay(record)) => {
+                        return self.replay(record, command, principal);
+                    }
                     Some(NotExecuted::Refused(outcome)) => return outcome,
                     None => {}
                 }
@@ -373,12 +384,23 @@ impl StateMachine {
             }
         };
         match command {
-            Command::Put { key: k, .. }
-            | Command::Delete { key: k }
-            | Command::Append { key: k, .. } => key(k, Access::Write),
+            Command::Put { key: k, lease, .. } => {
+                key(k, Access::Write)?;
+                match lease {
+                    Some(name) => self.check_lease_owner(user, name),
+                    None => Ok(()),
+                }
+            }
+            Command::Delete { key: k } | Command::Append { key: k, .. } => key(k, Access::Write),
             Command::Incr { key: k, .. } | Command::Cas { key: k, .. } => key(k, Access::ReadWrite),
+            Command::LeaseGrant { name, .. } | Command::LeaseKeepAlive { name } => {
+                self.check_lease_owner(user, name)
+            }
             Command::LeaseRevoke { name } => match self.leases.get(name) {
-                Some(lease) => lease.keys.iter().try_for_each(|k| key(k, Access::Write)),
+                Some(lease) => {
+                    self.check_lease_owner(user, name)?;
+                    lease.keys.iter().try_for_each(|k| key(k, Access::Write))
+                }
                 None => Ok(()),
             },
             Command::Read(query) => self.check_query(principal, query),
@@ -389,9 +411,47 @@ impl StateMachine {
             Command::OpenSession { .. }
             | Command::KeepAlive { .. }
             | Command::CloseSession { .. }
-            | Command::Tick
-            | Command::LeaseGrant { .. }
-            | Command::LeaseKeepAlive { .. } => Ok(()),
+            | Command::Tick => Ok(()),
+        }
+    }
+
+    /// Whether `user` may use lease `name` (grant its name again, renew or
+    /// revoke it, attach a key to it): `Err` says why not. An unknown lease
+    /// is left to execution (granted, or `LeaseNotFound`).
+    fn check_lease_owner(&self, user: &Principal, name: &str) -> Result<(), String> {
+        match self.leases.get(name) {
+            Some(lease) if !self.auth.may_use_lease(Some(user), lease.owner.as_ref()) => {
+                Err(format!(
+                    "lease {name:?} is not user {:?}'s: only its owner or an admin may use it",
+                    user.0
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// [`read`](Self::read) as `principal` may see it: once authentication
+    /// is enforced, a lease list names only the leases `principal` may use
+    /// (its own and those without an owner; every lease for an admin).
+    pub fn read_as(&self, principal: Option<&Principal>, query: &Query) -> Reply {
+        self.leases_visible_to(principal, self.read(query))
+    }
+
+    /// A lease list as `principal` may see it ([`read_as`](Self::read_as));
+    /// any other reply as it is.
+    fn leases_visible_to(&self, principal: Option<&Principal>, reply: Reply) -> Reply {
+        match reply {
+            Reply::Leases { leases } if self.auth.is_enabled() => Reply::Leases {
+                leases: leases
+                    .into_iter()
+                    .filter(|info| {
+                        self.leases.get(&info.name).is_some_and(|lease| {
+                            self.auth.may_use_lease(principal, lease.owner.as_ref())
+                        })
+                    })
+                    .collect(),
+            },
+            reply => reply,
         }
     }
 
@@ -469,8 +529,18 @@ impl StateMachine {
                         ));
                     }
                 }
-                TxnOp::PutExisting { key, .. } => {
-                    self.check_permission(principal, &put_of(key))?;
+                TxnOp::PutExisting { key, lease, .. } => {
+                    // A put keeping the key's lease attaches it to no new
+                    // lease; one setting a lease attaches it to that one.
+                    let put = match lease {
+                        crate::txn::Update::Set(Some(name)) => Command::Put {
+                            key: key.clone(),
+                            value: Vec::new(),
+                            lease: Some(name.clone()),
+                        },
+                        _ => put_of(key),
+                    };
+                    self.check_permission(principal, &put)?;
                 }
                 TxnOp::Txn(nested) => self.check_txn(principal, nested)?,
                 other => {
@@ -499,6 +569,7 @@ impl StateMachine {
             (Command::Txn(txn), reply @ Reply::Txn { .. }) => {
                 self.txn_visible_to(principal, txn, reply)
             }
+            (Command::Read(Query::LeaseList), reply) => self.leases_visible_to(principal, reply),
             (_, reply) => reply,
         }
     }
@@ -533,10 +604,15 @@ impl StateMachine {
     /// a read (whose value is not kept) the read answered again now. A
     /// record without a reply is a read's, so a command that is not a read
     /// whose digest matches it anyway (a collision) is another request.
-    fn replay(&self, record: CompletionRecord, command: &Command) -> Outcome {
+    fn replay(
+        &self,
+        record: CompletionRecord,
+        command: &Command,
+        principal: Option<&Principal>,
+    ) -> Outcome {
         let reply = match (record.reply, command) {
             (Some(reply), _) => reply,
-            (None, Command::Read(query)) => self.read(query),
+            (None, Command::Read(query)) => self.read_as(principal, query),
             (None, _) => return Outcome::RequestMismatch,
         };
         Outcome::Replayed {
@@ -678,6 +754,10 @@ impl StateMachine {
                 Outcome::Applied(Reply::SessionClosed)
             }
             Command::Tick => Outcome::Applied(Reply::Ticked),
+            Command::LeaseGrant { name, ttl_ms } => Outcome::Applied(
+                self.grant_lease(name, *ttl_ms, principal, index)
+                    .unwrap_or_else(Reply::Rejected),
+            ),
             Command::AlarmDisarm => {
                 let was_raised = std::mem::replace(&mut self.no_space_alarm, false);
                 Outcome::Applied(Reply::AlarmDisarmed { was_raised })
@@ -793,29 +873,6 @@ impl StateMachine {
                     current: Some(new.clone()),
                 })
             }
-            Command::LeaseGrant { name, ttl_ms } => {
-                self.check_lease_name(name)?;
-                let limits = &self.limits;
-                if let Some(rejection) =
-                    check_ttl(*ttl_ms, limits.lease_ttl_ms_min, limits.lease_ttl_ms_max)
-                {
-                    return Err(rejection);
-                }
-                if self.leases.get(name).is_some() {
-                    return Err(Rejection::LeaseExists { name: name.clone() });
-                }
-                if self.leases.len() >= limits.leases_max {
-                    return Err(Rejection::TooManyLeases {
-                        max: limits.leases_max,
-                    });
-                }
-                self.leases.grant(name.clone(), *ttl_ms, now, index);
-                Ok(Reply::LeaseGranted {
-                    name: name.clone(),
-                    ttl_ms: *ttl_ms,
-                    expires_at: now.plus_ms(*ttl_ms),
-                })
-            }
             Command::LeaseKeepAlive { name } => {
                 let expires_at = self
                     .leases
@@ -848,7 +905,44 @@ impl StateMachine {
             | Command::AlarmDisarm
             | Command::Auth(_)
             | Command::Compact { .. } => unreachable!("control commands are run, not executed"),
+            // Run with the principal that will own it (`grant_lease`).
+            Command::LeaseGrant { .. } => unreachable!("a lease grant is run, not executed"),
         }
+    }
+
+    /// Grants lease `name` for `ttl_ms`, owned by `owner` (the entry's
+    /// principal).
+    fn grant_lease(
+        &mut self,
+        name: &str,
+        ttl_ms: u64,
+        owner: Option<&Principal>,
+        index: LogIndex,
+    ) -> Result<Reply, Rejection> {
+        let now = self.clock;
+        self.check_lease_name(name)?;
+        let limits = &self.limits;
+        if let Some(rejection) = check_ttl(ttl_ms, limits.lease_ttl_ms_min, limits.lease_ttl_ms_max)
+        {
+            return Err(rejection);
+        }
+        if self.leases.get(name).is_some() {
+            return Err(Rejection::LeaseExists {
+                name: name.to_string(),
+            });
+        }
+        if self.leases.len() >= limits.leases_max {
+            return Err(Rejection::TooManyLeases {
+                max: limits.leases_max,
+            });
+        }
+        self.leases
+            .grant(name.to_string(), ttl_ms, now, index, owner.cloned());
+        Ok(Reply::LeaseGranted {
+            name: name.to_string(),
+            ttl_ms,
+            expires_at: now.plus_ms(ttl_ms),
+        })
     }
 
     /// Answers a query from the current state (for reads served by
@@ -938,7 +1032,11 @@ impl StateMachine {
         self.decide_path(txn, &mut path);
         let undo = self.kv.undo_point();
         let mut path = path.into_iter();
-        match self.run_branch(txn, &mut path, index) {
+        let mut reply = ReplyBudget {
+            bytes: 0,
+            max: self.limits.reply_bytes_max(),
+        };
+        match self.run_branch(txn, &mut path, index, &mut reply) {
             Ok(reply) => Ok(reply),
             Err(rejection) => {
                 self.undo_to(undo);
@@ -992,14 +1090,17 @@ impl StateMachine {
     }
 
     /// Runs the branch of `txn` the next decision of `path` names, and the
-    /// nested transactions in it by the decisions after it. Undoing a
-    /// refusal is the caller's.
+    /// nested transactions in it by the decisions after it, counting what
+    /// each operation's reply holds against `reply`. Undoing a refusal is
+    /// the caller's.
     fn run_branch(
         &mut self,
         txn: &Txn,
         path: &mut std::vec::IntoIter<bool>,
         index: LogIndex,
+        reply: &mut ReplyBudget,
     ) -> Result<Reply, Rejection> {
+        reply.take(crate::outcome::ENTRY_OVERHEAD_BYTES)?;
         let succeeded = path
             .next()
             .expect("a decision for every transaction on the path");
@@ -1030,7 +1131,7 @@ impl StateMachine {
                 TxnOp::PutExisting { key, value, lease } => self
                     .put_existing(key, value, lease)
                     .and_then(|put| self.try_execute(&put, index)),
-                TxnOp::Txn(nested) => self.run_branch(nested, path, index),
+                TxnOp::Txn(nested) => self.run_branch(nested, path, index, reply),
                 other => match other.as_command() {
                     Some(command) => self.try_execute(&command, index),
                     None => unreachable!("every other operation runs as a command"),
@@ -1038,7 +1139,12 @@ impl StateMachine {
             };
             match result {
                 Ok(Reply::Rejected(rejection)) | Err(rejection) => return Err(rejection),
-                Ok(reply) => results.push(reply),
+                // A nested transaction counted its own operations.
+                Ok(nested @ Reply::Txn { .. }) => results.push(nested),
+                Ok(one) => {
+                    reply.take(one.weight_bytes())?;
+                    results.push(one);
+                }
             }
         }
         Ok(Reply::Txn { succeeded, results })
@@ -1220,4 +1326,26 @@ fn control_not_allowed(command: &Command) -> Outcome {
 
 fn check_ttl(ttl_ms: u64, min_ms: u64, max_ms: u64) -> Option<Rejection> {
     crate::limits::check_ttl(ttl_ms, min_ms, max_ms).err()
+}
+
+/// What a transaction's reply holds so far, against
+/// [`Limits::reply_bytes_max`]: every operation's reply is counted as it
+/// is made, so no node builds a reply past the bound.
+struct ReplyBudget {
+    bytes: u64,
+    max: u64,
+}
+
+impl ReplyBudget {
+    /// Counts `bytes` more; refuses once the reply would pass the bound.
+    fn take(&mut self, bytes: u64) -> Result<(), Rejection> {
+        self.bytes = self.bytes.saturating_add(bytes);
+        if self.bytes > self.max {
+            return Err(Rejection::ReplyTooLarge {
+                bytes: self.bytes,
+                max: self.max,
+            });
+        }
+        Ok(())
+    }
 }

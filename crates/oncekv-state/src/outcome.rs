@@ -605,4 +605,16 @@ pub enum Rejection {
         /// The most compares and operations allowed in all.
         ops_max: u64,
     },
+    /// A transaction's reply would hold more than a reply may (its reads,
+    /// scans and previous values together, as the byte budgets count
+    /// them); nothing it did is kept.
+    #[error(
+        "a transaction's reply may hold {max} bytes, this one reached {bytes}: read less in one transaction"
+    )]
+    ReplyTooLarge {
+        /// The bytes counted when the bound was passed.
+        bytes: u64,
+        /// The bound ([`crate::Limits::reply_bytes_max`]).
+        max: u64,
+    },
 }

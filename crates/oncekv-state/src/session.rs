@@ -1,5 +1,5 @@
 //! [`SessionTable`]: live sessions, their [`CompletionRecord`]s and the
-//! dedup decision of DESIGN.md section 1, in its order: unknown or expired,
+//! dedup decision ([`SessionTable::admit`]), in its order: unknown or expired,
 //! wrong secret, malformed header, stale, mismatch, replay, gap, execute.
 //! Expiry is a function of replicated state only; a full table refuses a
 //! new session and never evicts a live one, and a session's records are

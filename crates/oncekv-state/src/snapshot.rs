@@ -6,9 +6,12 @@
 //! follows (u64 LE), then the body in postcard, then, once the cluster's id
 //! is recorded, that id (a postcard `u64`). A snapshot without the id (one
 //! taken before it was recorded, or by an earlier release) restores with
-//! none; an earlier release reads the body and ignores the id after it,
-//! so the format version is the same. Derived indexes are not stored; they
-//! are rebuilt on restore.
+//! none. Derived indexes are not stored; they are rebuilt on restore.
+//!
+//! Format 5 (written now) records each lease's owner in the body, so the
+//! state digest covers it. Format 4 (the same but for the owners) is still
+//! read: its leases restore without an owner, so they stay anyone's to use,
+//! as every lease was when it was written.
 
 use crate::auth::AuthTable;
 use crate::digest::{Fnv64, fnv64};
@@ -23,8 +26,11 @@ use crate::session::{Session, SessionTable};
 use serde::{Deserialize, Serialize};
 
 const MAGIC: &[u8; 8] = b"OKVSNAP\0";
-/// The snapshot format this build writes and reads.
-pub const FORMAT_VERSION: u32 = 4;
+/// The snapshot format this build writes (it reads this one and
+/// format 4, whose leases have no owners).
+pub const FORMAT_VERSION: u32 = 5;
+/// The earlier format this build still reads: leases without owners.
+pub const FORMAT_VERSION_NO_OWNERS: u32 = 4;
 const HEADER_BYTES: usize = 8 + 4 + 8;
 
 /// Why snapshot bytes could not be restored.
@@ -34,7 +40,9 @@ pub enum SnapshotError {
     #[error("not an oncekv snapshot (bad magic)")]
     BadMagic,
     /// Written by a format this build does not read.
-    #[error("snapshot format {found} is not supported (this build reads {FORMAT_VERSION})")]
+    #[error(
+        "snapshot format {found} is not supported (this build reads {FORMAT_VERSION_NO_OWNERS} and {FORMAT_VERSION})"
+    )]
     UnsupportedVersion {
         /// The version found.
         found: u32,
@@ -85,6 +93,66 @@ struct Body {
     auth: AuthTable,
 }
 
+/// The body of format 4: [`Body`] with leases that have no owner.
+#[derive(Deserialize)]
+struct BodyNoOwners {
+    limits: Limits,
+    clock: ClusterTime,
+    last_applied: Option<LogIndex>,
+    kv: KvStore,
+    sessions: Vec<Session>,
+    keys: Vec<KeyRecord>,
+    leases: Vec<LeaseNoOwner>,
+    no_space_alarm: bool,
+    auth: AuthTable,
+}
+
+/// A lease as format 4 wrote it.
+#[derive(Deserialize)]
+struct LeaseNoOwner {
+    name: String,
+    ttl_ms: u64,
+    expires_at: ClusterTime,
+    granted_index: LogIndex,
+}
+
+impl From<BodyNoOwners> for Body {
+    fn from(body: BodyNoOwners) -> Body {
+        let leases = body
+            .leases
+            .into_iter()
+            .map(|lease| Lease {
+                name: lease.name,
+                ttl_ms: lease.ttl_ms,
+                expires_at: lease.expires_at,
+                granted_index: lease.granted_index,
+                owner: None,
+                keys: Default::default(),
+            })
+            .collect();
+        Body {
+            limits: body.limits,
+            clock: body.clock,
+            last_applied: body.last_applied,
+            kv: body.kv,
+            sessions: body.sessions,
+            keys: body.keys,
+            leases,
+            no_space_alarm: body.no_space_alarm,
+            auth: body.auth,
+        }
+    }
+}
+
+/// Decodes a body of format `version` and what follows it.
+fn take_body(version: u32, encoded: &[u8]) -> Result<(Body, &[u8]), SnapshotError> {
+    if version == FORMAT_VERSION_NO_OWNERS {
+        let (body, after): (BodyNoOwners, &[u8]) = postcard::take_from_bytes(encoded)?;
+        return Ok((body.into(), after));
+    }
+    Ok(postcard::take_from_bytes(encoded)?)
+}
+
 impl StateMachine {
     fn body(&self) -> BodyRef<'_> {
         BodyRef {
@@ -133,15 +201,15 @@ impl StateMachine {
     /// The limits snapshot bytes were taken under (after checking their
     /// magic, format and checksum), so a new node can be started with them.
     pub fn snapshot_limits(bytes: &[u8]) -> Result<Limits, SnapshotError> {
-        let encoded = checked_body(bytes)?;
-        let body: Body = postcard::from_bytes(encoded)?;
+        let (version, encoded) = checked_body(bytes)?;
+        let (body, _) = take_body(version, encoded)?;
         Ok(body.limits)
     }
 
     /// Restores a state machine from snapshot bytes taken under `limits`.
     pub fn restore(limits: &Limits, bytes: &[u8]) -> Result<StateMachine, SnapshotError> {
-        let encoded = checked_body(bytes)?;
-        let (body, after): (Body, &[u8]) = postcard::take_from_bytes(encoded)?;
+        let (version, encoded) = checked_body(bytes)?;
+        let (body, after) = take_body(version, encoded)?;
         let cluster_id = match after {
             [] => None,
             after => match postcard::take_from_bytes::<u64>(after)? {
@@ -186,13 +254,14 @@ impl StateMachine {
     }
 }
 
-/// The body of snapshot bytes, after checking magic, format and checksum.
-fn checked_body(bytes: &[u8]) -> Result<&[u8], SnapshotError> {
+/// The format and body of snapshot bytes, after checking magic, format
+/// and checksum.
+fn checked_body(bytes: &[u8]) -> Result<(u32, &[u8]), SnapshotError> {
     if bytes.len() < HEADER_BYTES || &bytes[..8] != MAGIC {
         return Err(SnapshotError::BadMagic);
     }
     let version = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
-    if version != FORMAT_VERSION {
+    if version != FORMAT_VERSION && version != FORMAT_VERSION_NO_OWNERS {
         return Err(SnapshotError::UnsupportedVersion { found: version });
     }
     let mut checksum = [0u8; 8];
@@ -201,7 +270,7 @@ fn checked_body(bytes: &[u8]) -> Result<&[u8], SnapshotError> {
     if fnv64(encoded) != u64::from_le_bytes(checksum) {
         return Err(SnapshotError::ChecksumMismatch);
     }
-    Ok(encoded)
+    Ok((version, encoded))
 }
 
 #[cfg(test)]
@@ -236,7 +305,7 @@ mod tests {
         let without = machine();
         let mut with = without.clone();
         with.record_cluster_id(0xfeed_beef);
-        // Without an id, the bytes are the earlier release's (no trailer).
+        // Without an id, nothing follows the body.
         let plain = without.snapshot();
         let marked = with.snapshot();
         assert_eq!(&marked[HEADER_BYTES..plain.len()], &plain[HEADER_BYTES..]);
@@ -258,6 +327,95 @@ mod tests {
         assert!(matches!(
             StateMachine::restore(&limits, &resealed(extra)),
             Err(SnapshotError::TrailingBytes)
+        ));
+    }
+
+    /// Snapshot bytes of format 4, as the release before lease owners
+    /// wrote them: leases "jobs" (with key "jobs/a" attached) and "idle"
+    /// granted while authentication was off, a key "plain", and cluster
+    /// id 0x0123456789abcdef after the body.
+    const FORMAT_4: &str = "4f4b56534e41500004000000e68282765f9025c6802080804080ade2048080808002e80780808001a08d06808080048080804080086480b89929c0843d80808040c0cf24a08d0680026480b89929a08d068080802080dddb018001ec07010402066a6f62732f61013101046a6f627303030105706c61696e013200040401040203eb07066a6f62732f6101013101046a6f62730303010004ec0705706c61696e0101320004040100000000020469646c65b0ea019af20102046a6f6273e0d403c9dc03010000000000ef9bafcdf8acd19101";
+
+    fn unhex(hex: &str) -> Vec<u8> {
+        (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    fn apply(machine: &mut StateMachine, index: u64, principal: Option<&str>, command: Command) {
+        machine.apply(&Entry {
+            index: LogIndex(index),
+            time: ClusterTime(1000 + index),
+            principal: principal.map(|p| crate::ids::Principal(p.to_string())),
+            request: Request::plain(command),
+        });
+    }
+
+    #[test]
+    fn a_format_4_snapshot_restores_with_leases_that_have_no_owner() {
+        let limits = Limits::default();
+        let bytes = unhex(FORMAT_4);
+        assert_eq!(StateMachine::snapshot_limits(&bytes).unwrap(), limits);
+        let restored = StateMachine::restore(&limits, &bytes).unwrap();
+        assert_eq!(restored.cluster_id(), Some(0x0123_4567_89ab_cdef));
+        let jobs = restored.leases().get("jobs").expect("lease jobs");
+        assert_eq!(jobs.owner, None);
+        assert_eq!(jobs.ttl_ms, 60_000);
+        assert!(jobs.keys.contains(b"jobs/a".as_slice()));
+        assert_eq!(restored.leases().get("idle").unwrap().owner, None);
+        assert_eq!(
+            restored.kv().get(b"plain").map(|s| s.value.clone()),
+            Some(b"2".to_vec())
+        );
+        // The same state, built by this release, is the same machine.
+        let mut built = StateMachine::new(limits.clone());
+        let lease = |name: &str, ttl_ms| Command::LeaseGrant {
+            name: name.into(),
+            ttl_ms,
+        };
+        apply(&mut built, 1, None, lease("jobs", 60_000));
+        apply(&mut built, 2, None, lease("idle", 30_000));
+        let put = |key: &[u8], value: &[u8], lease: Option<&str>| Command::Put {
+            key: key.to_vec(),
+            value: value.to_vec(),
+            lease: lease.map(str::to_string),
+        };
+        apply(&mut built, 3, None, put(b"jobs/a", b"1", Some("jobs")));
+        apply(&mut built, 4, None, put(b"plain", b"2", None));
+        built.record_cluster_id(0x0123_4567_89ab_cdef);
+        assert_eq!(restored, built);
+        // Taken again, it is written in this release's format.
+        let again = restored.snapshot();
+        assert_eq!(&again[8..12], &FORMAT_VERSION.to_le_bytes());
+        assert_eq!(StateMachine::restore(&limits, &again).unwrap(), built);
+    }
+
+    #[test]
+    fn lease_owners_survive_a_snapshot_and_count_in_the_digest() {
+        let limits = Limits::default();
+        let grant = Command::LeaseGrant {
+            name: "l".into(),
+            ttl_ms: 60_000,
+        };
+        let mut owned = StateMachine::new(limits.clone());
+        apply(&mut owned, 1, Some("alice"), grant.clone());
+        let mut unowned = StateMachine::new(limits.clone());
+        apply(&mut unowned, 1, None, grant);
+        assert_eq!(
+            owned.leases().get("l").unwrap().owner,
+            Some(crate::ids::Principal("alice".into()))
+        );
+        assert_ne!(owned.state_digest(), unowned.state_digest());
+        let restored = StateMachine::restore(&limits, &owned.snapshot()).unwrap();
+        assert_eq!(restored, owned);
+        assert_eq!(restored.state_digest(), owned.state_digest());
+        // Any other format is refused, typed.
+        let mut other = owned.snapshot();
+        other[8..12].copy_from_slice(&3u32.to_le_bytes());
+        assert!(matches!(
+            StateMachine::restore(&limits, &other),
+            Err(SnapshotError::UnsupportedVersion { found: 3 })
         ));
     }
 }

@@ -19,7 +19,7 @@
 //! - `limits NAME=N ...` (before any entry): starts over with these limits
 //!   changed (`sessions_max`, `idempotency_keys_max`,
 //!   `idempotency_bytes_max`, `session_record_bytes_max`,
-//!   `record_bytes_max`, `store_bytes_max`, `scan_bytes_max`).
+//!   `record_bytes_max`, `store_bytes_max`, `scan_bytes_max`, `value_bytes_max`).
 //! - `get K rev=R`, `scan P [LIMIT] rev=R` and `range START END [LIMIT]
 //!   rev=R`: read the store as it was at
 //!   revision R; `get` prints the key's revisions as `@create/mod/version`;
@@ -140,6 +140,10 @@ impl Runner {
                         "record_bytes_max" => limits.record_bytes_max = value,
                         "store_bytes_max" => limits.store_bytes_max = value,
                         "scan_bytes_max" => limits.scan_bytes_max = value,
+                        "value_bytes_max" => {
+                            limits.value_bytes_max = usize::try_from(value)
+                                .map_err(|_| format!("value_bytes_max {value} is too large"))?
+                        }
                         "history_events_max" => limits.history_events_max = value,
                         "history_bytes_max" => limits.history_bytes_max = value,
                         "history_retention_ms" => limits.history_retention_ms = value,

@@ -89,6 +89,9 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(error) => error.exit(),
     };
+    if let Some(serve) = matches.subcommand_matches("serve") {
+        refuse_client_flags(serve);
+    }
     let endpoints_given = matches!(
         matches.value_source("endpoints"),
         Some(ValueSource::CommandLine | ValueSource::EnvVariable)
@@ -131,6 +134,64 @@ fn main() -> ExitCode {
                     ExitCode::from(commands::EXIT_ERROR)
                 }
             }
+        }
+    }
+}
+
+/// The client-side flags every command takes, and what `serve` takes
+/// instead: `serve --cert` would otherwise be accepted and ignored, and the
+/// node would serve plaintext while its operator believes it is on TLS.
+const CLIENT_FLAGS_OF_SERVE: [(&str, &str, &str); 5] = [
+    (
+        "tls_cacert",
+        "--cacert",
+        "a node's TLS flags are --cert-file and --key-file, and --client-ca-file to require client certificates",
+    ),
+    (
+        "tls_client_cert",
+        "--cert",
+        "a node's certificate is --cert-file (and --peer-cert-file for the peer port)",
+    ),
+    (
+        "tls_client_key",
+        "--key",
+        "a node's private key is --key-file (and --peer-key-file for the peer port)",
+    ),
+    (
+        "endpoints",
+        "--endpoints",
+        "a node's own addresses are --listen-client and --listen-peer, its cluster --initial-cluster or --join",
+    ),
+    (
+        "login",
+        "--user",
+        "users are created with `oncekv user add` against a running node",
+    ),
+];
+
+/// Exits with a usage error when `serve` was given a client-side flag on
+/// its command line; warns when one comes from the environment (set for
+/// the client commands of the same shell) and is ignored.
+fn refuse_client_flags(serve: &clap::ArgMatches) {
+    for (id, flag, instead) in CLIENT_FLAGS_OF_SERVE {
+        match serve.value_source(id) {
+            Some(ValueSource::CommandLine) => {
+                let mut command = Cli::command();
+                command
+                    .error(
+                        clap::error::ErrorKind::ArgumentConflict,
+                        format!(
+                            "{flag} is a client flag, which `oncekv serve` does not take: {instead}"
+                        ),
+                    )
+                    .exit();
+            }
+            Some(ValueSource::EnvVariable) => {
+                eprintln!(
+                    "warning: {flag} from the environment is a client setting; `oncekv serve` ignores it"
+                );
+            }
+            _ => {}
         }
     }
 }

@@ -231,7 +231,8 @@ pub struct ServeArgs {
     store_bytes_max: u64,
 
     /// Most bytes of keys and values in one scan reply (a cluster setting);
-    /// a longer scan stops with `more`.
+    /// a longer scan stops with `more`. A transaction's reply may hold twice
+    /// this, all its reads together; a larger one is refused whole.
     #[arg(long, default_value_t = Limits::default().scan_bytes_max)]
     scan_bytes_max: u64,
 

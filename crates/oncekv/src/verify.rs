@@ -1,5 +1,7 @@
 //! `oncekv verify`: a fault run from this binary. It starts a local
-//! cluster of `oncekv serve` processes (or uses `--endpoints`), runs the
+//! cluster of `oncekv serve` processes, on loopback or each on a host of
+//! its own (`--topology netns`: network namespaces, root only), or uses
+//! `--endpoints`, runs the
 //! workload under the nemesis with a progress bar, heals, checks the
 //! history, prints the summary table and the seed, writes the history and
 //! an HTML timeline, and exits non-zero on any violation.
@@ -9,6 +11,7 @@ use anyhow::Context;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use oncekv_check::coverage::RunVerdict;
+use oncekv_harness::cluster::Topology;
 use oncekv_harness::nemesis::Fault;
 use oncekv_harness::run::{self, Api, Progress, RunConfig, Target};
 use oncekv_harness::workload::{ClientMode, WorkloadOptions};
@@ -21,6 +24,8 @@ Examples:
   oncekv verify --duration 30s --seed 7              # 3 local nodes, every fault kind
   oncekv verify --faults kill,drop-reply --clients 4 # only some faults
   oncekv verify --endpoints 10.0.0.1:7379,10.0.0.2:7379 --faults drop-reply,delay
+  oncekv verify --topology netns --nodes 5           # 5 hosts in network namespaces
+                                                     # (root), network faults added
   oncekv verify --naive-client                       # negative control: must FAIL
   oncekv verify --api etcd                           # through etcd's v3 API, with the
                                                      # oncekv-idempotency-key metadata
@@ -34,7 +39,13 @@ delay, reset (client connections reset), partition (peer links cut),
 fsync (disk syncs fail; needs fiu-run/fiu-ctrl from Debian's fiu-utils),
 flood (unused sessions and one-shot keys sent outside the history; the
 nodes run with a small session table, so it fills and must refuse without
-evicting a live session). A kind that cannot run here is skipped with a
+evicting a live session). With --topology netns (each node a network
+namespace on a private bridge; needs root and iproute2), also the network
+between the hosts: link-down (a node's link down, then up), one-way (a
+node's packets to its peers, or theirs to it, dropped), cut-leader (a
+follower cut from the leader only), split (a minority and a majority, 2/3
+of five), flap (a node's link down and up in quick turns); there partition
+cuts the links themselves. A kind that cannot run here is skipped with a
 message.
 
 Exit codes (the table shared by every subcommand: oncekv --help):
@@ -51,6 +62,11 @@ pub struct VerifyArgs {
     /// Nodes of the local cluster.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=7))]
     nodes: u64,
+    /// Where the local cluster's nodes run: all on loopback, or each in a
+    /// network namespace of its own with its own address on a private
+    /// bridge (needs root; adds the network faults to the default kinds).
+    #[arg(long, value_enum, default_value_t = TopologyArg::Loopback)]
+    topology: TopologyArg,
     /// Concurrent clients (an expiry probe runs besides them).
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=256))]
     clients: u64,
@@ -88,6 +104,24 @@ pub struct VerifyArgs {
     unsafe_no_dedup: bool,
 }
 
+/// `--topology`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum TopologyArg {
+    /// All nodes on this machine's loopback.
+    Loopback,
+    /// Each node in a network namespace of its own (root).
+    Netns,
+}
+
+impl From<TopologyArg> for Topology {
+    fn from(arg: TopologyArg) -> Topology {
+        match arg {
+            TopologyArg::Loopback => Topology::Loopback,
+            TopologyArg::Netns => Topology::Netns,
+        }
+    }
+}
+
 /// `--api`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum ApiArg {
@@ -119,11 +153,22 @@ async fn run_inner(
     endpoints_given: bool,
 ) -> anyhow::Result<ExitCode> {
     let seed = args.seed.unwrap_or_else(rand::random);
+    let topology = Topology::from(args.topology);
     let faults = if args.no_faults {
         Vec::new()
     } else {
-        args.faults.clone().unwrap_or_else(|| Fault::ALL.to_vec())
+        args.faults
+            .clone()
+            .unwrap_or_else(|| Fault::defaults(topology))
     };
+    if topology == Topology::Netns {
+        if endpoints_given {
+            anyhow::bail!("--topology netns starts its own nodes: it does not go with --endpoints");
+        }
+        if let Err(why) = oncekv_harness::netns::available() {
+            anyhow::bail!("--topology netns cannot run here: {why}");
+        }
+    }
     if connection.tls.cacert.is_some() {
         anyhow::bail!(
             "oncekv verify does not connect over TLS (--cacert): run it on a plaintext cluster"
@@ -137,6 +182,7 @@ async fn run_inner(
             binary,
             nodes: usize::try_from(args.nodes)?,
             dedup: !args.unsafe_no_dedup,
+            topology,
         }
     };
     let out = args
@@ -182,11 +228,20 @@ async fn run_inner(
     let summary = result?;
     let verdict = summary.verification.report.verdict();
     let violated = verdict == RunVerdict::Fail || !summary.crashed.is_empty();
+    // Faults that could not be made or healed: the run was not the one
+    // asked for.
+    let not_run = !violated && !summary.nemesis_failures.is_empty();
     match connection.output {
         Output::Json => {
             let json = serde_json::json!({
                 "seed": seed,
-                "verdict": if summary.crashed.is_empty() { verdict.name() } else { "FAIL" },
+                "verdict": if violated {
+                    "FAIL"
+                } else if not_run {
+                    "NOT_RUN"
+                } else {
+                    verdict.name()
+                },
                 "coverage": oncekv_check::coverage::Coverage::of(&summary.record),
                 "checkers": summary.verification.summaries().iter().map(|s| serde_json::json!({
                     "checker": s.checker,
@@ -197,6 +252,7 @@ async fn run_inner(
                 "skipped": summary.skipped,
                 "crashed": summary.crashed,
                 "stopped_on_sync_failure": summary.stopped_on_sync_failure,
+                "nemesis_failures": summary.nemesis_failures,
                 "history": summary.history,
                 "html": summary.html,
                 "kept": summary.kept,
@@ -210,6 +266,9 @@ async fn run_inner(
             say!("{}", summary.verification.report.to_text());
             for crash in &summary.crashed {
                 sayln!("CRASH: {crash}");
+            }
+            for failure in &summary.nemesis_failures {
+                sayln!("NEMESIS FAILED: {failure}");
             }
             if summary.stopped_on_sync_failure > 0 {
                 sayln!(
@@ -226,12 +285,20 @@ async fn run_inner(
             if let Some(path) = &summary.kept {
                 sayln!("node data and logs kept in {}", path.display());
             }
-            let word = if violated { "FAIL" } else { verdict.name() };
+            let word = if violated {
+                "FAIL"
+            } else if not_run {
+                "NOT RUN (a fault could not be made or healed)"
+            } else {
+                verdict.name()
+            };
             sayln!("verdict: {word} (seed {seed}; rerun with --seed {seed})");
         }
     }
     Ok(if violated {
         ExitCode::from(EXIT_VIOLATION)
+    } else if not_run {
+        ExitCode::from(EXIT_NOT_RUN)
     } else if verdict == RunVerdict::Pass {
         ExitCode::SUCCESS
     } else {

@@ -435,6 +435,15 @@ async fn the_command_line_manages_users_and_roles_and_exits_13_when_denied() {
     assert!(text.contains("not host:port"), "{text}");
     let roles = ok(run(&["role", "list"], ""));
     assert!(roles.contains("app: readwrite app/*"), "{roles}");
+    let role = ok(run(&["role", "get", "app"], ""));
+    assert_eq!(role.trim(), "app: readwrite app/*");
+    let (code, text) = run(&["role", "get", "nobody"], "");
+    assert_eq!(code, 3, "no such role: {text}");
+    assert!(text.contains("nobody"), "{text}");
+    let user = ok(run(&["user", "get", "alice"], ""));
+    assert_eq!(user.trim(), "alice roles=app");
+    let (code, text) = run(&["user", "get", "nobody"], "");
+    assert_eq!(code, 3, "no such user: {text}");
     ok(run(&["auth", "enable"], ""));
 
     let (code, text) = run(&["put", "app/x", "1"], "");
@@ -450,6 +459,8 @@ async fn the_command_line_manages_users_and_roles_and_exits_13_when_denied() {
     assert_eq!(code, 13, "listing users needs admin: {text}");
     let users = ok(run(&["user", "list", "--user", "root:root-pw"], ""));
     assert!(users.contains("alice roles=app"), "{users}");
+    let (code, text) = run(&["status", "--user", "alice:alice-pw"], "");
+    assert_eq!(code, 13, "the status needs admin: {text}");
     let status = ok(run(&["auth", "status", "--user", "root:root-pw"], ""));
     assert!(status.contains("enabled"), "{status}");
     ok(run(&["auth", "disable", "--user", "root:root-pw"], ""));

@@ -456,9 +456,10 @@ async fn under_authentication_a_watch_and_a_leases_keys_show_only_what_the_user_
     }
     enable_with_root(&node);
 
-    // A lease holding a key alice may read and one she may not: she is
-    // told of hers only.
-    let granted = etcdctl(&node, &[root, "lease", "grant", "100"], "");
+    // Her lease, holding a key she may read and one she may not (root, an
+    // admin, attaches both): she is told of hers only. Another user's
+    // lease is not hers to ask about.
+    let granted = etcdctl(&node, &[alice, "lease", "grant", "100"], "");
     let lease = granted
         .stdout
         .split(' ')
@@ -483,6 +484,19 @@ async fn under_authentication_a_watch_and_a_leases_keys_show_only_what_the_user_
     assert!(
         all.stdout.contains("app/leased") && all.stdout.contains("secret"),
         "{all:?}"
+    );
+    let roots = etcdctl(&node, &[root, "lease", "grant", "100"], "");
+    let roots = roots
+        .stdout
+        .split(' ')
+        .nth(1)
+        .filter(|id| id.len() == 16)
+        .unwrap_or_else(|| panic!("{roots:?}"))
+        .to_string();
+    let refused = etcdctl(&node, &[alice, "lease", "timetolive", &roots], "");
+    assert!(
+        refused.code != 0 && refused.stderr.contains("permission denied"),
+        "{refused:?}"
     );
 
     // A watch of her prefix sees its changes; one of keys she may not

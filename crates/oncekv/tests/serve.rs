@@ -45,6 +45,39 @@ fn startup_errors_say_what_to_fix_with_documented_exit_codes() {
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("not in --initial-cluster"), "{stderr}");
 
+    // A client's TLS flag is refused before anything starts, naming the
+    // node's own (it would otherwise be ignored and the node serve
+    // plaintext); so are the other client-side flags.
+    let fresh = dir.path().join("never-made");
+    let fresh = fresh.to_str().expect("utf8 path");
+    for (flag, instead) in [
+        ("--cert", "--cert-file"),
+        ("--key", "--key-file"),
+        ("--cacert", "--client-ca-file"),
+        ("--user", "oncekv user add"),
+        ("--endpoints", "--listen-client"),
+    ] {
+        let (code, stderr) = serve(&[
+            "--data-dir",
+            fresh,
+            "--listen-client",
+            &client,
+            "--listen-peer",
+            &peer,
+            flag,
+            "x",
+        ]);
+        assert_eq!(code, 2, "{flag}: {stderr}");
+        assert!(
+            stderr.contains(&format!("{flag} is a client flag")) && stderr.contains(instead),
+            "{flag}: {stderr}"
+        );
+    }
+    assert!(
+        !std::path::Path::new(fresh).exists(),
+        "nothing is made for a refused start"
+    );
+
     // A port in use.
     let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let taken = taken.local_addr().expect("addr").to_string();

@@ -3,7 +3,7 @@
 //! retries even a plain mutation after it), connections beyond the cap
 //! are refused the same way while the others are served, a peer snapshot announcing
 //! more than the cap is refused without the node's memory growing (and
-//! one under it is spooled to disk, not memory), and a malformed message
+//! one under it, from a member, is spooled to disk, not memory), and a malformed message
 //! is INVALID_ARGUMENT on both ports.
 
 mod support;
@@ -25,10 +25,25 @@ use tonic::{Code, Status};
 use oncekv_proto::OVERLOADED_METADATA as OVERLOADED;
 
 /// A vote (term 1, node 2) and an empty snapshot description as postcard
-/// bytes; `crates/oncekv-server/tests/peer_snapshot.rs` checks that they
+/// bytes; `crates/oncekv-server/tests/peer_service.rs` checks that they
 /// decode as such.
 const VOTE: [u8; 3] = [1, 2, 0];
 const META: [u8; 5] = [0; 5];
+
+/// A committed vote of `term` for leader `leader` as postcard bytes (the
+/// term and the id as varints, then `committed`), as VOTE is spelled.
+fn committed_vote(term: u64, leader: u64) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    for mut value in [term, leader] {
+        while value >= 0x80 {
+            bytes.push((value as u8 & 0x7f) | 0x80);
+            value >>= 7;
+        }
+        bytes.push(value as u8);
+    }
+    bytes.push(1);
+    bytes
+}
 
 async fn channel(address: &str) -> Channel {
     let endpoint = Endpoint::from_shared(format!("http://{address}"))
@@ -348,8 +363,14 @@ fn resident_bytes(pid: u32) -> u64 {
 const MIB: usize = 1024 * 1024;
 
 fn chunk(first: bool, total_bytes: u64) -> SnapshotChunk {
+    chunk_under(&VOTE, first, total_bytes)
+}
+
+/// A chunk of 1 MiB; the first carries `vote`, an empty snapshot
+/// description and the size announced.
+fn chunk_under(vote: &[u8], first: bool, total_bytes: u64) -> SnapshotChunk {
     SnapshotChunk {
-        vote: if first { VOTE.to_vec() } else { Vec::new() },
+        vote: if first { vote.to_vec() } else { Vec::new() },
         meta: if first { META.to_vec() } else { Vec::new() },
         data: vec![0x5a; MIB],
         total_bytes: if first { total_bytes } else { 0 },
@@ -373,9 +394,25 @@ fn spool_files(data_dir: &Path) -> Vec<(std::path::PathBuf, u64)> {
 #[tokio::test]
 async fn a_snapshot_over_the_cap_is_refused_and_one_under_it_is_spooled_not_held() {
     let _one = exclusive().await;
-    let cluster = Cluster::start(1, &["--max-snapshot-bytes", "268435456"]);
-    cluster.leader(Duration::from_secs(20)).await;
-    let node = &cluster.nodes[0];
+    // Two nodes: a follower spools a snapshot only from a member of its
+    // cluster (here, one claiming to come from its leader).
+    let cluster = Cluster::start(2, &["--max-snapshot-bytes", "268435456"]);
+    let leader = cluster.leader(Duration::from_secs(20)).await;
+    let node = cluster
+        .nodes
+        .iter()
+        .find(|node| node.id != leader)
+        .expect("a follower");
+    let term = cluster
+        .nodes
+        .iter()
+        .find(|node| node.id == leader)
+        .expect("the leader")
+        .status()
+        .await
+        .expect("the leader's status")
+        .term;
+    let vote = committed_vote(term, leader);
     let pid = node.child.as_ref().expect("running").id();
     let peer = RaftPeerClient::new(channel(&node.peer).await);
     let token = peer_token(&cluster);
@@ -428,7 +465,8 @@ async fn a_snapshot_over_the_cap_is_refused_and_one_under_it_is_spooled_not_held
             .await
     });
     for i in 0..96 {
-        tokio::time::timeout(Duration::from_secs(10), send.send(chunk(i == 0, 200 << 20)))
+        let chunk = chunk_under(&vote, i == 0, 200 << 20);
+        tokio::time::timeout(Duration::from_secs(10), send.send(chunk))
             .await
             .expect("the node takes chunks")
             .expect("stream open");

@@ -9,6 +9,9 @@
 //!   of another CA, is refused, and one with the CA's certificate served;
 //! - the CLI names a wrong CA ("unknown issuer") and a host the node's
 //!   certificate does not name ("host name mismatch");
+//! - the security guide's recipe: the admin's certificate sets up
+//!   authentication; a user's certificate logs in as that user, and stops
+//!   working when the user is deleted;
 //! - on the peer port: a plaintext connection, a certificate of another
 //!   CA, a non-member's certificate (`node-9`) and a member's certificate
 //!   speaking for another member (`node-2` sending as node 3) are all
@@ -218,6 +221,56 @@ async fn clients_are_refused_with_words_for_what_is_wrong() {
     );
     assert_eq!(code, Some(1), "{text}");
     assert!(text.contains("host name mismatch"), "{text}");
+}
+
+/// The recipe of docs/security.md on a cluster that requires client
+/// certificates: the admin's certificate (CN=root) sets authentication
+/// up, then logs in as root; a user's certificate logs in as that user,
+/// within its grants; deleting the user stops its certificate at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_certificate_sets_up_authentication_and_a_deleted_user_s_certificate_is_refused()
+{
+    let _one = exclusive().await;
+    let cluster = Cluster::start_tls(1, FAST, true);
+    cluster.leader(ELECTION).await;
+    let dir = cluster.certs_dir().expect("certificates");
+    let ca = certs::ca_files(&dir).cert;
+    let root = certs::create_client(&dir, "root", certs::LEAF_DAYS_DEFAULT).expect("root's");
+    let alice = certs::create_client(&dir, "alice", certs::LEAF_DAYS_DEFAULT).expect("alice's");
+    let address = cluster.nodes[0].client.clone();
+    let run = |who: &certs::CertFiles, args: &[&str]| {
+        oncekv(
+            &[
+                &["--endpoints", &address, "--cacert", path(&ca)][..],
+                &["--cert", path(&who.cert), "--key", path(&who.key)],
+                &["--timeout", "20s"],
+                args,
+            ]
+            .concat(),
+        )
+    };
+    let ok = |(code, text): (Option<i32>, String)| assert_eq!(code, Some(0), "{text}");
+    ok(run(&root, &["user", "add", "root", "--no-password"]));
+    ok(run(&root, &["user", "grant-role", "root", "admin"]));
+    ok(run(&root, &["role", "add", "app"]));
+    ok(run(
+        &root,
+        &["role", "grant", "app", "readwrite", "app/", "--prefix"],
+    ));
+    ok(run(&root, &["user", "add", "alice", "--no-password"]));
+    ok(run(&root, &["user", "grant-role", "alice", "app"]));
+    ok(run(&root, &["auth", "enable"]));
+
+    ok(run(&alice, &["put", "app/x", "1"]));
+    let (code, text) = run(&alice, &["put", "other", "1"]);
+    assert_eq!(code, Some(13), "outside alice's grants: {text}");
+    let (code, text) = run(&alice, &["user", "list"]);
+    assert_eq!(code, Some(13), "alice is no admin: {text}");
+    ok(run(&root, &["user", "list"]));
+
+    ok(run(&root, &["user", "delete", "alice"]));
+    let (code, text) = run(&alice, &["get", "app/x"]);
+    assert_eq!(code, Some(13), "a deleted user's certificate: {text}");
 }
 
 /// A vote request as the peer port reads it (postcard): `VoteKind::Vote`

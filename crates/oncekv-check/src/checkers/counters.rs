@@ -19,7 +19,7 @@
 //! values are exactly `1..=N` for `N` acknowledged increments: no gap, no
 //! repeat.
 
-use super::{CheckerVerdict, Status};
+use super::Findings;
 use crate::record::{Bytes, Op, OpId, OpRecord, OutcomeClass, Record, Reply};
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt;
@@ -401,46 +401,39 @@ pub struct CountersVerdict {
     pub undecided: Vec<CounterUndecided>,
 }
 
-impl CheckerVerdict for CountersVerdict {
-    fn checker(&self) -> &'static str {
-        "counters"
+impl Findings for CountersVerdict {
+    const CHECKER: &'static str = "counters";
+    const PASS: &'static str = "every counter adds up";
+    type Violation = CounterViolation;
+    type Undecided = CounterUndecided;
+
+    fn violations(&self) -> &[CounterViolation] {
+        &self.violations
     }
 
-    fn status(&self) -> Status {
-        Status::from_counts(self.violations.len(), self.undecided.len())
+    fn undecided(&self) -> &[CounterUndecided] {
+        &self.undecided
     }
 
-    fn headline(&self) -> String {
+    fn scope(&self) -> String {
         let acknowledged: usize = self.counters.iter().map(|c| c.acknowledged).sum();
         let unknown: usize = self.counters.iter().map(|c| c.unknown).sum();
         let sequences = self.counters.iter().filter(|c| c.sequence_checked).count();
-        let scope = format!(
+        format!(
             "{} counter(s), {acknowledged} acknowledged and {unknown} unknown increment(s), {sequences} checked as 1..=N",
             self.counters.len()
-        );
-        match self.status() {
-            Status::Pass if self.counters.is_empty() => "no increments recorded".to_owned(),
-            Status::Pass => format!("every counter adds up: {scope}"),
-            Status::Fail => format!("{} violation(s): {scope}", self.violations.len()),
-            Status::Undecided => format!(
-                "{} counter(s) undecided, no violation: {scope}",
-                self.undecided.len()
-            ),
-        }
+        )
     }
 
-    fn details(&self) -> Vec<String> {
-        self.violations
-            .iter()
-            .map(ToString::to_string)
-            .chain(self.undecided.iter().map(ToString::to_string))
-            .collect()
+    fn nothing_checked(&self) -> Option<&'static str> {
+        self.counters.is_empty().then_some("no increments recorded")
     }
-}
 
-impl fmt::Display for CountersVerdict {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.explanation())
+    fn undecided_wording(&self) -> String {
+        format!(
+            "{} counter(s) undecided, no violation",
+            self.undecided.len()
+        )
     }
 }
 
@@ -654,6 +647,7 @@ fn check_positive(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checkers::{CheckerVerdict, Status};
     use crate::record::{FailReason, Outcome, RequestIdentity};
 
     fn incr(id: OpId, by: i64, outcome: Outcome) -> OpRecord {

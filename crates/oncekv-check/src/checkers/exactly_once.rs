@@ -26,7 +26,7 @@
 //! read, and a token that is empty or contains the delimiter leave that key
 //! undecided, never passed.
 
-use super::{CheckerVerdict, Status};
+use super::Findings;
 use crate::record::{Bytes, OpId, OpRecord, OutcomeClass, Record, Reply};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -308,17 +308,22 @@ pub struct ExactlyOnceVerdict {
     pub undecided: Vec<ExactlyOnceUndecided>,
 }
 
-impl CheckerVerdict for ExactlyOnceVerdict {
-    fn checker(&self) -> &'static str {
-        "exactly_once"
+impl Findings for ExactlyOnceVerdict {
+    const CHECKER: &'static str = "exactly_once";
+    const PASS: &'static str = "every append applied exactly once";
+    type Violation = ExactlyOnceViolation;
+    type Undecided = ExactlyOnceUndecided;
+
+    fn violations(&self) -> &[ExactlyOnceViolation] {
+        &self.violations
     }
 
-    fn status(&self) -> Status {
-        Status::from_counts(self.violations.len(), self.undecided.len())
+    fn undecided(&self) -> &[ExactlyOnceUndecided] {
+        &self.undecided
     }
 
-    fn headline(&self) -> String {
-        let scope = format!(
+    fn scope(&self) -> String {
+        format!(
             "{} append(s) ({} acknowledged, {} unknown, {} not applied) on {} key(s), {} token(s) found",
             self.appends,
             self.acknowledged,
@@ -326,30 +331,15 @@ impl CheckerVerdict for ExactlyOnceVerdict {
             self.not_applied,
             self.keys_checked,
             self.tokens_found
-        );
-        match self.status() {
-            Status::Pass if self.appends == 0 => "no append operations recorded".to_owned(),
-            Status::Pass => format!("every append applied exactly once: {scope}"),
-            Status::Fail => format!("{} violation(s): {scope}", self.violations.len()),
-            Status::Undecided => format!(
-                "{} key(s) undecided, no violation: {scope}",
-                self.undecided.len()
-            ),
-        }
+        )
     }
 
-    fn details(&self) -> Vec<String> {
-        self.violations
-            .iter()
-            .map(ToString::to_string)
-            .chain(self.undecided.iter().map(ToString::to_string))
-            .collect()
+    fn nothing_checked(&self) -> Option<&'static str> {
+        (self.appends == 0).then_some("no append operations recorded")
     }
-}
 
-impl fmt::Display for ExactlyOnceVerdict {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.explanation())
+    fn undecided_wording(&self) -> String {
+        format!("{} key(s) undecided, no violation", self.undecided.len())
     }
 }
 
@@ -598,6 +588,7 @@ fn check_order(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checkers::{CheckerVerdict, Status};
     use crate::record::{FailReason, Op, Outcome, RequestIdentity};
 
     struct Builder {

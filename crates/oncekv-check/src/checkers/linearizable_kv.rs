@@ -1,6 +1,6 @@
 //! The KV checker: every key operation of a recorded run (GET, PUT,
 //! DELETE, APPEND, INCR, CAS and transactions), translated into a
-//! [`KvHistory`] and decided by [`kv_linearizability::check`] against the
+//! [`KvHistory`] and decided by [`linearizability::check`] against the
 //! model of the whole store ([`crate::kv_model`]). No key is skipped.
 //!
 //! The translation, per operation:
@@ -18,18 +18,17 @@
 //! * lease operations → not key operations, left out. (The record's puts
 //!   attach no key to a lease, so no lease expiry deletes a checked key.)
 //!
-//! This supersedes [`super::linearizable_registers`] in
-//! [`crate::verify`]: every register history is a KV history, checked
-//! here with more constraints (previous values) and without skipping the
-//! keys that are also appended or incremented.
+//! Every register history is a KV history, so this also covers what a
+//! register view alone would check, with more constraints (previous
+//! values) and without skipping the keys that are also appended or
+//! incremented.
 
 use super::exactly_once::TokenFormat;
 use super::{CheckerVerdict, Status};
-use crate::kv_history::{KvCall, KvHistory, KvHistoryError, KvOperation, KvOutput};
-use crate::kv_linearizability::{self, KvVerdict};
-use crate::linearizability::Bounds;
+use crate::history::HistoryError;
+use crate::kv_history::{KvCall, KvHistory, KvOperation, KvOutput};
+use crate::linearizability::{self, Bounds, Verdict};
 use crate::record::{Op, OpId, OutcomeClass, Record, Reply, TxnOp, TxnOpResult};
-use std::fmt;
 
 /// A KV history built from a record.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -106,7 +105,7 @@ fn output(reply: &Reply) -> Option<KvOutput> {
 
 /// Translates the key operations of `record`; appended tokens end with
 /// `format`'s delimiter.
-pub fn kv_history(record: &Record, format: TokenFormat) -> Result<RecordKvHistory, KvHistoryError> {
+pub fn kv_history(record: &Record, format: TokenFormat) -> Result<RecordKvHistory, HistoryError> {
     let mut operations = Vec::new();
     let mut origin = Vec::new();
     let mut dropped = 0;
@@ -157,10 +156,10 @@ pub enum KvCheckVerdict {
         /// The history searched.
         kv: RecordKvHistory,
         /// Its verdict.
-        verdict: KvVerdict,
+        verdict: Verdict,
     },
     /// The record's operations do not form a valid history.
-    Invalid(KvHistoryError),
+    Invalid(HistoryError),
 }
 
 impl CheckerVerdict for KvCheckVerdict {
@@ -171,9 +170,9 @@ impl CheckerVerdict for KvCheckVerdict {
     fn status(&self) -> Status {
         match self {
             Self::Checked { verdict, .. } => match verdict {
-                KvVerdict::Linearizable => Status::Pass,
-                KvVerdict::NotLinearizable { .. } => Status::Fail,
-                KvVerdict::Unknown { .. } => Status::Undecided,
+                Verdict::Linearizable => Status::Pass,
+                Verdict::NotLinearizable { .. } => Status::Fail,
+                Verdict::Unknown { .. } => Status::Undecided,
             },
             Self::Invalid(_) => Status::Undecided,
         }
@@ -200,7 +199,7 @@ impl CheckerVerdict for KvCheckVerdict {
         let Self::Checked { kv, verdict } = self else {
             return Vec::new();
         };
-        let KvVerdict::NotLinearizable { explanation, .. } = verdict else {
+        let Verdict::NotLinearizable { explanation, .. } = verdict else {
             return Vec::new();
         };
         let mut lines: Vec<String> = verdict
@@ -222,17 +221,11 @@ impl CheckerVerdict for KvCheckVerdict {
     }
 }
 
-impl fmt::Display for KvCheckVerdict {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.explanation())
-    }
-}
-
 /// Checks that the key operations of `record` are linearizable.
 pub fn check(record: &Record, format: TokenFormat, bounds: &Bounds) -> KvCheckVerdict {
     match kv_history(record, format) {
         Ok(kv) => {
-            let verdict = kv_linearizability::check(&kv.history, bounds);
+            let verdict = linearizability::check(&kv.history, bounds);
             KvCheckVerdict::Checked { kv, verdict }
         }
         Err(error) => KvCheckVerdict::Invalid(error),

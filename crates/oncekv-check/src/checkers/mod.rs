@@ -6,7 +6,10 @@
 //! verdict listing every violation it found. Every verdict implements
 //! [`CheckerVerdict`]: a [`Status`] (`Pass`, `Fail`, or `Undecided` when the
 //! checker could not decide, which is never a pass) and a human
-//! explanation, which [`CheckerVerdict::summary`] bundles for the report.
+//! explanation, which [`CheckerVerdict::summary`] bundles for the report
+//! and which is also how every verdict displays. A verdict that lists its
+//! findings (violations, then undecided items) gets all of this from them
+//! through one helper here (`Findings`).
 //!
 //! * [`exactly_once`]: appended tokens in the final values against the
 //!   append operations and their outcomes;
@@ -17,21 +20,16 @@
 //! * [`session_expiry`]: nothing applies on a session after its client was
 //!   told it expired;
 //! * [`linearizable_kv`]: every key operation (GET, PUT, DELETE, APPEND,
-//!   INCR, CAS, transactions) through the KV linearizability checker; the
-//!   one [`crate::verify`] runs;
+//!   INCR, CAS, transactions) through the linearizability core
+//!   ([`crate::linearizability`]);
 //! * [`transfers`]: money moved by transactions is conserved and every
 //!   transfer applied exactly once;
 //! * [`watches`]: every watcher was given the committed change sequence,
-//!   gap-free and repeat-free across resumes;
-//! * [`linearizable_registers`]: PUT/GET/CAS histories through the
-//!   register linearizability checker, skipping keys also appended or
-//!   incremented (kept for callers that want the register view alone;
-//!   `linearizable_kv` subsumes it).
+//!   gap-free and repeat-free across resumes.
 
 pub mod counters;
 pub mod exactly_once;
 pub mod linearizable_kv;
-pub mod linearizable_registers;
 pub mod replies;
 pub mod session_expiry;
 pub mod transfers;
@@ -130,6 +128,91 @@ pub trait CheckerVerdict {
         }
     }
 }
+
+/// A verdict that lists its findings: every violation, then every item it
+/// could not decide. Its [`CheckerVerdict`] follows from them: `Fail` on
+/// any violation, else `Undecided` on any undecided item, else `Pass`; the
+/// headline is the conclusion's wording followed by the scope, and the
+/// details the findings, one line each.
+pub(crate) trait Findings {
+    /// The checker's name, as in the report.
+    const CHECKER: &'static str;
+    /// Said before the scope on a pass.
+    const PASS: &'static str;
+    /// One violation.
+    type Violation: fmt::Display;
+    /// One undecided item.
+    type Undecided: fmt::Display;
+
+    /// Every violation found.
+    fn violations(&self) -> &[Self::Violation];
+
+    /// Everything left undecided.
+    fn undecided(&self) -> &[Self::Undecided];
+
+    /// What was checked, for the headline.
+    fn scope(&self) -> String;
+
+    /// Said alone, instead of the scope, on a pass with nothing to check.
+    fn nothing_checked(&self) -> Option<&'static str>;
+
+    /// Said before the scope when undecided.
+    fn undecided_wording(&self) -> String {
+        "undecided, no violation".to_owned()
+    }
+}
+
+impl<T: Findings> CheckerVerdict for T {
+    fn checker(&self) -> &'static str {
+        T::CHECKER
+    }
+
+    fn status(&self) -> Status {
+        Status::from_counts(self.violations().len(), self.undecided().len())
+    }
+
+    fn headline(&self) -> String {
+        let status = self.status();
+        if let (Status::Pass, Some(nothing)) = (status, self.nothing_checked()) {
+            return nothing.to_owned();
+        }
+        let conclusion = match status {
+            Status::Pass => T::PASS.to_owned(),
+            Status::Fail => format!("{} violation(s)", self.violations().len()),
+            Status::Undecided => self.undecided_wording(),
+        };
+        format!("{conclusion}: {}", self.scope())
+    }
+
+    fn details(&self) -> Vec<String> {
+        self.violations()
+            .iter()
+            .map(ToString::to_string)
+            .chain(self.undecided().iter().map(ToString::to_string))
+            .collect()
+    }
+}
+
+/// Every verdict displays as its [`CheckerVerdict::explanation`].
+macro_rules! display_explanation {
+    ($($verdict:ty),+ $(,)?) => {$(
+        impl fmt::Display for $verdict {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.explanation())
+            }
+        }
+    )+};
+}
+
+display_explanation!(
+    counters::CountersVerdict,
+    exactly_once::ExactlyOnceVerdict,
+    linearizable_kv::KvCheckVerdict,
+    replies::RepliesVerdict,
+    session_expiry::SessionExpiryVerdict,
+    transfers::TransfersVerdict,
+    watches::WatchesVerdict,
+);
 
 /// A run time stamp for explanations: seconds since the run started, to
 /// the microsecond (`t=7.357709s`).

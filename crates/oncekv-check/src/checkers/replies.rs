@@ -15,9 +15,10 @@
 //! [`Answer::Applied`]: crate::record::Answer::Applied
 //! [`Answer::Replayed`]: crate::record::Answer::Replayed
 
-use super::{CheckerVerdict, Status, at};
+use super::{Findings, at};
 use crate::record::{Answer, Bytes, DedupKey, OpId, Outcome, Record, Reply};
 use std::collections::BTreeMap;
+use std::convert::Infallible;
 use std::fmt;
 
 /// Where a reply was seen.
@@ -153,34 +154,30 @@ pub struct RepliesVerdict {
     pub violations: Vec<ReplyViolation>,
 }
 
-impl CheckerVerdict for RepliesVerdict {
-    fn checker(&self) -> &'static str {
-        "replies"
+impl Findings for RepliesVerdict {
+    const CHECKER: &'static str = "replies";
+    const PASS: &'static str = "every retry got the original reply";
+    type Violation = ReplyViolation;
+    /// Never undecided: every reply seen is compared.
+    type Undecided = Infallible;
+
+    fn violations(&self) -> &[ReplyViolation] {
+        &self.violations
     }
 
-    fn status(&self) -> Status {
-        Status::from_counts(self.violations.len(), 0)
+    fn undecided(&self) -> &[Infallible] {
+        &[]
     }
 
-    fn headline(&self) -> String {
-        let scope = format!(
+    fn scope(&self) -> String {
+        format!(
             "{} request(s) answered, {} with several replies ({} replies, {} replayed)",
             self.requests, self.compared, self.replies, self.replayed
-        );
-        match self.status() {
-            Status::Fail => format!("{} violation(s): {scope}", self.violations.len()),
-            _ => format!("every retry got the original reply: {scope}"),
-        }
+        )
     }
 
-    fn details(&self) -> Vec<String> {
-        self.violations.iter().map(ToString::to_string).collect()
-    }
-}
-
-impl fmt::Display for RepliesVerdict {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.explanation())
+    fn nothing_checked(&self) -> Option<&'static str> {
+        None
     }
 }
 
@@ -281,6 +278,7 @@ pub fn check(record: &Record) -> RepliesVerdict {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checkers::{CheckerVerdict, Status};
     use crate::record::{AttemptResponse, FailReason, Op, OpRecord, RequestIdentity};
 
     fn response(seq: u64, attempt: u32, answer: Answer) -> AttemptResponse {
@@ -336,6 +334,15 @@ mod tests {
         }
     }
 
+    /// For a verdict whose one violation is two differing replies, whether
+    /// they differ in their bytes only.
+    fn differs_in_bytes_only(verdict: &RepliesVerdict) -> Option<bool> {
+        match verdict.violations.as_slice() {
+            [ReplyViolation::Differs { bytes_only, .. }] => Some(*bytes_only),
+            _ => None,
+        }
+    }
+
     #[test]
     fn identical_retries_pass() {
         let record = Record {
@@ -370,16 +377,7 @@ mod tests {
             ..Record::default()
         };
         let verdict = check(&record);
-        assert!(
-            matches!(
-                verdict.violations.as_slice(),
-                [ReplyViolation::Differs {
-                    bytes_only: false,
-                    ..
-                }]
-            ),
-            "{verdict}"
-        );
+        assert_eq!(differs_in_bytes_only(&verdict), Some(false), "{verdict}");
         assert!(verdict.explanation().contains("request 9:1"), "{verdict}");
     }
 
@@ -391,16 +389,7 @@ mod tests {
             ..Record::default()
         };
         let verdict = check(&record);
-        assert!(
-            matches!(
-                verdict.violations.as_slice(),
-                [ReplyViolation::Differs {
-                    bytes_only: true,
-                    ..
-                }]
-            ),
-            "{verdict}"
-        );
+        assert_eq!(differs_in_bytes_only(&verdict), Some(true), "{verdict}");
     }
 
     #[test]

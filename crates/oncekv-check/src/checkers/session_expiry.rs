@@ -18,7 +18,7 @@
 //! operation carrying its dedup key.
 
 use super::exactly_once::{TokenFormat, parse_tokens};
-use super::{CheckerVerdict, Status, at};
+use super::{Findings, at};
 use crate::record::{
     Answer, Bytes, ClientId, DedupKey, FailReason, Op, OpId, OpRecord, Outcome, Record,
 };
@@ -211,41 +211,36 @@ pub struct SessionExpiryVerdict {
     pub undecided: Vec<ExpiryUndecided>,
 }
 
-impl CheckerVerdict for SessionExpiryVerdict {
-    fn checker(&self) -> &'static str {
-        "session_expiry"
+impl Findings for SessionExpiryVerdict {
+    const CHECKER: &'static str = "session_expiry";
+    const PASS: &'static str = "nothing ran after its session expired";
+    type Violation = ExpiryViolation;
+    type Undecided = ExpiryUndecided;
+
+    fn violations(&self) -> &[ExpiryViolation] {
+        &self.violations
     }
 
-    fn status(&self) -> Status {
-        Status::from_counts(self.violations.len(), self.undecided.len())
+    fn undecided(&self) -> &[ExpiryUndecided] {
+        &self.undecided
     }
 
-    fn headline(&self) -> String {
-        let scope = format!(
+    fn scope(&self) -> String {
+        format!(
             "{} session(s) expired, {} operation(s) invoked on them afterwards",
             self.expired.len(),
             self.ops_after_expiry
-        );
-        match self.status() {
-            Status::Pass if self.expired.is_empty() => "no session expiry observed".to_owned(),
-            Status::Pass => format!("nothing ran after its session expired: {scope}"),
-            Status::Fail => format!("{} violation(s): {scope}", self.violations.len()),
-            Status::Undecided => format!("partly undecided, no violation: {scope}"),
-        }
+        )
     }
 
-    fn details(&self) -> Vec<String> {
-        self.violations
-            .iter()
-            .map(ToString::to_string)
-            .chain(self.undecided.iter().map(ToString::to_string))
-            .collect()
+    fn nothing_checked(&self) -> Option<&'static str> {
+        self.expired
+            .is_empty()
+            .then_some("no session expiry observed")
     }
-}
 
-impl fmt::Display for SessionExpiryVerdict {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.explanation())
+    fn undecided_wording(&self) -> String {
+        "partly undecided, no violation".to_owned()
     }
 }
 
@@ -423,6 +418,7 @@ pub fn check(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checkers::{CheckerVerdict, Status};
     use crate::record::{AttemptResponse, ExpiryReport, Reply, RequestIdentity};
 
     fn append(id: OpId, seq: u64, token: &str, invoke: u64, outcome: Outcome) -> OpRecord {

@@ -21,8 +21,8 @@
 //!
 //! Missing final values leave the checker `Undecided`, never a pass.
 
+use super::Findings;
 use super::exactly_once::TokenFormat;
-use super::{CheckerVerdict, Status};
 use crate::record::{Bytes, Op, OpId, Outcome, Record, Reply, Txn, TxnOp};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -168,40 +168,29 @@ pub struct TransfersVerdict {
     pub undecided: Vec<TransferUndecided>,
 }
 
-impl CheckerVerdict for TransfersVerdict {
-    fn checker(&self) -> &'static str {
-        "transfers"
+impl Findings for TransfersVerdict {
+    const CHECKER: &'static str = "transfers";
+    const PASS: &'static str = "conserved, each applied exactly once";
+    type Violation = TransferViolation;
+    type Undecided = TransferUndecided;
+
+    fn violations(&self) -> &[TransferViolation] {
+        &self.violations
     }
 
-    fn status(&self) -> Status {
-        Status::from_counts(self.violations.len(), self.undecided.len())
+    fn undecided(&self) -> &[TransferUndecided] {
+        &self.undecided
     }
 
-    fn headline(&self) -> String {
-        let scope = format!(
+    fn scope(&self) -> String {
+        format!(
             "{} transfer(s) ({} acknowledged, {} unknown) over {} account(s)",
             self.transfers, self.acknowledged, self.unknown, self.accounts
-        );
-        match self.status() {
-            Status::Pass if self.transfers == 0 => "no transfers recorded".to_owned(),
-            Status::Pass => format!("conserved, each applied exactly once: {scope}"),
-            Status::Fail => format!("{} violation(s): {scope}", self.violations.len()),
-            Status::Undecided => format!("undecided, no violation: {scope}"),
-        }
+        )
     }
 
-    fn details(&self) -> Vec<String> {
-        self.violations
-            .iter()
-            .map(ToString::to_string)
-            .chain(self.undecided.iter().map(ToString::to_string))
-            .collect()
-    }
-}
-
-impl fmt::Display for TransfersVerdict {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.explanation())
+    fn nothing_checked(&self) -> Option<&'static str> {
+        (self.transfers == 0).then_some("no transfers recorded")
     }
 }
 
@@ -379,6 +368,7 @@ pub fn check(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checkers::{CheckerVerdict, Status};
     use crate::record::{OpRecord, RequestIdentity, TxnOpResult};
 
     fn transfer(id: OpId, token: &str, from: &str, to: &str, n: i64, outcome: Outcome) -> OpRecord {

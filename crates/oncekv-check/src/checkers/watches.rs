@@ -33,7 +33,7 @@
 //! found the history compacted past it, it is right; with no read to tell,
 //! it is `Undecided`.
 
-use super::{CheckerVerdict, Status};
+use super::Findings;
 use crate::record::{Bytes, Record, WatchEnd, WatchKind, WatchRecord, WatchSeen, WatcherId};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -270,16 +270,21 @@ pub struct WatchesVerdict {
     pub undecided: Vec<WatchUndecided>,
 }
 
-impl CheckerVerdict for WatchesVerdict {
-    fn checker(&self) -> &'static str {
-        "watches"
+impl Findings for WatchesVerdict {
+    const CHECKER: &'static str = "watches";
+    const PASS: &'static str = "every watcher saw the committed sequence";
+    type Violation = WatchViolation;
+    type Undecided = WatchUndecided;
+
+    fn violations(&self) -> &[WatchViolation] {
+        &self.violations
     }
 
-    fn status(&self) -> Status {
-        Status::from_counts(self.violations.len(), self.undecided.len())
+    fn undecided(&self) -> &[WatchUndecided] {
+        &self.undecided
     }
 
-    fn headline(&self) -> String {
+    fn scope(&self) -> String {
         let mut scope = format!(
             "{} watcher(s) given {} change(s), against {} committed change(s)",
             self.watchers, self.changes, self.reference_changes
@@ -290,26 +295,11 @@ impl CheckerVerdict for WatchesVerdict {
                 self.acknowledged_changes
             ));
         }
-        match self.status() {
-            Status::Pass if self.watchers == 0 => "no watchers recorded".to_owned(),
-            Status::Pass => format!("every watcher saw the committed sequence: {scope}"),
-            Status::Fail => format!("{} violation(s): {scope}", self.violations.len()),
-            Status::Undecided => format!("undecided, no violation: {scope}"),
-        }
+        scope
     }
 
-    fn details(&self) -> Vec<String> {
-        self.violations
-            .iter()
-            .map(ToString::to_string)
-            .chain(self.undecided.iter().map(ToString::to_string))
-            .collect()
-    }
-}
-
-impl fmt::Display for WatchesVerdict {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.explanation())
+    fn nothing_checked(&self) -> Option<&'static str> {
+        (self.watchers == 0).then_some("no watchers recorded")
     }
 }
 
@@ -660,6 +650,7 @@ fn check_watcher(watch: &WatchRecord, reference: &Reference, verdict: &mut Watch
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checkers::{CheckerVerdict, Status};
 
     fn seen(watcher: WatcherId, revision: u64, key: &str, value: &str) -> WatchSeen {
         WatchSeen {

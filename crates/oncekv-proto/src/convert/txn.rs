@@ -308,6 +308,10 @@ pub(super) fn rejection_to_wire(rejection: &Rejection) -> Option<v1::rejection::
             depth_max: *depth_max,
             ops_max: *ops_max,
         }),
+        Rejection::ReplyTooLarge { bytes, max } => Kind::ReplyTooLarge(v1::Length {
+            bytes: *bytes,
+            max: *max,
+        }),
         _ => return None,
     })
 }
@@ -336,6 +340,10 @@ pub(super) fn rejection_from_wire(kind: v1::rejection::Kind) -> Option<Rejection
             ops: tree.ops,
             depth_max: tree.depth_max,
             ops_max: tree.ops_max,
+        },
+        Kind::ReplyTooLarge(length) => Rejection::ReplyTooLarge {
+            bytes: length.bytes,
+            max: length.max,
         },
         _ => return None,
     })

@@ -20,6 +20,8 @@
 //! | RESOURCE_EXHAUSTED with `oncekv-overloaded: in-flight` or `connections` | the transport's caps ([`crate::transport`]) | the load-shed layer refuses before the service is called; a refused connection is served by a server with no routes |
 //! | `Unavailable` | an appended entry discarded by a leader change (`LogEntryDiscarded`); consensus stopping while a request was in flight (shut down, or a failed log write or fsync: the responders are dropped, `Fatal::Stopped`), every request of a batch left unanswered then included; no answer within the propose timeout; the proposer dropping a request's sender; an entry applied without an outcome; consensus already stopped when the request came (`Consensus::leading`: its frozen view of leadership may name this very node); a membership change failing after part of it may be in the log (after the learner's entry, or inside a voter change, whose `ForwardToLeader` may come from its second entry); hashing a user's password failing (before proposing: merely cautious) | it says "may have been proposed", which is never false |
 //! | `Invalid`, `Unauthenticated`, `PermissionDenied` | checks before proposing: decoding, `Limits::check_request`, an empty password, credentials, the admin role, a new member failing its TLS probe (`Refused`) | refused before proposing; not retried |
+//! | INVALID_ARGUMENT "malformed request message: ... at most 256 requests" | an `ExecuteBatch` message of more requests than the cap: its decoding stops at the first one past it (`oncekv_proto::batch`), before the handler and its credentials | nothing was decoded past the cap, nothing proposed |
+//! | RESOURCE_EXHAUSTED "too many failed logins ..., retry after N s" (`Authenticate`) | the user name or the caller's address failed too often lately ([`crate::login_guard`]); with `oncekv-overloaded: logins`, too many logins wait for a password check | refused before the read barrier and the password check |
 //!
 //! Every request of a batch gets its own answer: refused early at its
 //! place, a retry joined to its in-flight twin with what that twin's
@@ -28,11 +30,22 @@
 //! `Consensus::write_many`, "unavailable" for any left when consensus
 //! stops. Reads and logins propose nothing, so their "not leader" is
 //! always true.
+//!
+//! A `Watch` past a cap on watchers ([`crate::watch`]: per connection,
+//! per user, per node) is refused RESOURCE_EXHAUSTED naming the cap (the
+//! node's with the overloaded metadata: another node may serve it). A
+//! running watch whose user loses the right to it ends with the `Failure`
+//! a call would get (`Unauthenticated`, `PermissionDenied`); one whose
+//! unsent events reach their bound ends `Canceled`, the reason naming the
+//! bound and the revision to resume from.
 
-use crate::auth::Credentials;
+use crate::auth::{Credentials, LoginError};
+use crate::login_guard::LoginRefused;
 use crate::node::Node;
 use crate::raft::consensus::WriteError;
-use crate::watch::{PROGRESS_INTERVAL_DEFAULT, WatchMessage, WatchSpec};
+use crate::watch::{
+    Holder, PROGRESS_INTERVAL_DEFAULT, WatchCap, WatchError, WatchMessage, WatchSpec,
+};
 use futures_util::StreamExt;
 use oncekv_proto::BATCH_REQUESTS_MAX;
 use oncekv_proto::convert::{self, CallFailure, failure_to_wire, outcome_to_wire, reply_to_wire};
@@ -189,6 +202,31 @@ fn refused(error: WriteError) -> Status {
     }
 }
 
+/// A watch refused for a cap on watchers: RESOURCE_EXHAUSTED naming the
+/// cap. A full node is load shed (the overloaded metadata: retry later or
+/// on another node); the caller's own share is not.
+fn watch_cap_status(cap: &WatchCap) -> Status {
+    if cap.is_node() {
+        crate::transport::overloaded(cap.what(), cap.to_string())
+    } else {
+        Status::resource_exhausted(cap.to_string())
+    }
+}
+
+/// A login refused before its password was checked: RESOURCE_EXHAUSTED
+/// saying when to retry. Too many logins waiting is load shed (with
+/// `oncekv-overloaded: logins`, retried later by clients); too many failed
+/// logins is not (a client reports it rather than retrying at once).
+fn login_refused(refused: &LoginRefused) -> Status {
+    match refused {
+        LoginRefused::Busy => crate::transport::overloaded("logins", refused.to_string()),
+        LoginRefused::Stopping => Status::unavailable(refused.to_string()),
+        LoginRefused::User { .. } | LoginRefused::Source { .. } => {
+            Status::resource_exhausted(refused.to_string())
+        }
+    }
+}
+
 /// Checks that a member's address is `host:port` (a name, an IPv4
 /// address or a bracketed IPv6 address, and a port from 1 to 65535).
 fn check_address(what: &str, address: &str) -> Result<(), String> {
@@ -247,7 +285,10 @@ impl Kv for KvService {
         request: Request<WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
         use watch_response::Kind;
-        let principal = self.node.authenticate(&Credentials::of(&request));
+        let credentials = Credentials::of(&request);
+        // Watchers are counted per connection, and per user (per source
+        // address while authentication is off).
+        let address = request.remote_addr();
         let request = request.into_inner();
         let interval = match request.progress_interval_ms {
             0 => PROGRESS_INTERVAL_DEFAULT,
@@ -261,10 +302,14 @@ impl Kv for KvService {
             progress_interval: interval,
         };
         let previous = spec.previous;
-        let started = principal.and_then(|principal| self.node.watch(spec, principal.as_ref()));
+        let started = self
+            .node
+            .watch_owner(&credentials, address, address.map(Holder::Connection))
+            .map_err(WatchError::Refused)
+            .and_then(|owner| self.node.watch_as(spec, &credentials, &owner));
         let messages = match started {
             Ok(messages) => messages,
-            Err(error) => {
+            Err(WatchError::Refused(error)) => {
                 let failure = Ok(WatchResponse {
                     kind: Some(Kind::Failure(self.failure(error)?)),
                 });
@@ -272,8 +317,10 @@ impl Kv for KvService {
                     failure,
                 ]))));
             }
+            Err(WatchError::Capped(cap)) => return Err(watch_cap_status(&cap)),
         };
-        let stream = tokio_stream::wrappers::ReceiverStream::new(messages).map(move |message| {
+        let service = self.clone();
+        let stream = messages.into_stream().map(move |message| {
             let kind = match message {
                 WatchMessage::Started { revision } => Kind::Started(WatchStarted { revision }),
                 WatchMessage::Events(events) => Kind::Events(WatchEvents {
@@ -283,9 +330,14 @@ impl Kv for KvService {
                         .collect(),
                 }),
                 WatchMessage::Progress(revision) => Kind::Progress(revision),
-                WatchMessage::Canceled { reason, compacted } => {
-                    Kind::Canceled(WatchCanceled { reason, compacted })
-                }
+                // The right to watch is gone: the refusal a call would get.
+                WatchMessage::Canceled {
+                    denied: Some(error),
+                    ..
+                } => Kind::Failure(failure_to_wire(service.call_failure(error))),
+                WatchMessage::Canceled {
+                    reason, compacted, ..
+                } => Kind::Canceled(WatchCanceled { reason, compacted }),
             };
             Ok(WatchResponse { kind: Some(kind) })
         });
@@ -356,7 +408,11 @@ impl Kv for KvService {
         &self,
         request: Request<ExecuteBatchRequest>,
     ) -> Result<Response<ExecuteBatchResponse>, Status> {
-        let principal = self.node.authenticate_at_leader(&Credentials::of(&request));
+        // A message of more requests than the cap does not decode
+        // (`oncekv_proto::batch`): tonic refuses it before this handler,
+        // having decoded no request past the cap. Checked again here, before
+        // the credentials, so no path reaches authentication with more.
+        let credentials = Credentials::of(&request);
         let requests = request.into_inner().requests;
         if requests.len() > BATCH_REQUESTS_MAX {
             return Err(Status::invalid_argument(format!(
@@ -364,6 +420,7 @@ impl Kv for KvService {
                 requests.len()
             )));
         }
+        let principal = self.node.authenticate_at_leader(&credentials);
         metrics::counter!("oncekv_batched_requests_total").increment(requests.len() as u64);
         metrics::histogram!("oncekv_batch_requests").record(requests.len() as f64);
         let responses = self.execute_many(requests, principal, false).await?;
@@ -506,14 +563,22 @@ impl Kv for KvService {
         &self,
         request: Request<AuthenticateRequest>,
     ) -> Result<Response<AuthenticateResponse>, Status> {
+        let source = request.remote_addr().map(|address| address.ip());
         let request = request.into_inner();
         let ttl = self.node.token_ttl();
-        let result = match self.node.login(&request.user, &request.password, ttl).await {
+        let login = self
+            .node
+            .login(&request.user, &request.password, ttl, source)
+            .await;
+        let result = match login {
             Ok((token, expires)) => authenticate_response::Result::Token(Token {
                 token,
                 expires_at_ms: expires.0,
             }),
-            Err(error) => authenticate_response::Result::Failure(self.failure(error)?),
+            Err(LoginError::Refused(refused)) => return Err(login_refused(&refused)),
+            Err(LoginError::Failed(error)) => {
+                authenticate_response::Result::Failure(self.failure(error)?)
+            }
         };
         Ok(Response::new(AuthenticateResponse {
             result: Some(result),

@@ -8,6 +8,7 @@ pub mod peer_checks;
 pub mod peer_service;
 pub mod peer_token;
 pub mod runtime;
+pub mod seed;
 pub mod segment_log;
 pub mod state_machine_store;
 pub mod storage_failure;

@@ -4,7 +4,10 @@
 //! An incoming snapshot goes through the node's [`SnapshotSpool`]. A stream
 //! announcing more than its cap is refused at once (RESOURCE_EXHAUSTED,
 //! logged); one snapshot is received at a time (another is refused with
-//! RESOURCE_EXHAUSTED and `oncekv-overloaded: snapshot`); the chunks are
+//! RESOURCE_EXHAUSTED and `oncekv-overloaded: snapshot`); its first message
+//! is admitted like any other peer message (its sender a member, its vote
+//! and last log id through [`peer_checks`]) before the spool file is
+//! created, so a refused sender costs no disk; then the chunks are
 //! written to a file in the spool directory (`<data dir>/snapshot-incoming/`)
 //! as they arrive, not held in memory; and a stream that ends short of, or
 //! runs past, the size it announced is refused (INVALID_ARGUMENT). openraft
@@ -277,12 +280,13 @@ fn length(data: &[u8]) -> u64 {
 }
 
 /// Receives a snapshot stream into a spool file, checking it against the
-/// spool's cap (before anything else), the spool's one slot, `admit` (its
-/// sender, before any byte is spooled), and the size it announced.
+/// spool's cap (before anything else), `admit` (its sender and what its
+/// first message claims, before it may take the spool's one slot or
+/// create a file), the spool's one slot, and the size it announced.
 async fn receive(
     spool: &SnapshotSpool,
     chunks: &mut Streaming<SnapshotChunk>,
-    admit: impl FnOnce(&VoteOf<TypeConfig>) -> Result<(), Status>,
+    admit: impl FnOnce(&VoteOf<TypeConfig>, &SnapshotMetaOf<TypeConfig>) -> Result<(), Status>,
 ) -> Result<Received, SnapshotRefused> {
     let first = chunks
         .message()
@@ -298,6 +302,10 @@ async fn receive(
         tracing::warn!(announced = total, limit = spool.bytes_max, "{refused}");
         return Err(refused);
     }
+    let undecodable = |what| move |source| SnapshotRefused::Undecodable { what, source };
+    let vote: VoteOf<TypeConfig> = decode(&first.vote).map_err(undecodable("vote"))?;
+    let meta: SnapshotMetaOf<TypeConfig> = decode(&first.meta).map_err(undecodable("meta"))?;
+    admit(&vote, &meta).map_err(SnapshotRefused::NotAdmitted)?;
     let receiving = Arc::clone(&spool.receiving)
         .try_acquire_owned()
         .map_err(|_| {
@@ -309,10 +317,6 @@ async fn receive(
             .increment(1);
             SnapshotRefused::Busy
         })?;
-    let undecodable = |what| move |source| SnapshotRefused::Undecodable { what, source };
-    let vote: VoteOf<TypeConfig> = decode(&first.vote).map_err(undecodable("vote"))?;
-    let meta: SnapshotMetaOf<TypeConfig> = decode(&first.meta).map_err(undecodable("meta"))?;
-    admit(&vote).map_err(SnapshotRefused::NotAdmitted)?;
     let mut file = spool.create().map_err(SnapshotRefused::Spool)?;
     let mut received = 0u64;
     let mut next = Some(first.data);
@@ -492,6 +496,24 @@ impl PeerService {
         peer_checks::check_member(sender, &metrics.membership_config).map_err(not_allowed)
     }
 
+    /// Admits a snapshot sent under `vote` and described by `meta`: the
+    /// caller speaks for the sender (peer TLS), the snapshot passes
+    /// [`peer_checks::check_snapshot`], and the sender is a member. Cheap:
+    /// called on the stream's first message, before anything is spooled.
+    fn admit_snapshot(
+        &self,
+        caller: &Caller,
+        vote: &VoteOf<TypeConfig>,
+        meta: &SnapshotMetaOf<TypeConfig>,
+    ) -> Result<(), Status> {
+        let sender = peer_checks::sender(vote);
+        self.authenticate(caller, sender)?;
+        let metrics = self.metrics();
+        peer_checks::check_snapshot(vote, meta.last_log_id.as_ref(), metrics.id, &metrics)
+            .map_err(refused)?;
+        self.member(sender, &metrics)
+    }
+
     /// Decodes and admits one `AppendEntries`, unary or streamed.
     fn admit_append(
         &self,
@@ -648,23 +670,19 @@ impl RaftPeer for PeerService {
         let spool = self.spool.as_ref().ok_or(SnapshotRefused::NoSpool)?;
         let caller = Caller::of(&request);
         let mut chunks = request.into_inner();
-        // Only a caller whose certificate speaks for the sender, under a
-        // plausible term, spools anything; what it sent is judged once it
-        // is all there.
-        let admit = |vote: &VoteOf<TypeConfig>| {
-            self.authenticate(&caller, peer_checks::sender(vote))?;
-            peer_checks::check_term(vote, peer_checks::known_term(&self.metrics())).map_err(refused)
+        // Nothing is spooled unless the first message passes every check
+        // it can: the caller's certificate speaks for the sender, the
+        // sender is a member, and its vote and the snapshot's last log id
+        // pass the message checks (a plausible term, a committed vote of
+        // another node, nothing beyond the vote or contradicting the
+        // committed log). The bytes are judged once they are all there.
+        let admit = |vote: &VoteOf<TypeConfig>, meta: &SnapshotMetaOf<TypeConfig>| {
+            self.admit_snapshot(&caller, vote, meta)
         };
         let mut received = receive(spool, &mut chunks, admit).await?;
-        let metrics = self.metrics();
-        peer_checks::check_snapshot(
-            &received.vote,
-            received.meta.last_log_id.as_ref(),
-            metrics.id,
-            &metrics,
-        )
-        .map_err(refused)?;
-        self.member(peer_checks::sender(&received.vote), &metrics)?;
+        // Judged again: the membership or the committed log may have
+        // changed while the bytes came.
+        self.admit_snapshot(&caller, &received.vote, &received.meta)?;
         let data = received
             .file
             .read_all()

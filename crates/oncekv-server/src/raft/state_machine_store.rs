@@ -369,6 +369,10 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                             request: proposal.request,
                         };
                         let outcome = state.machine.apply(&applied);
+                        if matches!(applied.request.command, oncekv_state::Command::Auth(_)) {
+                            // Watchers check their right to read again.
+                            state.watch.auth_changed();
+                        }
                         state.watch.applied(&state.machine, index.0);
                         Some(outcome)
                     }

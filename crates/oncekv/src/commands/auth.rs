@@ -8,7 +8,7 @@ use super::output::Printer;
 use super::{EXIT_OK, finish};
 use anyhow::{Context as _, bail};
 use clap::{Subcommand, ValueEnum};
-use oncekv_client::{Client, ClientError, Command, Query, Reply};
+use oncekv_client::{Client, ClientError, Command, Query, Rejection, Reply};
 use oncekv_state::{ADMIN_ROLE, Access, AuthCommand, AuthView, Permission};
 use serde_json::{Map, Value, json};
 use std::io::BufRead as _;
@@ -40,6 +40,8 @@ pub enum UserCommand {
     RevokeRole { user: String, role: String },
     /// List users and their roles.
     List,
+    /// Show user NAME and its roles (exit 3 if there is none).
+    Get { name: String },
 }
 
 /// How a password is given.
@@ -121,6 +123,8 @@ pub enum RoleCommand {
     },
     /// List roles and their permissions.
     List,
+    /// Show role NAME and its permissions (exit 3 if there is none).
+    Get { name: String },
 }
 
 /// Enforcement commands.
@@ -191,26 +195,39 @@ pub(super) async fn user(
         UserCommand::RevokeRole { user, role } => {
             change(client, printer, AuthCommand::UserRevokeRole { user, role }).await
         }
-        UserCommand::List => match view(client).await {
-            Ok(view) => {
-                let users: Vec<Value> = view
-                    .users
-                    .iter()
-                    .map(|u| json!({"name": u.name, "roles": u.roles, "password": u.has_password}))
-                    .collect();
-                let lines: Vec<String> = view
-                    .users
-                    .iter()
-                    .map(|u| format!("{} roles={}", u.name, u.roles.join(",")))
-                    .collect();
-                let mut fields = Map::new();
-                fields.insert("users".into(), Value::Array(users));
-                printer.emit(fields, lines.join("\n"));
-                ExitCode::from(EXIT_OK)
-            }
-            Err(error) => printer.error(&error),
-        },
+        UserCommand::List => show_users(client, printer, None).await,
+        UserCommand::Get { name } => show_users(client, printer, Some(&name)).await,
     })
+}
+
+/// Prints the users (or only `only`, refused when there is none) and
+/// their roles.
+async fn show_users(client: &Client, printer: &Printer, only: Option<&str>) -> ExitCode {
+    let view = match view(client).await {
+        Ok(view) => view,
+        Err(error) => return printer.error(&error),
+    };
+    let shown: Vec<_> = view
+        .users
+        .iter()
+        .filter(|u| only.is_none_or(|name| u.name == name))
+        .collect();
+    if let (Some(name), true) = (only, shown.is_empty()) {
+        let missing = Rejection::UserNotFound { name: name.into() };
+        return printer.error(&ClientError::Rejected(missing));
+    }
+    let users: Vec<Value> = shown
+        .iter()
+        .map(|u| json!({"name": u.name, "roles": u.roles, "password": u.has_password}))
+        .collect();
+    let lines: Vec<String> = shown
+        .iter()
+        .map(|u| format!("{} roles={}", u.name, u.roles.join(",")))
+        .collect();
+    let mut fields = Map::new();
+    fields.insert("users".into(), Value::Array(users));
+    printer.emit(fields, lines.join("\n"));
+    ExitCode::from(EXIT_OK)
 }
 
 /// Runs a `role` command.
@@ -242,44 +259,57 @@ pub(super) async fn role(client: &Client, printer: &Printer, command: RoleComman
             )
             .await
         }
-        RoleCommand::List => match view(client).await {
-            Ok(view) => {
-                let roles: Vec<Value> = view
-                    .roles
-                    .iter()
-                    .map(|(name, permissions)| {
-                        let list: Vec<Value> = permissions
-                            .iter()
-                            .map(|p| {
-                                json!({
-                                    "access": p.access.name(),
-                                    "key": String::from_utf8_lossy(&p.key),
-                                    "prefix": p.prefix,
-                                })
-                            })
-                            .collect();
-                        json!({"name": name, "permissions": list})
-                    })
-                    .collect();
-                let lines: Vec<String> = view
-                    .roles
-                    .iter()
-                    .map(|(name, permissions)| {
-                        if name == ADMIN_ROLE {
-                            return format!("{name}: everything (built in)");
-                        }
-                        let list: Vec<String> = permissions.iter().map(permission_text).collect();
-                        format!("{name}: {}", list.join(", "))
-                    })
-                    .collect();
-                let mut fields = Map::new();
-                fields.insert("roles".into(), Value::Array(roles));
-                printer.emit(fields, lines.join("\n"));
-                ExitCode::from(EXIT_OK)
-            }
-            Err(error) => printer.error(&error),
-        },
+        RoleCommand::List => show_roles(client, printer, None).await,
+        RoleCommand::Get { name } => show_roles(client, printer, Some(&name)).await,
     }
+}
+
+/// Prints the roles (or only `only`, refused when there is none) and
+/// their permissions.
+async fn show_roles(client: &Client, printer: &Printer, only: Option<&str>) -> ExitCode {
+    let view = match view(client).await {
+        Ok(view) => view,
+        Err(error) => return printer.error(&error),
+    };
+    let shown: Vec<_> = view
+        .roles
+        .iter()
+        .filter(|(name, _)| only.is_none_or(|only| name.as_str() == only))
+        .collect();
+    if let (Some(name), true) = (only, shown.is_empty()) {
+        let missing = Rejection::RoleNotFound { name: name.into() };
+        return printer.error(&ClientError::Rejected(missing));
+    }
+    let roles: Vec<Value> = shown
+        .iter()
+        .map(|(name, permissions)| {
+            let list: Vec<Value> = permissions
+                .iter()
+                .map(|p| {
+                    json!({
+                        "access": p.access.name(),
+                        "key": String::from_utf8_lossy(&p.key),
+                        "prefix": p.prefix,
+                    })
+                })
+                .collect();
+            json!({"name": name, "permissions": list})
+        })
+        .collect();
+    let lines: Vec<String> = shown
+        .iter()
+        .map(|(name, permissions)| {
+            if name.as_str() == ADMIN_ROLE {
+                return format!("{name}: everything (built in)");
+            }
+            let list: Vec<String> = permissions.iter().map(permission_text).collect();
+            format!("{name}: {}", list.join(", "))
+        })
+        .collect();
+    let mut fields = Map::new();
+    fields.insert("roles".into(), Value::Array(roles));
+    printer.emit(fields, lines.join("\n"));
+    ExitCode::from(EXIT_OK)
 }
 
 /// Runs an `auth` command.

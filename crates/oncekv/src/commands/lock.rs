@@ -17,7 +17,10 @@ number if a signal ended it). COMMAND's environment has:
                         highest token it has seen can refuse a stale holder
 
 The lock is a lease kept alive while COMMAND runs: if this process dies, the
-lock is freed after --ttl. Holders are served in the order they asked.
+lock is freed after --ttl. The lease is this holder's own: its name follows
+from the holder's session secret, so no one can grant it first, and a key of
+the holder's found on another lease is refused. Holders are served in the
+order they asked.
 SIGTERM is passed on to COMMAND. Interrupted while waiting, it leaves the
 queue and exits 1 without running COMMAND; if the lock cannot be taken, it
 exits with a code of the table in `oncekv --help`.

@@ -320,10 +320,13 @@ pub enum AlarmCommand {
     },
 }
 
-/// Lease commands.
+/// Lease commands. A lease is its granter's: while the cluster enforces
+/// authentication, only its owner or an admin may renew, revoke, list or
+/// attach keys to it (anyone else exits 13).
 #[derive(Debug, Subcommand)]
 pub enum LeaseCommand {
-    /// Create lease NAME living TTL (e.g. 10s) unless kept alive.
+    /// Create lease NAME living TTL (e.g. 10s) unless kept alive; it is
+    /// yours (a NAME another user holds is refused).
     Grant {
         name: String,
         #[arg(value_parser = humantime::parse_duration)]
@@ -343,7 +346,8 @@ pub enum LeaseCommand {
         #[command(flatten)]
         once: Once,
     },
-    /// List live leases.
+    /// List live leases (with authentication on: your own, or all for an
+    /// admin).
     List,
 }
 

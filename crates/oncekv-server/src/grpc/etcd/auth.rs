@@ -28,6 +28,8 @@
 use super::errors::{EtcdError, error_of};
 use super::forward::{Route, answered};
 use super::{EtcdApi, origin_of};
+use crate::auth::LoginError;
+use crate::login_guard::LoginRefused;
 use crate::raft::consensus::WriteError;
 use oncekv_proto::etcd::authpb::Permission as EtcdPermission;
 use oncekv_proto::etcd::authpb::permission::Type as PermissionType;
@@ -389,25 +391,44 @@ impl Auth for EtcdApi {
         &self,
         request: tonic::Request<AuthenticateRequest>,
     ) -> Result<Response<AuthenticateResponse>, Status> {
+        let source = request.remote_addr().map(|address| address.ip());
         if let Route::Leader(channel) = self.route(&request)? {
+            // Limited here as well, for the caller's own address (the
+            // leader sees this node's), before anything is forwarded.
+            let attempt = crate::login_guard::guard()
+                .begin_attempt(&request.get_ref().name, source)
+                .map_err(|refused| login_refused(&refused))?;
             let request = self.forwarded(request);
-            return answered(self.leader_auth(channel).authenticate(request).await);
+            let answer = answered(self.leader_auth(channel).authenticate(request).await);
+            let failed = Status::from(EtcdError::AuthFailed);
+            if answer
+                .as_ref()
+                .is_err_and(|status| status.message() == failed.message())
+            {
+                attempt.failed();
+            }
+            return answer;
         }
         let asked = request.get_ref();
         let ttl = self.node.token_ttl();
-        match self.node.login(&asked.name, &asked.password, ttl).await {
+        match self
+            .node
+            .login(&asked.name, &asked.password, ttl, source)
+            .await
+        {
             Ok((token, _expires)) => Ok(Response::new(AuthenticateResponse {
                 header: Some(self.applied_header()),
                 token,
             })),
-            Err(WriteError::Unauthenticated(_)) => {
+            Err(LoginError::Refused(refused)) => Err(login_refused(&refused)),
+            Err(LoginError::Failed(WriteError::Unauthenticated(_))) => {
                 if self.with_auth(AuthTable::is_enabled) {
                     Err(EtcdError::AuthFailed.into())
                 } else {
                     Err(EtcdError::AuthNotEnabled.into())
                 }
             }
-            Err(other) => Err(error_of(other).into()),
+            Err(LoginError::Failed(other)) => Err(error_of(other).into()),
         }
     }
 
@@ -795,6 +816,25 @@ impl Auth for EtcdApi {
         Ok(Response::new(AuthRoleRevokePermissionResponse {
             header: Some(header),
         }))
+    }
+}
+
+/// A login refused before its password was checked, as the etcd API
+/// answers it: too many failed logins is RESOURCE_EXHAUSTED,
+/// "etcdserver: too many failed logins ..., retry after N s" (etcd has no
+/// such limit, so no text of its own; its clients show the message); too
+/// many logins waiting is the table's "too many requests" (load shed).
+fn login_refused(refused: &LoginRefused) -> Status {
+    match refused {
+        LoginRefused::User { .. } | LoginRefused::Source { .. } => {
+            Status::resource_exhausted(format!("etcdserver: {refused}"))
+        }
+        LoginRefused::Busy => error_of(WriteError::Overloaded("logins")).into(),
+        LoginRefused::Stopping => error_of(WriteError::NotLeader {
+            leader_id: None,
+            leader: None,
+        })
+        .into(),
     }
 }
 

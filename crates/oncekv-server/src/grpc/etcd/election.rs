@@ -15,6 +15,11 @@
 //!
 //! Campaign, Proclaim, Resign and Leader are carried out by the leader (a
 //! follower forwards them); Observe is served by any member.
+//!
+//! A campaign queues only on a lease its caller owns, checked before it
+//! acts, and refuses a key of its name attached to another lease, as a
+//! Lock does (`lock`); a Proclaim attaching the key to a lease not the
+//! caller's is refused by the state machine ("permission denied").
 
 use super::errors::{EtcdError, error_of};
 use super::forward::{Route, answered};
@@ -312,7 +317,7 @@ impl EtcdApi {
     ) -> Result<Response<CampaignResponse>, Status> {
         let asked = request.get_ref();
         let lease = self
-            .session_lease(&request, asked.lease, "campaign-lease")
+            .session_lease(&request, principal.as_ref(), asked.lease, "campaign-lease")
             .await?;
         let prefix = queue_prefix(&asked.name);
         let key = queue_key(&prefix, lease);

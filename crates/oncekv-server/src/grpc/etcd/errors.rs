@@ -26,6 +26,8 @@ pub(super) enum EtcdError {
     RequestTooLarge,
     /// A transaction over the node's limit of operations.
     TooManyOps,
+    /// A transaction whose reply would pass the bound on one reply (why).
+    ResponseTooLarge(String),
     /// A transaction writing one key twice.
     DuplicateKey,
     /// A revision older than the history kept.
@@ -149,6 +151,10 @@ impl EtcdError {
             EtcdError::RequestTooLarge => {
                 fixed(Code::InvalidArgument, "etcdserver: request is too large")
             }
+            EtcdError::ResponseTooLarge(why) => (
+                Code::ResourceExhausted,
+                format!("etcdserver: response is too large: {why}"),
+            ),
             EtcdError::TooManyOps => fixed(
                 Code::InvalidArgument,
                 "etcdserver: too many operations in txn request",
@@ -334,6 +340,7 @@ impl EtcdError {
                 EtcdError::TooManyOps
             }
             Rejection::TxnConflict { .. } => EtcdError::DuplicateKey,
+            Rejection::ReplyTooLarge { .. } => EtcdError::ResponseTooLarge(rejection.to_string()),
             Rejection::TooManyKeys { .. } => EtcdError::NoSpace,
             Rejection::LeaseNotFound { .. } => EtcdError::LeaseNotFound,
             Rejection::LeaseExists { .. } => EtcdError::LeaseExists,

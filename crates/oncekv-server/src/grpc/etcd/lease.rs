@@ -7,6 +7,13 @@
 //! once and answered with the same ID); TimeToLive and Leases read the
 //! applied state after a read barrier.
 //!
+//! A lease is its granter's: while authentication is enforced, grant (of
+//! an ID that exists), revoke, keep-alive and TimeToLive of another user's
+//! lease are refused with etcd's "permission denied" (an admin may use any
+//! lease), and Leases lists only the caller's (all of them for an admin).
+//! The state machine decides it for the writes; TimeToLive asks the same
+//! rule of the state it reads.
+//!
 //! TTLs are whole seconds on etcd's wire and milliseconds in the node: a
 //! TTL under the node's minimum is raised to it (as etcd raises it to
 //! its own), one over its maximum is refused.
@@ -231,6 +238,12 @@ impl Lease for EtcdApi {
             .node
             .read_then(&Query::LeaseList, false, principal.as_ref(), |state, _| {
                 state.leases().get(&name).map(|lease| {
+                    if !state
+                        .auth()
+                        .may_use_lease(principal.as_ref(), lease.owner.as_ref())
+                    {
+                        return Err(EtcdError::PermissionDenied);
+                    }
                     let now = state.cluster_time().0;
                     let remaining = lease.expires_at.0.saturating_sub(now);
                     // Only the keys the caller may read are named.
@@ -243,13 +256,13 @@ impl Lease for EtcdApi {
                     } else {
                         Vec::new()
                     };
-                    (seconds(remaining), seconds(lease.ttl_ms), keys)
+                    Ok((seconds(remaining), seconds(lease.ttl_ms), keys))
                 })
             })
             .await
             .map_err(|error| Status::from(error_of(error)))?;
         // An unknown lease is not an error: its TTL is -1, as on etcd.
-        let (ttl, granted_ttl, keys) = found.unwrap_or((-1, 0, Vec::new()));
+        let (ttl, granted_ttl, keys) = found.transpose()?.unwrap_or((-1, 0, Vec::new()));
         Ok(Response::new(LeaseTimeToLiveResponse {
             header: Some(self.header(revision)),
             id: asked.id,

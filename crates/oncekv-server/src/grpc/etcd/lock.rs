@@ -22,6 +22,18 @@
 //! the queueing transaction under the caller's key, a lease granted for
 //! it under a key derived from it ([`step_call`]), so a resend queues the
 //! same key once and waits for the same turn.
+//!
+//! Both recipes queue only on a lease their caller owns, and check it
+//! before acting ([`EtcdApi::session_lease`]): a lease given must be the
+//! caller's (or the caller an admin), else the call is refused
+//! ("permission denied") before anything is written, and the state
+//! machine refuses to attach the key to it all the same; a lease granted
+//! for the call is the caller's by the grant (a grant of an ID another
+//! user holds is refused, never taken as this caller's). A queue key found
+//! existing must be attached to that same lease ([`EtcdApi::join_queue`]),
+//! else the call is refused: a key on a lease the caller does not hold
+//! would be freed whenever that lease's owner lets it go, making two
+//! holders.
 
 use super::errors::{EtcdError, error_of};
 use super::forward::{Route, answered};
@@ -288,16 +300,33 @@ impl EtcdApi {
             .max_encoding_message_size(self.message_bytes_max)
     }
 
-    /// The lease a Lock or Campaign of `request` queues with: `asked`, or,
-    /// when it is 0, a lease of [`SESSION_TTL_SECONDS`] granted as its
-    /// write `step` (see [`step_call`]). A negative ID names no lease.
+    /// The lease a Lock or Campaign of `request` (by `principal`) queues
+    /// with: `asked`, unless this leader's state shows it is not the
+    /// caller's to use (another user's; an admin may use any), which the
+    /// state machine checks again, and decides, when the key is attached
+    /// to it; or, when `asked` is 0, a lease of [`SESSION_TTL_SECONDS`]
+    /// granted as its write `step` (see [`step_call`]), the caller's by
+    /// that grant. A negative ID names no lease.
     pub(super) async fn session_lease<T>(
         &self,
         request: &tonic::Request<T>,
+        principal: Option<&Principal>,
         asked: i64,
         step: &str,
     ) -> Result<i64, Status> {
         if asked > 0 {
+            let name = super::lease::lease_name(asked);
+            self.node.consensus().with_state(|state| {
+                // A lease this state does not hold yet (a new leader that
+                // has not applied its grant) is left to the state machine,
+                // which refuses the queueing put if it is unknown there too.
+                match state.leases().get(&name) {
+                    Some(lease) if !state.auth().may_use_lease(principal, lease.owner.as_ref()) => {
+                        Err(EtcdError::PermissionDenied)
+                    }
+                    _ => Ok(()),
+                }
+            })?;
             return Ok(asked);
         }
         if asked < 0 {
@@ -307,6 +336,8 @@ impl EtcdApi {
             ttl: SESSION_TTL_SECONDS,
             id: 0,
         });
+        // Granted (or this very grant answered again): the caller's. An ID
+        // that exists is refused, never taken.
         Ok(Lease::lease_grant(self, grant).await?.into_inner().id)
     }
 
@@ -321,7 +352,9 @@ impl EtcdApi {
 
     /// Queues `key` under `prefix`: puts it with `value`, attached to
     /// `lease`, unless it exists (then it keeps its value and place), in
-    /// one transaction as `call`'s write.
+    /// one transaction as `call`'s write. A key that exists attached to
+    /// another lease than `lease` is refused: it is not this caller's
+    /// place.
     pub(super) async fn join_queue(
         &self,
         call: tonic::Request<()>,
@@ -356,7 +389,9 @@ impl EtcdApi {
                 .ok_or_else(|| {
                     EtcdError::Invalid("a queued key that is neither new nor found".to_string())
                 })?;
-            (revision_from_wire(found.create_revision), Some(found.value))
+            let create_revision = revision_from_wire(found.create_revision);
+            self.check_queued_on(&key, create_revision, lease)?;
+            (create_revision, Some(found.value))
         };
         if create_revision == 0 {
             return Err(EtcdError::Invalid("a queued key without a revision".to_string()).into());
@@ -371,6 +406,29 @@ impl EtcdApi {
             revision,
             existing,
         })
+    }
+
+    /// Checks that `key`, found queued with `create_revision`, is attached
+    /// to `lease`, on this leader's applied state (which holds the
+    /// queueing transaction it answered; a range inside a transaction does
+    /// not show etcd lease IDs). A key gone or created again since is left
+    /// to the wait, which finds it lost.
+    fn check_queued_on(&self, key: &[u8], create_revision: u64, lease: i64) -> Result<(), Status> {
+        let name = super::lease::lease_name(lease);
+        let foreign = self.node.consensus().with_state(|state| {
+            state.kv().get(key).is_some_and(|stored| {
+                stored.meta.create_revision == create_revision
+                    && stored.lease.as_deref() != Some(name.as_str())
+            })
+        });
+        if foreign {
+            return Err(EtcdError::Invalid(format!(
+                "queue key {:?} exists attached to another lease than {lease:x}: it is not this caller's",
+                String::from_utf8_lossy(key)
+            ))
+            .into());
+        }
+        Ok(())
     }
 
     /// Where `place` stands, on this replica's applied state now.
@@ -467,7 +525,7 @@ impl EtcdApi {
     ) -> Result<Response<LockResponse>, Status> {
         let asked = request.get_ref();
         let lease = self
-            .session_lease(&request, asked.lease, "lock-lease")
+            .session_lease(&request, principal.as_ref(), asked.lease, "lock-lease")
             .await?;
         let prefix = queue_prefix(&asked.name);
         let key = queue_key(&prefix, lease);

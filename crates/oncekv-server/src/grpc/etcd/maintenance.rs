@@ -167,11 +167,11 @@ impl Maintenance for EtcdApi {
             .map_err(|error| Status::from(error_of(error)))?;
         let asked = super::revision_from_wire(request.get_ref().revision);
         // A copy costs a few pointers; the hash is computed from it off
-        // the async threads while applies go on.
-        let state = self.node.consensus().state_copy();
-        let hashed = tokio::task::spawn_blocking(move || kv_hash(&state, asked))
+        // the async threads while applies go on, one at a time.
+        let hashed = self
+            .node
+            .over_state_copy(move |state| kv_hash(&state, asked))
             .await
-            .map_err(|error| Status::internal(format!("oncekv: hashing failed: {error}")))?
             .map_err(|rejection| Status::from(EtcdError::of_rejection(&rejection)))?;
         Ok(Response::new(HashKvResponse {
             header: Some(self.header(hashed.applied)),

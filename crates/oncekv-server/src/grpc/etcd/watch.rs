@@ -1,42 +1,65 @@
 //! `etcdserverpb.Watch` onto the node's watches: one bidirectional stream
 //! multiplexes any number of watches, each a native watch
-//! ([`Node::watch`](crate::node::Node::watch)) of one key or a key range
-//! (a prefix is one) whose messages are turned into etcd's responses under its watch ID:
-//! created, events (with `prev_kv` and the NOPUT / NODELETE filters),
-//! progress notices (with `progress_notify`), and cancellation (asked for,
-//! or from the node: a compacted start revision answers
-//! `compact_revision`, as etcd's does; a range whose end is not above its
-//! start is refused as etcd refuses it, created and cancelled at once
-//! under watch ID -1).
+//! ([`Node::watch_as`](crate::node::Node::watch_as)) of one key or a key
+//! range (a prefix is one) whose messages are turned into etcd's responses
+//! under its watch ID: created, events (with `prev_kv` and the NOPUT /
+//! NODELETE filters), progress notices (with `progress_notify`), and
+//! cancellation (asked for, or from the node: a compacted start revision
+//! answers `compact_revision`, as etcd's does; a range whose end is not
+//! above its start is refused as etcd refuses it, created and cancelled at
+//! once under watch ID -1).
 //!
-//! A progress request is answered with the lowest revision every watch of
-//! the stream has sent everything up to (watch ID -1), so the promise it
-//! makes holds for each of them.
+//! A progress request is answered with the lowest revision every running
+//! watch of the stream has sent everything up to (watch ID -1), so the
+//! promise it makes holds for each of them.
+//!
+//! Bounds ([`crate::watch`]): the stream's unsent responses are counted in
+//! bytes (their keys and values, and an overhead per event and response)
+//! against [`WATCH_STREAM_BYTES_MAX`] and, with the user's other streams,
+//! [`WATCH_USER_BYTES_MAX`](crate::watch::WATCH_USER_BYTES_MAX). A watch
+//! whose response would pass either while the stream holds unsent ones is
+//! cancelled: its own unsent events are dropped (their memory freed) and it
+//! is `canceled` with a `cancel_reason` naming the bound and the revision
+//! to resume from; the stream's other watches go on. A stream multiplexes
+//! at most [`WATCHES_PER_STREAM_MAX`](crate::watch::WATCHES_PER_STREAM_MAX)
+//! watches, a user holds at most
+//! [`WATCHERS_PER_USER_MAX`](crate::watch::WATCHERS_PER_USER_MAX) on a
+//! node: one more is created and cancelled at once, the reason naming the
+//! cap. A watch whose user loses the right to it is cancelled with the
+//! text etcd refuses such a call with: `etcdserver: permission denied`
+//! (a revoked role or permission), or `etcdserver: invalid auth token`
+//! (a changed password, a deleted user, an expired token: etcd's clients
+//! log in again on it).
 
 use super::errors::{EtcdError, error_of};
 use super::kv::Keys;
 use super::lease::lease_id;
-use super::{EtcdApi, revision_from_wire, revision_to_wire};
-use crate::watch::{PROGRESS_INTERVAL_DEFAULT, WatchMessage, WatchSpec};
+use super::{EtcdApi, credentials_of, revision_from_wire, revision_to_wire};
+use crate::auth::Credentials;
+use crate::watch::{
+    Bound, Holder, MESSAGE_OVERHEAD_BYTES, PROGRESS_INTERVAL_DEFAULT, Refused,
+    WATCH_STREAM_BYTES_MAX, WatchError, WatchMessage, WatchOwner, WatchSpec,
+};
+use futures_util::StreamExt;
 use oncekv_proto::etcd::etcdserverpb::watch_create_request::FilterType;
 use oncekv_proto::etcd::etcdserverpb::watch_request::RequestUnion;
 use oncekv_proto::etcd::etcdserverpb::watch_server::Watch;
 use oncekv_proto::etcd::etcdserverpb::{WatchCreateRequest, WatchRequest, WatchResponse};
 use oncekv_proto::etcd::mvccpb::event::EventType;
 use oncekv_proto::etcd::mvccpb::{Event as EtcdEvent, KeyValue as EtcdKeyValue};
-use oncekv_state::{Event, Principal, StoredValue};
+use oncekv_state::{Event, StoredValue};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tonic::codegen::BoxStream;
 use tonic::{Response, Status};
 
-/// Responses buffered towards one stream.
-const OUTBOX_RESPONSES: usize = 64;
+/// The responses queued towards one stream, bounded in bytes.
+type Outbox = crate::watch::Outbox<WatchResponse>;
 
-type Outbox = mpsc::Sender<Result<WatchResponse, Status>>;
+/// Numbers the watch streams of this node (each one's cap is its own).
+static STREAMS: AtomicU64 = AtomicU64::new(0);
 
 /// The watches of one stream: each one's task, and the revision it has
 /// sent everything up to.
@@ -61,10 +84,17 @@ impl Watches {
         Some(id)
     }
 
-    /// The revision every watch has sent everything up to.
+    /// Forgets the watches that ended (cancelled by the node): their IDs
+    /// are free again, as on etcd.
+    fn forget_ended(&mut self) {
+        self.running.retain(|_, (task, _)| !task.is_finished());
+    }
+
+    /// The revision every running watch has sent everything up to.
     fn progress(&self) -> Option<u64> {
         self.running
             .values()
+            .filter(|(task, _)| !task.is_finished())
             .map(|(_, sent)| sent.load(Ordering::Relaxed))
             .min()
     }
@@ -76,6 +106,31 @@ impl Drop for Watches {
             task.abort();
         }
     }
+}
+
+/// What a response weighs in the stream's queue.
+fn response_bytes(response: &WatchResponse) -> usize {
+    let kv = |kv: &Option<EtcdKeyValue>| kv.as_ref().map_or(0, |kv| kv.key.len() + kv.value.len());
+    MESSAGE_OVERHEAD_BYTES
+        + response.cancel_reason.len()
+        + response
+            .events
+            .iter()
+            .map(|event| MESSAGE_OVERHEAD_BYTES + kv(&event.kv) + kv(&event.prev_kv))
+            .sum::<usize>()
+}
+
+/// The revision of a response's first event, if it has any.
+fn first_revision(response: &WatchResponse) -> Option<u64> {
+    let kv = response.events.first()?.kv.as_ref()?;
+    Some(revision_from_wire(kv.mod_revision))
+}
+
+/// Queues `response` once the stream has room; `Err` once the client is
+/// gone.
+async fn reply(outbox: &Outbox, response: WatchResponse) -> Result<(), ()> {
+    let bytes = response_bytes(&response);
+    outbox.send(response, bytes).await.map_err(drop)
 }
 
 fn key_value(key: &[u8], stored: &StoredValue) -> EtcdKeyValue {
@@ -126,6 +181,78 @@ fn event_of(event: &Event, create: &WatchCreateRequest) -> Option<EtcdEvent> {
     })
 }
 
+/// One watch's side of the stream: what it queued, and how it ends.
+struct Sending {
+    api: EtcdApi,
+    id: i64,
+    outbox: Outbox,
+    /// Whether its `created` response was queued.
+    created: bool,
+    /// The revision it has sent everything up to.
+    progress: Arc<AtomicU64>,
+}
+
+impl Sending {
+    /// Queues `response` if the stream has room; a full stream cancels
+    /// this watch. `Err` once the watch ends.
+    fn send(&mut self, response: WatchResponse) -> Result<(), ()> {
+        let bytes = response_bytes(&response);
+        let first = first_revision(&response);
+        match self.outbox.try_send(response, bytes) {
+            Ok(()) => Ok(()),
+            Err(Refused::Gone) => Err(()),
+            Err(Refused::Full(bound)) => {
+                self.cancel_full(&bound, first);
+                Err(())
+            }
+        }
+    }
+
+    /// Cancels this watch at a bound: its unsent events are dropped, and
+    /// the reason names the bound and the first revision it did not get
+    /// (`first`: that of the response that did not fit, if any).
+    fn cancel_full(&mut self, bound: &Bound, first: Option<u64>) {
+        let id = self.id;
+        let dropped = self
+            .outbox
+            .take_where(|response| response.watch_id == id && !response.events.is_empty());
+        let next = dropped
+            .iter()
+            .filter_map(first_revision)
+            .chain(first)
+            .min()
+            .unwrap_or_else(|| self.progress.load(Ordering::Relaxed).saturating_add(1));
+        self.progress
+            .store(next.saturating_sub(1), Ordering::Relaxed);
+        metrics::counter!("oncekv_watches_canceled_total", "reason" => "unread").increment(1);
+        let reason = format!("{}; resume from revision {next}", bound.reason());
+        self.last(next.saturating_sub(1), reason, 0);
+    }
+
+    /// Queues the watch's cancellation whatever the bounds (its `created`
+    /// first, if it was not: etcd's clients wait for it before anything
+    /// else of a watch).
+    fn last(&mut self, revision: u64, reason: String, compacted: u64) {
+        if !self.created {
+            let mut response = self.api.watch_response(self.id, compacted);
+            response.created = true;
+            let bytes = response_bytes(&response);
+            if self.outbox.force(response, bytes).is_err() {
+                return;
+            }
+            self.created = true;
+        }
+        let mut response = self.api.watch_response(self.id, revision);
+        response.canceled = true;
+        if compacted > 0 {
+            response.compact_revision = revision_to_wire(compacted);
+        }
+        response.cancel_reason = reason;
+        let bytes = response_bytes(&response);
+        let _ = self.outbox.force(response, bytes);
+    }
+}
+
 impl EtcdApi {
     /// A response of watch `id` at `revision`.
     fn watch_response(&self, id: i64, revision: u64) -> WatchResponse {
@@ -136,16 +263,22 @@ impl EtcdApi {
         }
     }
 
-    /// Starts watch `id` of `create` for `principal`, answering on
-    /// `outbox`; returns its task and the revision it has sent up to.
+    /// Starts watch `id` of `create` for `owner` (calling with
+    /// `credentials`), answering on `outbox`; returns its task and the
+    /// revision it has sent up to, or why it was refused (the
+    /// cancellation's reason).
     fn start_watch(
         &self,
         id: i64,
         create: WatchCreateRequest,
-        principal: Option<&Principal>,
+        credentials: &Credentials,
+        owner: &WatchOwner,
         outbox: Outbox,
-    ) -> Result<(JoinHandle<()>, Arc<AtomicU64>), EtcdError> {
-        let (key, scope) = Keys::of(&create.key, &create.range_end)?.scoped();
+    ) -> Result<(JoinHandle<()>, Arc<AtomicU64>), String> {
+        let refused = |error: EtcdError| Status::from(error).message().to_string();
+        let (key, scope) = Keys::of(&create.key, &create.range_end)
+            .map_err(refused)?
+            .scoped();
         let spec = WatchSpec {
             key,
             scope,
@@ -153,19 +286,30 @@ impl EtcdApi {
             previous: create.prev_kv,
             progress_interval: PROGRESS_INTERVAL_DEFAULT,
         };
-        let mut messages = self.node.watch(spec, principal).map_err(error_of)?;
+        let mut messages = match self.node.watch_as(spec, credentials, owner) {
+            Ok(messages) => messages,
+            Err(WatchError::Refused(error)) => return Err(refused(error_of(error))),
+            Err(WatchError::Capped(cap)) => return Err(cap.to_string()),
+        };
         let sent = Arc::new(AtomicU64::new(0));
-        let progress = Arc::clone(&sent);
-        let api = self.clone();
+        let mut sending = Sending {
+            api: self.clone(),
+            id,
+            outbox,
+            created: false,
+            progress: Arc::clone(&sent),
+        };
         let task = tokio::spawn(async move {
-            let mut created = false;
             while let Some(message) = messages.recv().await {
-                let (response, last) = match message {
+                let response = match message {
                     WatchMessage::Started { revision } => {
-                        created = true;
-                        let mut response = api.watch_response(id, revision);
+                        let mut response = sending.api.watch_response(id, revision);
                         response.created = true;
-                        (Some(response), false)
+                        if sending.send(response).is_err() {
+                            return;
+                        }
+                        sending.created = true;
+                        continue;
                     }
                     WatchMessage::Events(events) => {
                         let Some(revision) = events.last().map(|event| event.revision) else {
@@ -177,48 +321,39 @@ impl EtcdApi {
                             .collect();
                         let response = (!events.is_empty()).then(|| WatchResponse {
                             events,
-                            ..api.watch_response(id, revision)
+                            ..sending.api.watch_response(id, revision)
                         });
-                        progress.store(revision, Ordering::Relaxed);
-                        (response, false)
+                        sending.progress.store(revision, Ordering::Relaxed);
+                        response
                     }
                     WatchMessage::Progress(revision) => {
-                        progress.store(revision, Ordering::Relaxed);
-                        let response = create
+                        sending.progress.store(revision, Ordering::Relaxed);
+                        create
                             .progress_notify
-                            .then(|| api.watch_response(id, revision));
-                        (response, false)
+                            .then(|| sending.api.watch_response(id, revision))
                     }
-                    WatchMessage::Canceled { reason, compacted } => {
-                        // etcd's clients wait for the creation before
-                        // anything else of a watch: a watch cancelled at
-                        // once (a compacted start) is created first.
-                        if !created {
-                            let mut response = api.watch_response(id, compacted);
-                            response.created = true;
-                            if outbox.send(Ok(response)).await.is_err() {
-                                return;
+                    WatchMessage::Canceled {
+                        reason,
+                        compacted,
+                        denied,
+                    } => {
+                        let reason = match denied {
+                            // As etcd refuses a call of a user without the
+                            // right: its clients match the text.
+                            Some(error) => refused(error_of(error)),
+                            None if compacted > 0 => {
+                                "etcdserver: mvcc: required revision has been compacted".to_string()
                             }
-                        }
-                        let mut response = api.watch_response(id, progress.load(Ordering::Relaxed));
-                        response.canceled = true;
-                        if compacted > 0 {
-                            response.compact_revision = revision_to_wire(compacted);
-                            response.cancel_reason =
-                                "etcdserver: mvcc: required revision has been compacted"
-                                    .to_string();
-                        } else {
-                            response.cancel_reason = reason;
-                        }
-                        (Some(response), true)
+                            None => reason,
+                        };
+                        let revision = sending.progress.load(Ordering::Relaxed);
+                        sending.last(revision, reason, compacted);
+                        return;
                     }
                 };
                 if let Some(response) = response
-                    && outbox.send(Ok(response)).await.is_err()
+                    && sending.send(response).is_err()
                 {
-                    return;
-                }
-                if last {
                     return;
                 }
             }
@@ -230,7 +365,8 @@ impl EtcdApi {
     async fn on_watch_request(
         &self,
         request: WatchRequest,
-        principal: Option<&Principal>,
+        credentials: &Credentials,
+        owner: &WatchOwner,
         watches: &Mutex<Watches>,
         outbox: &Outbox,
     ) -> Result<(), ()> {
@@ -250,28 +386,31 @@ impl EtcdApi {
                     response.created = true;
                     response.canceled = true;
                     response.cancel_reason = status.message().to_string();
-                    return outbox.send(Ok(response)).await.map_err(drop);
+                    return reply(outbox, response).await;
                 }
                 let asked = create.watch_id;
-                let id = crate::sync::lock(watches).id_for(asked);
+                let id = {
+                    let mut watches = crate::sync::lock(watches);
+                    watches.forget_ended();
+                    watches.id_for(asked)
+                };
                 let Some(id) = id else {
                     let mut response = self.watch_response(asked, 0);
                     response.created = true;
                     response.canceled = true;
                     response.cancel_reason = "etcdserver: duplicate watch ID".to_string();
-                    return outbox.send(Ok(response)).await.map_err(drop);
+                    return reply(outbox, response).await;
                 };
-                match self.start_watch(id, create, principal, outbox.clone()) {
+                match self.start_watch(id, create, credentials, owner, outbox.clone()) {
                     Ok(running) => {
                         crate::sync::lock(watches).running.insert(id, running);
                         return Ok(());
                     }
-                    Err(error) => {
-                        let status = tonic::Status::from(error);
+                    Err(reason) => {
                         let mut response = self.watch_response(id, 0);
                         response.created = true;
                         response.canceled = true;
-                        response.cancel_reason = status.message().to_string();
+                        response.cancel_reason = reason;
                         response
                     }
                 }
@@ -294,7 +433,7 @@ impl EtcdApi {
             }
             None => return Ok(()),
         };
-        outbox.send(Ok(response)).await.map_err(drop)
+        reply(outbox, response).await
     }
 }
 
@@ -304,10 +443,18 @@ impl Watch for EtcdApi {
         &self,
         request: tonic::Request<tonic::Streaming<WatchRequest>>,
     ) -> Result<Response<BoxStream<WatchResponse>>, Status> {
-        // Watches are served by any member, from its applied state.
-        let principal = self.principal(&request, false)?;
+        // Watches are served by any member, from its applied state; they
+        // count against the stream's cap and its user's (with
+        // authentication off, its source address's).
+        let credentials = credentials_of(&request);
+        let address = request.remote_addr();
+        let stream = Holder::Stream(STREAMS.fetch_add(1, Ordering::Relaxed));
+        let owner = self
+            .node
+            .watch_owner(&credentials, address, Some(stream))
+            .map_err(super::errors::status_of)?;
         let mut requests = request.into_inner();
-        let (outbox, responses) = mpsc::channel(OUTBOX_RESPONSES);
+        let (outbox, responses) = crate::watch::queue(WATCH_STREAM_BYTES_MAX, owner.user.clone());
         let api = self.clone();
         tokio::spawn(async move {
             let watches = Mutex::new(Watches::default());
@@ -322,7 +469,7 @@ impl Watch for EtcdApi {
                     Ok(None) | Err(_) => return,
                 };
                 if api
-                    .on_watch_request(request, principal.as_ref(), &watches, &outbox)
+                    .on_watch_request(request, &credentials, &owner, &watches, &outbox)
                     .await
                     .is_err()
                 {
@@ -330,9 +477,7 @@ impl Watch for EtcdApi {
                 }
             }
         });
-        Ok(Response::new(Box::pin(
-            tokio_stream::wrappers::ReceiverStream::new(responses),
-        )))
+        Ok(Response::new(Box::pin(responses.into_stream().map(Ok))))
     }
 }
 

@@ -45,6 +45,7 @@ from oncekv.errors import (
     Overloaded,
     PermissionDenied,
     Rejected,
+    ReplyTooLarge,
     RequestMismatch,
     SequenceGap,
     SessionExpired,
@@ -367,6 +368,9 @@ def _rejected(rejection: pb.Rejection) -> Rejected:
         return TxnTooLarge(r.bytes, r.max, message, rejection)
     if kind == "txn_conflict":
         return TxnConflict(rejection.txn_conflict.name, message, rejection)
+    if kind == "reply_too_large":
+        r = rejection.reply_too_large
+        return ReplyTooLarge(r.bytes, r.max, message, rejection)
     return Rejected(kind, message, rejection)
 
 

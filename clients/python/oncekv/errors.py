@@ -165,6 +165,23 @@ class TxnConflict(_TxnRefused):
         )
 
 
+class ReplyTooLarge(Rejected):
+    """A transaction whose reads would answer more than the cluster allows
+    in one reply (``max`` bytes, twice ``serve --scan-bytes-max``): refused
+    whole, its writes undone. Definite: nothing changed. Read less per
+    transaction (scans with a limit, fewer gets)."""
+
+    def __init__(self, size: int, maximum: int, message: str = "", detail=None):
+        #: The bytes the reply reached when it was refused.
+        self.bytes = size
+        self.max = maximum
+        super().__init__(
+            "reply_too_large",
+            message or f"the transaction's reply reaches {size} bytes, over the limit of {maximum}",
+            detail,
+        )
+
+
 class Overloaded(OncekvError):
     """A bounded table or budget of the cluster is full of live entries
     (sessions, idempotency keys, record bytes, the store's quota): not

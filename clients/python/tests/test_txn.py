@@ -16,6 +16,7 @@ from oncekv import (
     TxnConflict,
     TxnOp,
     TxnTooLarge,
+    ReplyTooLarge,
 )
 
 
@@ -159,7 +160,7 @@ def test_get_with_revisions_and_at_a_past_revision(client):
 
 
 def test_compact_then_a_read_below_is_compacted_and_a_too_large_txn_is_refused(make_cluster):
-    cluster = make_cluster(1, ["--txn-ops-max", "4"])
+    cluster = make_cluster(1, ["--txn-ops-max", "4", "--scan-bytes-max", "1024"])
     with Client(cluster.endpoints, timeout=10) as client:
         first = client.put("k", "v1").applied_index
         second = client.put("k", "v2").applied_index
@@ -188,3 +189,11 @@ def test_compact_then_a_read_below_is_compacted_and_a_too_large_txn_is_refused(m
             client.txn(Txn().on_success(*[TxnOp.put(f"big/{i}", "x") for i in range(5)]))
         assert (large.value.ops, large.value.max) == (5, 4)
         assert client.scan("big/") == []
+        # Reads answering more than twice --scan-bytes-max: refused whole,
+        # the transaction's write undone.
+        client.put("wide", "x" * 900)
+        with pytest.raises(ReplyTooLarge) as wide:
+            client.txn(Txn().on_success(TxnOp.put("wrote", "1"), *[TxnOp.get("wide")] * 3))
+        assert isinstance(wide.value, Rejected) and wide.value.max == 2048
+        assert wide.value.bytes > 2048
+        assert client.get("wrote") is None

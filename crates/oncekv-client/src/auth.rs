@@ -5,6 +5,7 @@
 //! A client certificate (mutual TLS) needs no credentials here: the
 //! connector presents it.
 
+use oncekv_proto::{AUTHORIZATION_METADATA, BEARER};
 use std::sync::{Arc, Mutex};
 use tonic::metadata::MetadataValue;
 use tonic::service::Interceptor;
@@ -78,9 +79,9 @@ impl Interceptor for AuthInterceptor {
         mut request: tonic::Request<()>,
     ) -> Result<tonic::Request<()>, tonic::Status> {
         if let Some(token) = self.token.get() {
-            let value = MetadataValue::try_from(format!("Bearer {token}"))
+            let value = MetadataValue::try_from(format!("{BEARER}{token}"))
                 .map_err(|_| tonic::Status::invalid_argument("the token is not valid metadata"))?;
-            request.metadata_mut().insert("authorization", value);
+            request.metadata_mut().insert(AUTHORIZATION_METADATA, value);
         }
         Ok(request)
     }

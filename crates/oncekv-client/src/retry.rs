@@ -216,7 +216,7 @@ pub(crate) fn failed<T>(status: tonic::Status) -> Attempt<T> {
 }
 
 /// What a call's `Failure` says about the attempt: the one place the
-/// client reads it.
+/// client reads it (the watcher too; `tests/tidy.rs` keeps it so).
 pub(crate) fn call_failed<T>(failure: v1::Failure) -> Attempt<T> {
     match convert::failure_from_wire(failure) {
         Ok(CallFailure::NotLeader {

@@ -16,6 +16,7 @@
 
 use crate::client::Client;
 use crate::error::ClientError;
+use crate::retry::Attempt;
 use oncekv_proto::convert;
 use oncekv_proto::v1::{self, watch_response};
 use oncekv_state::{KeyMeta, Rejection};
@@ -262,11 +263,12 @@ impl Watcher {
             }
             Some(Kind::Failure(failure)) => {
                 self.stream = None;
-                match convert::failure_from_wire(failure) {
-                    Ok(convert::CallFailure::PermissionDenied(reason)) => {
-                        return Err(ClientError::PermissionDenied(reason));
-                    }
-                    Ok(convert::CallFailure::Unauthenticated(reason)) => {
+                // Read as every call's failure is: refused for good (the
+                // user may not read the keys, or the watch is invalid)
+                // ends the watch; anything else resumes elsewhere.
+                match crate::retry::call_failed::<()>(failure) {
+                    Attempt::Refused(error) => return Err(error),
+                    Attempt::Unauthenticated(reason) => {
                         let password = matches!(
                             self.client.options().credentials,
                             Some(crate::auth::Credentials::Password { .. })

@@ -18,17 +18,30 @@
 //! - [`client_request()`]: `ExecuteRequest`s decoded from the bytes, converted,
 //!   checked and applied to a state machine with small limits; invariants
 //!   and byte budgets hold after every apply.
+//! - [`batch_request()`]: `ExecuteBatchRequest` decoded by its hand-written
+//!   decoding and by the one prost generates for the same message; they
+//!   agree up to the cap of 256 requests, past it the hand-written one
+//!   refuses as it counts, and what it accepts encodes as the generated one.
+//! - [`etcd_request()`]: etcd's requests decoded from the bytes, converted
+//!   by the etcd adapter, checked and applied (or read) on a state machine
+//!   with small limits, and answered; a refusal is a status from the
+//!   adapter's errors table, what `check_request` refuses never runs, and
+//!   the handlers expect the replies they get.
 //!
 //! A broken property is a panic, which libFuzzer reports as a crash and the
 //! smoke run as a failed test.
 
+pub mod batch_request;
 pub mod client_request;
+pub mod etcd_request;
 mod input;
 pub mod peer_message;
 pub mod segment_recovery;
 pub mod snapshot_restore;
 
+pub use batch_request::batch_request;
 pub use client_request::client_request;
+pub use etcd_request::etcd_request;
 pub use peer_message::peer_message;
 pub use segment_recovery::segment_recovery;
 pub use snapshot_restore::snapshot_restore;
@@ -37,7 +50,8 @@ use oncekv_state::Limits;
 
 /// Small limits, so that a few requests reach every bound: keys, values,
 /// sessions, windows, record and idempotency budgets, the store quota,
-/// leases, time-to-live ranges, the history and transactions.
+/// leases, time-to-live ranges, the history, transactions and the
+/// per-user shares.
 pub fn small_limits() -> Limits {
     Limits {
         key_bytes_max: 16,
@@ -63,6 +77,10 @@ pub fn small_limits() -> Limits {
         history_bytes_max: 2048,
         history_retention_ms: 5_000,
         txn_ops_max: 4,
+        quotas: oncekv_state::UserQuotas {
+            user_share_percent: 50,
+            admin_reserve_percent: 25,
+        },
     }
 }
 

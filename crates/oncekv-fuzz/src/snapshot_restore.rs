@@ -5,7 +5,8 @@
 //! checks.
 //!
 //! Input: `[flags u8][body]`. Bit 0 of `flags` picks the limits to restore
-//! under: clear, the limits the body itself names (its first field), so a
+//! under: clear, the limits the body itself names (its first field and
+//! the quotas after the state), so a
 //! body is not refused for its limits alone; set,
 //! [`small_limits`](crate::small_limits). Bits 1-3 at 5, 6 or 7 break the
 //! header instead (version, checksum, magic), which must be refused with
@@ -65,14 +66,14 @@ pub fn restores(data: &[u8]) -> bool {
     let Some((&flags, body)) = data.split_first() else {
         return false;
     };
+    let mut bytes = wrap(body);
+    // The limits the body names: its first field, and the quotas after
+    // the state (`snapshot_limits` reads both).
     let limits = if flags & 1 == 0 {
-        postcard::take_from_bytes::<Limits>(body)
-            .map(|(limits, _)| limits)
-            .unwrap_or_else(|_| crate::small_limits())
+        StateMachine::snapshot_limits(&bytes).unwrap_or_else(|_| crate::small_limits())
     } else {
         crate::small_limits()
     };
-    let mut bytes = wrap(body);
     match (flags >> 1) & 7 {
         5 => {
             bytes[8..12].copy_from_slice(&FORMAT_VERSION.wrapping_add(1).to_le_bytes());

@@ -1,17 +1,34 @@
 //! The seed corpus in `corpus/<target>/`: valid inputs that reach deep
 //! into each target (requests on live sessions, restorable snapshots, real
-//! log segments, Raft messages a peer would send), plus random bytes.
+//! log segments, Raft messages a peer would send, batches up to and past
+//! their cap, etcd requests of every kind the adapter converts), plus edge
+//! cases and random bytes.
 //!
 //! Regenerate with
 //! `cargo test -p oncekv-fuzz --test corpus -- --ignored`; the output is
 //! deterministic, so an unchanged generator leaves the files unchanged.
 
 use oncekv_fuzz::client_request::SESSION_SECRET;
+use oncekv_fuzz::etcd_request::kind_of;
 use oncekv_fuzz::segment_recovery::SEGMENT_MAGIC;
 use oncekv_fuzz::small_limits;
 use oncekv_fuzz::snapshot_restore::body;
 use oncekv_proto::convert;
-use oncekv_proto::v1::{RaftPayload, SnapshotChunk};
+use oncekv_proto::etcd::authpb::{Permission as EtcdPermission, UserAddOptions};
+use oncekv_proto::etcd::etcdserverpb::compare::{CompareResult, CompareTarget, TargetUnion};
+use oncekv_proto::etcd::etcdserverpb::range_request::{SortOrder, SortTarget};
+use oncekv_proto::etcd::etcdserverpb::watch_request::RequestUnion;
+use oncekv_proto::etcd::etcdserverpb::{
+    AlarmRequest, AlarmType, AuthRoleAddRequest, AuthRoleDeleteRequest,
+    AuthRoleGrantPermissionRequest, AuthRoleRevokePermissionRequest, AuthUserAddRequest,
+    AuthUserChangePasswordRequest, AuthUserDeleteRequest, AuthUserGrantRoleRequest,
+    AuthUserRevokeRoleRequest, AuthenticateRequest, CompactionRequest, Compare as EtcdCompare,
+    DeleteRangeRequest, LeaseGrantRequest, LeaseKeepAliveRequest, LeaseRevokeRequest,
+    MemberAddRequest, PutRequest, RangeRequest, RequestOp, TxnRequest, WatchCancelRequest,
+    WatchCreateRequest, WatchProgressRequest, WatchRequest, alarm_request, request_op,
+};
+use oncekv_proto::v1::{ExecuteBatchRequest, ExecuteRequest, RaftPayload, SnapshotChunk};
+use oncekv_server::grpc::etcd::fuzzing::EtcdRequest;
 use oncekv_server::raft::segment_log::SegmentLog;
 use oncekv_server::raft::type_config::{Proposal, TypeConfig};
 use oncekv_state::{
@@ -873,6 +890,741 @@ fn generate_peer_message_corpus() {
             ),
             ("random-1", noise(7, 120)),
             ("random-2", noise(8, 30)),
+        ],
+    );
+}
+
+// ---- batch requests ---------------------------------------------------
+
+/// The wire form of client requests.
+fn wire_requests(requests: &[(u8, Origin, Command)]) -> Vec<ExecuteRequest> {
+    requests
+        .iter()
+        .map(|(_, origin, command)| {
+            convert::request_to_wire(&Request {
+                origin: origin.clone(),
+                command: command.clone(),
+            })
+            .expect("request goes on the wire")
+        })
+        .collect()
+}
+
+fn batch(requests: Vec<ExecuteRequest>) -> Vec<u8> {
+    ExecuteBatchRequest { requests }.encode_to_vec()
+}
+
+/// `count` empty requests, two bytes each.
+fn empty_requests(count: usize) -> Vec<u8> {
+    [0x0a, 0x00].repeat(count)
+}
+
+/// `count` puts of distinct keys.
+fn puts(count: usize) -> Vec<ExecuteRequest> {
+    let requests: Vec<_> = (0..count)
+        .map(|n| (0, Origin::Plain, put(format!("k{n}").as_bytes(), b"v")))
+        .collect();
+    wire_requests(&requests)
+}
+
+#[test]
+#[ignore = "regenerates the checked-in seed corpus"]
+fn generate_batch_request_corpus() {
+    let cap = oncekv_proto::BATCH_REQUESTS_MAX;
+    let one = batch(puts(1));
+    let mut unknown_fields = one.clone();
+    // Field 2, a varint; field 3, length-delimited.
+    unknown_fields.extend([0x10, 0x05, 0x1a, 0x02, 0xff, 0xff]);
+    let mut past_cap_broken = empty_requests(cap);
+    past_cap_broken.extend([0x0a, 0x7f, 0x01]);
+    past_cap_broken.extend(empty_requests(10));
+    let mut broken_before_cap = empty_requests(3);
+    broken_before_cap.extend([0x0a, 0x7f, 0x01]);
+    broken_before_cap.extend(empty_requests(cap));
+    let interleaved = [0x10, 0x01, 0x0a, 0x00].repeat(cap + 1);
+    // One request whose encoding is cut by a byte inside a length that
+    // says so: the outer frame is whole, the request is not.
+    let request = puts(1).remove(0).encode_to_vec();
+    let inner = &request[..request.len() - 1];
+    let mut nested_cut_short = vec![0x0a, u8::try_from(inner.len()).expect("short")];
+    nested_cut_short.extend_from_slice(inner);
+    let mut huge_length = vec![0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f];
+    huge_length.extend(empty_requests(2));
+    let mut overlong_varint = vec![0x0a];
+    overlong_varint.extend([0xff; 10]);
+    overlong_varint.push(0x01);
+    // A group (field 2) holding what reads as a request key, skipped whole,
+    // then one request.
+    let group_then_request = vec![0x13, 0x0a, 0x00, 0x14, 0x0a, 0x00];
+    write_corpus(
+        "batch_request",
+        vec![
+            ("empty", Vec::new()),
+            ("one-put", one),
+            ("sessions", batch(wire_requests(&session_requests()))),
+            ("leases", batch(wire_requests(&lease_requests()))),
+            ("at-cap", empty_requests(cap)),
+            ("at-cap-puts", batch(puts(cap))),
+            ("cap-plus-one", empty_requests(cap + 1)),
+            ("cap-plus-one-puts", batch(puts(cap + 1))),
+            ("past-cap-broken", past_cap_broken),
+            ("broken-before-cap", broken_before_cap),
+            ("interleaved-unknown-past-cap", interleaved),
+            ("unknown-fields", unknown_fields),
+            ("nested-cut-short", nested_cut_short),
+            ("truncated-length-varint", vec![0x0a, 0xff]),
+            ("truncated-key-varint", vec![0x8a]),
+            ("huge-length", huge_length),
+            ("overlong-varint", overlong_varint),
+            ("group-then-request", group_then_request),
+            ("wrong-wire-type", vec![0x08, 0x01]),
+            ("end-group-alone", vec![0x0c]),
+            ("random-1", noise(9, 256)),
+            ("random-2", noise(10, 64)),
+        ],
+    );
+}
+
+// ---- etcd requests ----------------------------------------------------
+
+/// The protobuf encoding of `request`'s message.
+fn etcd_message(request: &EtcdRequest) -> Vec<u8> {
+    match request {
+        EtcdRequest::Range(m) => m.encode_to_vec(),
+        EtcdRequest::Put(m) => m.encode_to_vec(),
+        EtcdRequest::DeleteRange(m) => m.encode_to_vec(),
+        EtcdRequest::Txn(m) => m.encode_to_vec(),
+        EtcdRequest::Compaction(m) => m.encode_to_vec(),
+        EtcdRequest::LeaseGrant(m) => m.encode_to_vec(),
+        EtcdRequest::LeaseRevoke(m) => m.encode_to_vec(),
+        EtcdRequest::LeaseKeepAlive(m) => m.encode_to_vec(),
+        EtcdRequest::Watch(m) => m.encode_to_vec(),
+        EtcdRequest::Alarm(m) => m.encode_to_vec(),
+        EtcdRequest::MemberAdd(m) => m.encode_to_vec(),
+        EtcdRequest::Authenticate(m) => m.encode_to_vec(),
+        EtcdRequest::UserAdd(m) => m.encode_to_vec(),
+        EtcdRequest::UserDelete(m) => m.encode_to_vec(),
+        EtcdRequest::UserChangePassword(m) => m.encode_to_vec(),
+        EtcdRequest::UserGrantRole(m) => m.encode_to_vec(),
+        EtcdRequest::UserRevokeRole(m) => m.encode_to_vec(),
+        EtcdRequest::RoleAdd(m) => m.encode_to_vec(),
+        EtcdRequest::RoleDelete(m) => m.encode_to_vec(),
+        EtcdRequest::RoleGrantPermission(m) => m.encode_to_vec(),
+        EtcdRequest::RoleRevokePermission(m) => m.encode_to_vec(),
+    }
+}
+
+/// One `etcd_request` message: `[kind][step][length u16][bytes]`.
+fn etcd_frame(kind: u8, step: u8, bytes: &[u8]) -> Vec<u8> {
+    let mut out = vec![kind, step];
+    out.extend(
+        u16::try_from(bytes.len())
+            .expect("a short message")
+            .to_le_bytes(),
+    );
+    out.extend_from_slice(bytes);
+    out
+}
+
+/// An `etcd_request` input: each request `step * 32` ms after the last.
+fn etcd_input(requests: &[(u8, EtcdRequest)]) -> Vec<u8> {
+    requests
+        .iter()
+        .flat_map(|(step, request)| etcd_frame(kind_of(request), *step, &etcd_message(request)))
+        .collect()
+}
+
+fn etcd_put(key: &[u8], value: &[u8]) -> PutRequest {
+    PutRequest {
+        key: key.to_vec(),
+        value: value.to_vec(),
+        ..PutRequest::default()
+    }
+}
+
+fn etcd_range(key: &[u8], range_end: &[u8]) -> RangeRequest {
+    RangeRequest {
+        key: key.to_vec(),
+        range_end: range_end.to_vec(),
+        ..RangeRequest::default()
+    }
+}
+
+fn op_put(put: PutRequest) -> RequestOp {
+    RequestOp {
+        request: Some(request_op::Request::RequestPut(put)),
+    }
+}
+
+fn op_range(range: RangeRequest) -> RequestOp {
+    RequestOp {
+        request: Some(request_op::Request::RequestRange(range)),
+    }
+}
+
+fn op_delete(key: &[u8], range_end: &[u8], prev_kv: bool) -> RequestOp {
+    RequestOp {
+        request: Some(request_op::Request::RequestDeleteRange(
+            DeleteRangeRequest {
+                key: key.to_vec(),
+                range_end: range_end.to_vec(),
+                prev_kv,
+            },
+        )),
+    }
+}
+
+fn compare(key: &[u8], target: CompareTarget, union: Option<TargetUnion>) -> EtcdCompare {
+    EtcdCompare {
+        result: CompareResult::Equal as i32,
+        target: target as i32,
+        key: key.to_vec(),
+        target_union: union,
+        range_end: Vec::new(),
+    }
+}
+
+fn kv_requests() -> Vec<(u8, EtcdRequest)> {
+    let with_prev = PutRequest {
+        prev_kv: true,
+        ..etcd_put(b"b", b"2")
+    };
+    let sorted = RangeRequest {
+        sort_order: SortOrder::Descend as i32,
+        sort_target: SortTarget::Value as i32,
+        limit: 2,
+        ..etcd_range(b"\0", b"\0")
+    };
+    let filtered = RangeRequest {
+        min_mod_revision: 2,
+        count_only: true,
+        ..etcd_range(b"a", b"c")
+    };
+    let keep_value = PutRequest {
+        ignore_value: true,
+        ..etcd_put(b"a", b"")
+    };
+    let keep_missing = PutRequest {
+        ignore_lease: true,
+        ..etcd_put(b"nope", b"x")
+    };
+    let txn = TxnRequest {
+        compare: vec![compare(
+            b"a",
+            CompareTarget::Value,
+            Some(TargetUnion::Value(b"1".to_vec())),
+        )],
+        success: vec![
+            op_put(etcd_put(b"c", b"3")),
+            op_range(etcd_range(b"a", b"")),
+        ],
+        failure: vec![op_delete(b"a", b"", true)],
+    };
+    vec![
+        (1, EtcdRequest::Put(etcd_put(b"a", b"1"))),
+        (1, EtcdRequest::Put(with_prev.clone())),
+        (1, EtcdRequest::Put(with_prev)),
+        (0, EtcdRequest::Range(etcd_range(b"a", b""))),
+        (0, EtcdRequest::Range(etcd_range(b"\0", b"\0"))),
+        (0, EtcdRequest::Range(etcd_range(b"a", b"b"))),
+        (0, EtcdRequest::Range(sorted)),
+        (0, EtcdRequest::Range(filtered)),
+        (1, EtcdRequest::Txn(txn.clone())),
+        (1, EtcdRequest::Put(keep_value)),
+        (1, EtcdRequest::Put(keep_missing)),
+        (1, EtcdRequest::Txn(txn)),
+        (
+            0,
+            EtcdRequest::Range(RangeRequest {
+                revision: 2,
+                ..etcd_range(b"a", b"")
+            }),
+        ),
+        (
+            1,
+            EtcdRequest::DeleteRange(DeleteRangeRequest {
+                key: b"a".to_vec(),
+                range_end: b"\0".to_vec(),
+                prev_kv: true,
+            }),
+        ),
+        (
+            1,
+            EtcdRequest::Compaction(CompactionRequest {
+                revision: 3,
+                physical: false,
+            }),
+        ),
+        (
+            0,
+            EtcdRequest::Range(RangeRequest {
+                revision: 1,
+                ..etcd_range(b"a", b"")
+            }),
+        ),
+        (
+            0,
+            EtcdRequest::Range(RangeRequest {
+                revision: 1000,
+                ..etcd_range(b"a", b"")
+            }),
+        ),
+    ]
+}
+
+fn nested_txn_requests() -> Vec<(u8, EtcdRequest)> {
+    let nested = TxnRequest {
+        compare: vec![compare(
+            b"a",
+            CompareTarget::Version,
+            Some(TargetUnion::Version(0)),
+        )],
+        success: vec![op_put(PutRequest {
+            prev_kv: true,
+            ..etcd_put(b"b", b"v")
+        })],
+        failure: vec![op_delete(b"c", b"d", false)],
+    };
+    let outer = TxnRequest {
+        compare: vec![compare(b"z", CompareTarget::Mod, None)],
+        success: vec![
+            op_put(etcd_put(b"a", b"v")),
+            RequestOp {
+                request: Some(request_op::Request::RequestTxn(nested.clone())),
+            },
+        ],
+        failure: vec![op_range(etcd_range(b"a", b"b"))],
+    };
+    let other_branch = TxnRequest {
+        compare: vec![compare(
+            b"a",
+            CompareTarget::Version,
+            Some(TargetUnion::Version(9)),
+        )],
+        failure: vec![RequestOp {
+            request: Some(request_op::Request::RequestTxn(nested)),
+        }],
+        ..TxnRequest::default()
+    };
+    // Nested as deep as the node's operation bound lets it, and deeper.
+    let nest = |depth| {
+        let mut txn = TxnRequest {
+            success: vec![op_put(etcd_put(b"deep", b"v"))],
+            ..TxnRequest::default()
+        };
+        for _ in 0..depth {
+            txn = TxnRequest {
+                success: vec![RequestOp {
+                    request: Some(request_op::Request::RequestTxn(txn)),
+                }],
+                ..TxnRequest::default()
+            };
+        }
+        txn
+    };
+    let lease_compare = TxnRequest {
+        compare: vec![
+            compare(b"a", CompareTarget::Lease, Some(TargetUnion::Lease(7))),
+            compare(
+                b"a",
+                CompareTarget::Create,
+                Some(TargetUnion::CreateRevision(1)),
+            ),
+        ],
+        success: vec![op_range(etcd_range(b"a", b"\0"))],
+        failure: vec![op_delete(b"a", b"b", false)],
+    };
+    vec![
+        (1, EtcdRequest::Txn(outer.clone())),
+        (1, EtcdRequest::Txn(outer)),
+        (1, EtcdRequest::Txn(other_branch)),
+        (1, EtcdRequest::Txn(nest(2))),
+        (1, EtcdRequest::Txn(nest(6))),
+        (1, EtcdRequest::Txn(lease_compare)),
+        (1, EtcdRequest::Txn(TxnRequest::default())),
+    ]
+}
+
+fn lease_requests_etcd() -> Vec<(u8, EtcdRequest)> {
+    let grant = |id, ttl| EtcdRequest::LeaseGrant(LeaseGrantRequest { ttl, id });
+    vec![
+        (1, grant(7, 5)),
+        (
+            1,
+            EtcdRequest::Put(PutRequest {
+                lease: 7,
+                ..etcd_put(b"l", b"leased")
+            }),
+        ),
+        (
+            1,
+            EtcdRequest::LeaseKeepAlive(LeaseKeepAliveRequest { id: 7 }),
+        ),
+        (1, grant(0, 1)),
+        (1, grant(7, 5)),
+        (1, grant(8, 100)),
+        (1, grant(-1, 5)),
+        (
+            1,
+            EtcdRequest::Put(PutRequest {
+                lease: 9,
+                ..etcd_put(b"m", b"no such lease")
+            }),
+        ),
+        (
+            1,
+            EtcdRequest::Put(PutRequest {
+                ignore_lease: true,
+                ..etcd_put(b"l", b"kept lease")
+            }),
+        ),
+        (1, EtcdRequest::LeaseRevoke(LeaseRevokeRequest { id: 7 })),
+        (1, EtcdRequest::LeaseRevoke(LeaseRevokeRequest { id: 7 })),
+        (
+            1,
+            EtcdRequest::LeaseKeepAlive(LeaseKeepAliveRequest { id: 1 }),
+        ),
+        (
+            200,
+            EtcdRequest::LeaseKeepAlive(LeaseKeepAliveRequest { id: 1 }),
+        ),
+        (0, EtcdRequest::Range(etcd_range(b"l", b""))),
+    ]
+}
+
+fn watch(create: WatchCreateRequest) -> EtcdRequest {
+    EtcdRequest::Watch(WatchRequest {
+        request_union: Some(RequestUnion::CreateRequest(create)),
+    })
+}
+
+fn watch_requests() -> Vec<(u8, EtcdRequest)> {
+    let create = |key: &[u8], range_end: &[u8]| WatchCreateRequest {
+        key: key.to_vec(),
+        range_end: range_end.to_vec(),
+        ..WatchCreateRequest::default()
+    };
+    vec![
+        (0, watch(create(b"a", b""))),
+        (0, watch(create(b"a", b"b"))),
+        (0, watch(create(b"", b""))),
+        (0, watch(create(b"\0", b"\0"))),
+        (0, watch(create(b"b", b"a"))),
+        (
+            0,
+            watch(WatchCreateRequest {
+                start_revision: 5,
+                prev_kv: true,
+                progress_notify: true,
+                ..create(b"a", b"\0")
+            }),
+        ),
+        (
+            0,
+            EtcdRequest::Watch(WatchRequest {
+                request_union: Some(RequestUnion::CancelRequest(WatchCancelRequest {
+                    watch_id: 1,
+                })),
+            }),
+        ),
+        (
+            0,
+            EtcdRequest::Watch(WatchRequest {
+                request_union: Some(RequestUnion::ProgressRequest(WatchProgressRequest {})),
+            }),
+        ),
+        (0, EtcdRequest::Watch(WatchRequest::default())),
+    ]
+}
+
+fn auth_requests() -> Vec<(u8, EtcdRequest)> {
+    let user_add = |name: &str, password: &str, no_password| {
+        EtcdRequest::UserAdd(AuthUserAddRequest {
+            name: name.into(),
+            password: password.into(),
+            options: Some(UserAddOptions { no_password }),
+            hashed_password: String::new(),
+        })
+    };
+    let permission = |key: &[u8], range_end: &[u8]| EtcdPermission {
+        perm_type: 2,
+        key: key.to_vec(),
+        range_end: range_end.to_vec(),
+    };
+    let grant_role = |user: &str, role: &str| {
+        EtcdRequest::UserGrantRole(AuthUserGrantRoleRequest {
+            user: user.into(),
+            role: role.into(),
+        })
+    };
+    vec![
+        (1, user_add("root", "secret", false)),
+        (1, user_add("cert", "", true)),
+        (1, user_add("", "x", false)),
+        (1, user_add("empty", "", false)),
+        (
+            1,
+            EtcdRequest::RoleAdd(AuthRoleAddRequest { name: "r".into() }),
+        ),
+        (
+            1,
+            EtcdRequest::RoleAdd(AuthRoleAddRequest {
+                name: "root".into(),
+            }),
+        ),
+        (
+            1,
+            EtcdRequest::RoleGrantPermission(AuthRoleGrantPermissionRequest {
+                name: "r".into(),
+                perm: Some(permission(b"a", b"b")),
+            }),
+        ),
+        (
+            1,
+            EtcdRequest::RoleGrantPermission(AuthRoleGrantPermissionRequest {
+                name: "r".into(),
+                perm: Some(permission(b"a", b"c")),
+            }),
+        ),
+        (1, grant_role("root", "root")),
+        (1, grant_role("cert", "r")),
+        (1, grant_role("nobody", "r")),
+        (
+            1,
+            EtcdRequest::RoleRevokePermission(AuthRoleRevokePermissionRequest {
+                role: "r".into(),
+                key: b"a".to_vec(),
+                range_end: b"b".to_vec(),
+            }),
+        ),
+        (
+            1,
+            EtcdRequest::UserRevokeRole(AuthUserRevokeRoleRequest {
+                name: "cert".into(),
+                role: "r".into(),
+            }),
+        ),
+        (
+            1,
+            EtcdRequest::UserChangePassword(AuthUserChangePasswordRequest {
+                name: "root".into(),
+                password: "another".into(),
+                hashed_password: String::new(),
+            }),
+        ),
+        (
+            1,
+            EtcdRequest::Authenticate(AuthenticateRequest {
+                name: "root".into(),
+                password: "another".into(),
+            }),
+        ),
+        (
+            1,
+            EtcdRequest::RoleDelete(AuthRoleDeleteRequest { role: "r".into() }),
+        ),
+        (
+            1,
+            EtcdRequest::RoleDelete(AuthRoleDeleteRequest {
+                role: "root".into(),
+            }),
+        ),
+        (
+            1,
+            EtcdRequest::UserDelete(AuthUserDeleteRequest {
+                name: "cert".into(),
+            }),
+        ),
+    ]
+}
+
+fn cluster_requests() -> Vec<(u8, EtcdRequest)> {
+    let add = |urls: &[&str]| {
+        EtcdRequest::MemberAdd(MemberAddRequest {
+            peer_ur_ls: urls.iter().map(|url| url.to_string()).collect(),
+            is_learner: false,
+        })
+    };
+    let alarm = |action: alarm_request::AlarmAction, alarm: AlarmType| {
+        EtcdRequest::Alarm(AlarmRequest {
+            action: action as i32,
+            member_id: 0,
+            alarm: alarm as i32,
+        })
+    };
+    vec![
+        (0, add(&["http://10.0.0.2:2380", "http://10.0.0.2:2379"])),
+        (
+            0,
+            add(&["https://[::1]:2380", "https://node-3.example:2379"]),
+        ),
+        (0, add(&["http://10.0.0.2:2380"])),
+        (0, add(&["unix://socket:1", "http://a:1"])),
+        (0, add(&["http://a:0", "http://a:1"])),
+        (0, add(&[])),
+        (0, alarm(alarm_request::AlarmAction::Get, AlarmType::None)),
+        (
+            1,
+            alarm(alarm_request::AlarmAction::Deactivate, AlarmType::Nospace),
+        ),
+        (
+            0,
+            alarm(alarm_request::AlarmAction::Activate, AlarmType::Nospace),
+        ),
+    ]
+}
+
+fn invalid_etcd_requests() -> Vec<(u8, EtcdRequest)> {
+    let many_ops = TxnRequest {
+        compare: Vec::new(),
+        success: (0..6u8)
+            .map(|n| op_put(etcd_put(&[b'k', n], b"v")))
+            .collect(),
+        failure: Vec::new(),
+    };
+    let same_key_twice = TxnRequest {
+        compare: Vec::new(),
+        success: vec![op_put(etcd_put(b"k", b"1")), op_put(etcd_put(b"k", b"2"))],
+        failure: Vec::new(),
+    };
+    let wrong_union = TxnRequest {
+        compare: vec![compare(
+            b"a",
+            CompareTarget::Version,
+            Some(TargetUnion::Value(b"x".to_vec())),
+        )],
+        ..TxnRequest::default()
+    };
+    let negative_version = TxnRequest {
+        compare: vec![compare(
+            b"a",
+            CompareTarget::Version,
+            Some(TargetUnion::Version(-3)),
+        )],
+        ..TxnRequest::default()
+    };
+    let past_in_txn = TxnRequest {
+        success: vec![op_range(RangeRequest {
+            revision: 1,
+            ..etcd_range(b"a", b"")
+        })],
+        ..TxnRequest::default()
+    };
+    let empty_op = TxnRequest {
+        success: vec![RequestOp { request: None }],
+        ..TxnRequest::default()
+    };
+    vec![
+        (1, EtcdRequest::Put(etcd_put(b"", b"1"))),
+        (1, EtcdRequest::Put(etcd_put(&[b'k'; 17], b"1"))),
+        (1, EtcdRequest::Put(etcd_put(b"k", &[b'v'; 65]))),
+        (
+            1,
+            EtcdRequest::Put(PutRequest {
+                lease: -1,
+                ..etcd_put(b"k", b"1")
+            }),
+        ),
+        (
+            1,
+            EtcdRequest::Put(PutRequest {
+                ignore_value: true,
+                ..etcd_put(b"k", b"1")
+            }),
+        ),
+        (0, EtcdRequest::Range(etcd_range(b"", b""))),
+        (0, EtcdRequest::Range(etcd_range(&[b'k'; 40], b""))),
+        (1, EtcdRequest::Txn(many_ops)),
+        (1, EtcdRequest::Txn(same_key_twice)),
+        (1, EtcdRequest::Txn(wrong_union)),
+        (1, EtcdRequest::Txn(negative_version)),
+        (1, EtcdRequest::Txn(past_in_txn)),
+        (1, EtcdRequest::Txn(empty_op)),
+        (1, EtcdRequest::DeleteRange(DeleteRangeRequest::default())),
+        (
+            1,
+            EtcdRequest::Compaction(CompactionRequest {
+                revision: -5,
+                physical: true,
+            }),
+        ),
+        (
+            1,
+            EtcdRequest::LeaseGrant(LeaseGrantRequest {
+                ttl: i64::MAX,
+                id: i64::MAX,
+            }),
+        ),
+    ]
+}
+
+/// A message whose bytes are cut or whose lengths lie, of each of a few
+/// kinds; then one that decodes, so the input goes on past them.
+fn broken_etcd_messages() -> Vec<u8> {
+    let mut out = Vec::new();
+    // A Put whose key's length runs far past the message.
+    out.extend(etcd_frame(
+        1,
+        1,
+        &[0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f, b'k'],
+    ));
+    // A Range whose key's length varint is cut.
+    out.extend(etcd_frame(0, 0, &[0x0a, 0x80]));
+    // A Txn whose success operation is cut inside its put.
+    let mut txn = TxnRequest {
+        success: vec![op_put(etcd_put(b"key", b"value"))],
+        ..TxnRequest::default()
+    }
+    .encode_to_vec();
+    txn.pop();
+    out.extend(etcd_frame(3, 1, &txn));
+    // An overlong varint for a lease grant's TTL.
+    let mut grant = vec![0x08];
+    grant.extend([0xff; 10]);
+    grant.push(0x01);
+    out.extend(etcd_frame(5, 1, &grant));
+    // A name that is not UTF-8.
+    out.extend(etcd_frame(12, 1, &[0x0a, 0x02, 0xff, 0xfe]));
+    out.extend(etcd_frame(
+        1,
+        1,
+        &etcd_put(b"after", b"all").encode_to_vec(),
+    ));
+    out
+}
+
+/// A transaction nested past prost's recursion limit (refused by the
+/// decoding).
+fn too_deep_txn() -> Vec<u8> {
+    let mut deep = TxnRequest::default();
+    for _ in 0..120 {
+        deep = TxnRequest {
+            success: vec![RequestOp {
+                request: Some(request_op::Request::RequestTxn(deep)),
+            }],
+            ..TxnRequest::default()
+        };
+    }
+    etcd_frame(3, 1, &deep.encode_to_vec())
+}
+
+#[test]
+#[ignore = "regenerates the checked-in seed corpus"]
+fn generate_etcd_request_corpus() {
+    write_corpus(
+        "etcd_request",
+        vec![
+            ("kv", etcd_input(&kv_requests())),
+            ("nested-txn", etcd_input(&nested_txn_requests())),
+            ("leases", etcd_input(&lease_requests_etcd())),
+            ("watch", etcd_input(&watch_requests())),
+            ("auth", etcd_input(&auth_requests())),
+            ("cluster-alarm", etcd_input(&cluster_requests())),
+            ("invalid", etcd_input(&invalid_etcd_requests())),
+            ("broken-messages", broken_etcd_messages()),
+            ("too-deep-txn", too_deep_txn()),
+            ("random-1", noise(11, 256)),
+            ("random-2", noise(12, 64)),
         ],
     );
 }

@@ -164,6 +164,21 @@ fn segment_recovery_smoke() {
 }
 
 #[test]
+fn batch_request_smoke() {
+    smoke(
+        "batch_request",
+        oncekv_fuzz::batch_request,
+        PURE_INPUTS,
+        1024,
+    );
+}
+
+#[test]
+fn etcd_request_smoke() {
+    smoke("etcd_request", oncekv_fuzz::etcd_request, PURE_INPUTS, 512);
+}
+
+#[test]
 fn peer_message_smoke() {
     smoke("peer_message", oncekv_fuzz::peer_message, PEER_INPUTS, 256);
     let stats = oncekv_fuzz::peer_message::stats();
@@ -210,5 +225,59 @@ fn valid_seeds_reach_deep() {
             expected,
             "segment seed {name}"
         );
+    }
+}
+
+/// The batch seeds decode as their names say, and the etcd seeds reach
+/// past the adapter's checks.
+#[test]
+fn batch_and_etcd_seeds_reach_deep() {
+    let cap = oncekv_proto::BATCH_REQUESTS_MAX;
+    let batches: [(&str, Option<usize>); 20] = [
+        ("empty", Some(0)),
+        ("one-put", Some(1)),
+        ("sessions", Some(15)),
+        ("leases", Some(14)),
+        ("at-cap", Some(cap)),
+        ("at-cap-puts", Some(cap)),
+        ("cap-plus-one", None),
+        ("cap-plus-one-puts", None),
+        ("past-cap-broken", None),
+        ("broken-before-cap", None),
+        ("interleaved-unknown-past-cap", None),
+        ("unknown-fields", Some(1)),
+        ("nested-cut-short", None),
+        ("truncated-length-varint", None),
+        ("truncated-key-varint", None),
+        ("huge-length", None),
+        ("overlong-varint", None),
+        ("group-then-request", Some(1)),
+        ("wrong-wire-type", None),
+        ("end-group-alone", None),
+    ];
+    let batch_seeds = seeds("batch_request");
+    for (name, expected) in batches {
+        let (_, seed) = batch_seeds
+            .iter()
+            .find(|(seed, _)| seed == name)
+            .unwrap_or_else(|| panic!("batch seed {name} is missing"));
+        assert_eq!(
+            oncekv_fuzz::batch_request::decoded_requests(seed),
+            expected,
+            "batch seed {name}"
+        );
+    }
+    for (name, seed) in seeds("etcd_request") {
+        let reached = oncekv_fuzz::etcd_request::reached(&seed);
+        let deep = match name.as_str() {
+            "kv" | "nested-txn" | "leases" | "auth" => reached.applied >= 4,
+            "watch" => reached.read >= 5 && reached.refused >= 1,
+            "cluster-alarm" => reached.decoded == 9 && reached.refused >= 3,
+            "invalid" => reached.refused + reached.applied >= 10,
+            "broken-messages" => reached.decoded == 1 && reached.applied == 1,
+            "too-deep-txn" => reached.decoded == 0,
+            _ => true,
+        };
+        assert!(deep, "etcd seed {name} reached only {reached:?}");
     }
 }

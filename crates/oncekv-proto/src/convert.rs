@@ -340,6 +340,10 @@ fn overload_to_wire(overload: &Overload) -> v1::Overloaded {
         Overload::SessionRecordBytes { .. } => K::SessionRecordBytes,
         Overload::RecordBytes { .. } => K::RecordBytes,
         Overload::NoSpace { .. } => K::NoSpace,
+        Overload::UserSessions { .. } => K::UserSessions,
+        Overload::UserRecordBytes { .. } => K::UserRecordBytes,
+        Overload::UserIdempotencyKeys { .. } => K::UserIdempotencyKeys,
+        Overload::UserIdempotencyBytes { .. } => K::UserIdempotencyBytes,
     };
     v1::Overloaded {
         kind: kind.into(),
@@ -358,6 +362,10 @@ fn overload_from_wire(wire: &v1::Overloaded) -> Result<Overload> {
         K::SessionRecordBytes => Overload::SessionRecordBytes { max },
         K::RecordBytes => Overload::RecordBytes { max },
         K::NoSpace => Overload::NoSpace { max },
+        K::UserSessions => Overload::UserSessions { max },
+        K::UserRecordBytes => Overload::UserRecordBytes { max },
+        K::UserIdempotencyKeys => Overload::UserIdempotencyKeys { max },
+        K::UserIdempotencyBytes => Overload::UserIdempotencyBytes { max },
         K::Unspecified => return Err(ConvertError::Missing("overloaded.kind")),
     })
 }
@@ -586,6 +594,10 @@ pub fn reply_to_wire(reply: &Reply) -> v1::Reply {
             was_raised: *was_raised,
         }),
         Reply::AuthChanged => Kind::AuthChanged(v1::Empty {}),
+        Reply::UserPurged { sessions, keys } => Kind::UserPurged(v1::UserPurged {
+            sessions: *sessions,
+            keys: *keys,
+        }),
         Reply::Auth(view) => Kind::Auth(auth::view_to_wire(view)),
         Reply::Txn { succeeded, results } => Kind::Txn(v1::TxnReply {
             succeeded: *succeeded,
@@ -673,6 +685,10 @@ pub fn reply_from_wire(reply: v1::Reply) -> Result<Reply> {
                 was_raised: disarmed.was_raised,
             },
             Kind::AuthChanged(_) => Reply::AuthChanged,
+            Kind::UserPurged(purged) => Reply::UserPurged {
+                sessions: purged.sessions,
+                keys: purged.keys,
+            },
             Kind::Auth(view) => Reply::Auth(auth::view_from_wire(view)?),
             Kind::Txn(wire) => Reply::Txn {
                 succeeded: wire.succeeded,

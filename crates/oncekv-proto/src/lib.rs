@@ -5,6 +5,8 @@
 //! (`proto/etcd-api`), which the node serves as an adapter. One message,
 //! `ExecuteBatchRequest`, is written by hand ([`batch`]) so that decoding
 //! it refuses more than [`BATCH_REQUESTS_MAX`] requests as it counts them.
+//! The wire's constants (metadata names, the batch limit) are defined
+//! here and only here (`tests/tidy.rs` fails on a copy in another crate).
 
 pub mod batch;
 pub mod convert;
@@ -70,6 +72,18 @@ pub const OVERLOADED_METADATA: &str = "oncekv-overloaded";
 /// value (1..=128 bytes) names the write, and a resend with the same value
 /// is answered with the first one's response and applies nothing.
 pub const IDEMPOTENCY_KEY_METADATA: &str = "oncekv-idempotency-key";
+
+/// The gRPC metadata entry a client's call carries its login token in:
+/// `authorization: Bearer <token>` ([`BEARER`] before the token).
+pub const AUTHORIZATION_METADATA: &str = "authorization";
+
+/// What comes before the token in [`AUTHORIZATION_METADATA`]'s value.
+pub const BEARER: &str = "Bearer ";
+
+/// The gRPC metadata entry every call of the peer API (`RaftPeer`)
+/// carries the cluster's peer credential in, when the cluster has a peer
+/// token.
+pub const PEER_TOKEN_METADATA: &str = "oncekv-peer-token";
 
 /// Most requests one `ExecuteBatch` message may carry.
 pub const BATCH_REQUESTS_MAX: usize = 256;

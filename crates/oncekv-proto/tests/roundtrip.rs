@@ -301,6 +301,8 @@ fn reply() -> impl Strategy<Value = Reply> {
             }),
         any::<u64>().prop_map(|deleted| Reply::DeletePrefix { deleted }),
         any::<u64>().prop_map(|revision| Reply::Compacted { revision }),
+        (any::<u64>(), any::<u64>())
+            .prop_map(|(sessions, keys)| Reply::UserPurged { sessions, keys }),
         (".{0,4}", any::<u64>(), any::<u64>()).prop_map(|(name, ttl_ms, t)| Reply::LeaseGranted {
             name,
             ttl_ms,
@@ -353,12 +355,16 @@ fn outcome() -> impl Strategy<Value = Outcome> {
             bytes: b as usize
         })),
         ".{0,6}".prop_map(|command| Outcome::Malformed(Malformed::ControlNotAllowed { command })),
-        (0u8..6, any::<u64>()).prop_map(|(kind, max)| Outcome::Overloaded(match kind {
+        (0u8..10, any::<u64>()).prop_map(|(kind, max)| Outcome::Overloaded(match kind {
             0 => Overload::Sessions { max },
             1 => Overload::IdempotencyKeys { max },
             2 => Overload::IdempotencyBytes { max },
             3 => Overload::SessionRecordBytes { max },
             4 => Overload::RecordBytes { max },
+            5 => Overload::UserSessions { max },
+            6 => Overload::UserRecordBytes { max },
+            7 => Overload::UserIdempotencyKeys { max },
+            8 => Overload::UserIdempotencyBytes { max },
             _ => Overload::NoSpace { max },
         })),
     ]

@@ -1,7 +1,9 @@
 //! Who is calling: password hashing (argon2id, on a blocking thread, never
-//! on the apply path), logins (limited by [`crate::login_guard`]), login
-//! tokens and the check of a call's credentials against the replicated
-//! users.
+//! on the apply path, bounded by [`crate::login_guard`]), login tokens and
+//! the check of a call's credentials against the replicated users. The
+//! node's own checks and logins built on these (`Node::authenticate`,
+//! `Node::login`, limited by [`crate::login_guard`]) are in
+//! [`crate::node`], a layer above.
 //!
 //! A token is `v1.<user>.<revision>.<expires_ms>.<mac>`: the MAC is
 //! HMAC-SHA256 under the cluster's token key (drawn by the leader into the
@@ -11,15 +13,13 @@
 //! is refused. Tokens are checked against the node's applied cluster time.
 
 use crate::login_guard::LoginRefused;
-use crate::node::Node;
 use crate::raft::consensus::WriteError;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use hmac::{Hmac, Mac};
+use oncekv_proto::{AUTHORIZATION_METADATA, BEARER};
 use oncekv_state::{AuthTable, ClusterTime, LogIndex, Principal, TokenKey};
 use sha2::Sha256;
-
-/// The gRPC metadata entry carrying a token: `authorization: Bearer <token>`.
-pub const AUTHORIZATION: &str = "authorization";
+use std::sync::OnceLock;
 
 /// What a call presented.
 #[derive(Clone, Debug, Default)]
@@ -28,6 +28,8 @@ pub struct Credentials {
     pub token: Option<String>,
     /// The Common Name of a verified client certificate.
     pub certificate_user: Option<String>,
+    /// The serial number of a verified client certificate.
+    pub certificate_serial: Option<Vec<u8>>,
 }
 
 impl Credentials {
@@ -36,11 +38,11 @@ impl Credentials {
     pub fn of<T>(request: &tonic::Request<T>) -> Credentials {
         let token = request
             .metadata()
-            .get(AUTHORIZATION)
+            .get(AUTHORIZATION_METADATA)
             .and_then(|value| value.to_str().ok())
             .map(|value| {
                 value
-                    .strip_prefix("Bearer ")
+                    .strip_prefix(BEARER)
                     .unwrap_or(value)
                     .trim()
                     .to_string()
@@ -48,6 +50,7 @@ impl Credentials {
         Credentials {
             token,
             certificate_user: crate::tls::client_certificate_name(request),
+            certificate_serial: crate::tls::client_certificate_serial(request),
         }
     }
 }
@@ -72,6 +75,9 @@ pub enum AuthError {
     /// A client certificate naming no user.
     #[error("the client certificate names {0:?}, who is not a user")]
     UnknownCertificateUser(String),
+    /// A client certificate on the cluster's revocation list.
+    #[error("the client certificate with serial number {0} is revoked: use another certificate")]
+    CertificateRevoked(String),
     /// Wrong user or password (not saying which).
     #[error("wrong user name or password")]
     WrongPassword,
@@ -131,6 +137,15 @@ pub fn principal_of(
     credentials: &Credentials,
     now: ClusterTime,
 ) -> Result<Option<Principal>, AuthError> {
+    // A revoked certificate is refused whether or not authentication is
+    // enforced: without it, the certificate is what lets a client in.
+    if let Some(serial) = &credentials.certificate_serial
+        && auth.is_revoked(serial)
+    {
+        return Err(AuthError::CertificateRevoked(oncekv_state::serial_hex(
+            serial,
+        )));
+    }
     if !auth.is_enabled() {
         return Ok(None);
     }
@@ -166,6 +181,22 @@ pub fn verify_password(hash: &str, password: &str) -> bool {
     })
 }
 
+/// A password hash made as every stored one is (argon2id, the node's
+/// parameters, a random salt) of a password nobody knows: an unknown
+/// user's password is checked against it, so that the check costs the
+/// same. Made once per process, on first use (call it off the async
+/// threads).
+pub fn dummy_hash() -> &'static str {
+    static DUMMY: OnceLock<String> = OnceLock::new();
+    DUMMY.get_or_init(|| {
+        let password = format!("{:032x}", crate::raft::runtime::secret_bits());
+        hash_password(&password).unwrap_or_else(|error| {
+            tracing::warn!(%error, "cannot make the dummy password hash");
+            String::new()
+        })
+    })
+}
+
 /// Why a login gave no token.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum LoginError {
@@ -178,107 +209,6 @@ pub enum LoginError {
     /// wrong user name or password, ...).
     #[error("{0}")]
     Failed(#[from] WriteError),
-}
-
-impl Node {
-    /// The principal of a call: `None` while authentication is off,
-    /// otherwise its user, or why it has none.
-    pub fn authenticate(&self, credentials: &Credentials) -> Result<Option<Principal>, WriteError> {
-        self.consensus()
-            .with_state(|state| principal_of(state.auth(), credentials, state.cluster_time()))
-            .map_err(|error| WriteError::Unauthenticated(error.to_string()))
-    }
-
-    /// The principal of a call that only the leader can carry out (a write,
-    /// a linearizable read). A follower's applied state may lag the
-    /// leader's, where a new user, role or password already counts: a
-    /// follower that cannot authenticate such a call sends the caller to
-    /// the leader instead of refusing it.
-    pub fn authenticate_at_leader(
-        &self,
-        credentials: &Credentials,
-    ) -> Result<Option<Principal>, WriteError> {
-        self.authenticate(credentials)
-            .map_err(|error| self.not_leader().unwrap_or(error))
-    }
-
-    /// Refuses a call whose user is not an admin (anyone is while
-    /// authentication is off): membership changes, status details, the
-    /// state digest.
-    pub fn require_admin(&self, credentials: &Credentials, what: &str) -> Result<(), WriteError> {
-        let principal = self.authenticate(credentials)?;
-        let admin = self
-            .consensus()
-            .with_state(|state| state.auth().is_admin(principal.as_ref()));
-        if admin {
-            return Ok(());
-        }
-        let user = principal.map_or_else(String::new, |p| p.0);
-        Err(WriteError::PermissionDenied(format!(
-            "{what} needs the admin role; user {user:?} lacks it"
-        )))
-    }
-
-    /// Checks a password against the user's (after a read barrier, so a
-    /// changed password counts at once) and returns a token valid for `ttl`
-    /// of cluster time, and when it expires. `source` is the caller's
-    /// address, if known.
-    ///
-    /// Cheap refusals first: a user name or an address that failed too
-    /// often lately is refused before the read barrier
-    /// ([`crate::login_guard`]). An unknown user, or one without a
-    /// password, costs what a wrong password costs (its password is
-    /// checked against a dummy hash), counts as a failure the same, and is
-    /// answered the same.
-    pub async fn login(
-        &self,
-        user: &str,
-        password: &str,
-        ttl: std::time::Duration,
-        source: Option<std::net::IpAddr>,
-    ) -> Result<(String, ClusterTime), LoginError> {
-        let attempt = crate::login_guard::guard().begin_attempt(user, source)?;
-        self.consensus().read_barrier().await?;
-        let found = self.consensus().with_state(|state| {
-            let auth = state.auth();
-            let key = auth.token_key().copied();
-            let user = auth.user(user).cloned();
-            (auth.is_enabled(), key, user, state.cluster_time())
-        });
-        let (enabled, key, found, now) = found;
-        if !enabled {
-            return Err(WriteError::Unauthenticated(
-                "authentication is not enabled: calls need no token".to_string(),
-            )
-            .into());
-        }
-        let hash = found.as_ref().and_then(|found| found.password_hash.clone());
-        let password = password.to_string();
-        let matches = attempt
-            .verify(move || {
-                // Made on first use, before any check: every first login
-                // pays for it, whoever it names.
-                let dummy = crate::login_guard::dummy_hash();
-                match hash {
-                    Some(hash) => verify_password(&hash, &password),
-                    None => {
-                        verify_password(dummy, &password);
-                        false
-                    }
-                }
-            })
-            .await?;
-        let (true, Some(key), Some(found)) = (matches, key, found) else {
-            attempt.failed();
-            tracing::debug!("a login failed: wrong user name or password");
-            return Err(WriteError::Unauthenticated(AuthError::WrongPassword.to_string()).into());
-        };
-        drop(attempt);
-        metrics::counter!("oncekv_logins_total", "result" => "ok").increment(1);
-        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
-        let expires = now.plus_ms(ttl_ms);
-        Ok((issue_token(&key, user, found.revision, expires), expires))
-    }
 }
 
 /// Replaces the passwords an auth change carries by their hashes, off the
@@ -427,6 +357,7 @@ mod tests {
         let by_certificate = Credentials {
             token: None,
             certificate_user: Some("a.b".into()),
+            certificate_serial: Some(vec![0x0a]),
         };
         assert_eq!(
             principal_of(&auth, &by_certificate, ClusterTime(0)),
@@ -435,7 +366,21 @@ mod tests {
         let stranger = Credentials {
             token: None,
             certificate_user: Some("eve".into()),
+            certificate_serial: None,
         };
         assert!(principal_of(&auth, &stranger, ClusterTime(0)).is_err());
+        // A revoked certificate is refused, enforced or not.
+        let mut auth = auth;
+        let revoke = AuthCommand::CertificateRevoke { serial: vec![0x0a] };
+        auth.apply(&revoke, LogIndex(9)).unwrap();
+        assert_eq!(
+            principal_of(&auth, &by_certificate, ClusterTime(0)),
+            Err(AuthError::CertificateRevoked("0A".into()))
+        );
+        auth.apply(&AuthCommand::Disable, LogIndex(10)).unwrap();
+        assert_eq!(
+            principal_of(&auth, &by_certificate, ClusterTime(0)),
+            Err(AuthError::CertificateRevoked("0A".into()))
+        );
     }
 }

@@ -22,7 +22,7 @@
 //!   or run; more are shed ([`LoginRefused::Busy`], retry later).
 //! - **An unknown user costs what a wrong password costs**: its password
 //!   is checked against a dummy hash made like every stored one
-//!   ([`dummy_hash`]), its failure is counted the same, and it is answered
+//!   ([`crate::auth::dummy_hash`]), its failure is counted the same, and it is answered
 //!   the same.
 //!
 //! The tables hold only names and addresses with a failure not yet
@@ -37,7 +37,7 @@ use sha2::Digest as _;
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::net::{IpAddr, Ipv6Addr};
-use std::sync::{LazyLock, Mutex, OnceLock};
+use std::sync::{LazyLock, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{Semaphore, SemaphorePermit};
 
@@ -447,22 +447,6 @@ impl Drop for LoginAttempt<'_> {
             tables.sources.give_back(address, now);
         }
     }
-}
-
-/// A password hash made as every stored one is (argon2id, the node's
-/// parameters, a random salt) of a password nobody knows: an unknown
-/// user's password is checked against it, so that the check costs the
-/// same. Made once per process, on first use (call it off the async
-/// threads).
-pub fn dummy_hash() -> &'static str {
-    static DUMMY: OnceLock<String> = OnceLock::new();
-    DUMMY.get_or_init(|| {
-        let password = format!("{:032x}", crate::raft::runtime::secret_bits());
-        crate::auth::hash_password(&password).unwrap_or_else(|error| {
-            tracing::warn!(%error, "cannot make the dummy password hash");
-            String::new()
-        })
-    })
 }
 
 #[cfg(test)]

@@ -4,16 +4,19 @@
 //! proposals with cluster time, joins a retry to the identical request
 //! already in flight (the retry rendezvous, keyed by the whole header,
 //! secret included), serves linearizable and serializable reads, keeps
-//! cluster time moving on an idle leader, and reports status.
+//! cluster time moving on an idle leader, reports status, and checks who
+//! is calling (credentials and logins, on [`crate::auth`]'s tokens and
+//! password hashes).
 //! Deduplication itself is decided only by the state machine at apply.
 
+use crate::auth::{AuthError, Credentials, LoginError, issue_token, principal_of, verify_password};
 use crate::clock::LeaderClock;
 use crate::raft::consensus::{Consensus, RaftStatus, WriteError};
 use crate::raft::type_config::{Executed, NodeId, NodeInfo, Proposal};
 use crate::sync::lock;
 use oncekv_state::{
-    Command, LogIndex, Origin, Principal, Query, Reply, Request, RequestId, Secret, Stats,
-    command_digest,
+    ClusterTime, Command, LogIndex, Origin, Principal, Query, Reply, Request, RequestId, Secret,
+    Stats, command_digest,
 };
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -630,6 +633,109 @@ impl Node {
     /// Removes a member.
     pub async fn remove_member(&self, id: NodeId) -> Result<(), WriteError> {
         self.inner.consensus.remove_member(id).await
+    }
+}
+
+/// Who is calling: a call's credentials checked against the replicated
+/// users ([`crate::auth`]), and logins.
+impl Node {
+    /// The principal of a call: `None` while authentication is off,
+    /// otherwise its user, or why it has none.
+    pub fn authenticate(&self, credentials: &Credentials) -> Result<Option<Principal>, WriteError> {
+        self.consensus()
+            .with_state(|state| principal_of(state.auth(), credentials, state.cluster_time()))
+            .map_err(|error| WriteError::Unauthenticated(error.to_string()))
+    }
+
+    /// The principal of a call that only the leader can carry out (a write,
+    /// a linearizable read). A follower's applied state may lag the
+    /// leader's, where a new user, role or password already counts: a
+    /// follower that cannot authenticate such a call sends the caller to
+    /// the leader instead of refusing it.
+    pub fn authenticate_at_leader(
+        &self,
+        credentials: &Credentials,
+    ) -> Result<Option<Principal>, WriteError> {
+        self.authenticate(credentials)
+            .map_err(|error| self.not_leader().unwrap_or(error))
+    }
+
+    /// Refuses a call whose user is not an admin (anyone is while
+    /// authentication is off): membership changes, status details, the
+    /// state digest.
+    pub fn require_admin(&self, credentials: &Credentials, what: &str) -> Result<(), WriteError> {
+        let principal = self.authenticate(credentials)?;
+        let admin = self
+            .consensus()
+            .with_state(|state| state.auth().is_admin(principal.as_ref()));
+        if admin {
+            return Ok(());
+        }
+        let user = principal.map_or_else(String::new, |p| p.0);
+        Err(WriteError::PermissionDenied(format!(
+            "{what} needs the admin role; user {user:?} lacks it"
+        )))
+    }
+
+    /// Checks a password against the user's (after a read barrier, so a
+    /// changed password counts at once) and returns a token valid for `ttl`
+    /// of cluster time, and when it expires. `source` is the caller's
+    /// address, if known.
+    ///
+    /// Cheap refusals first: a user name or an address that failed too
+    /// often lately is refused before the read barrier
+    /// ([`crate::login_guard`]). An unknown user, or one without a
+    /// password, costs what a wrong password costs (its password is
+    /// checked against a dummy hash), counts as a failure the same, and is
+    /// answered the same.
+    pub async fn login(
+        &self,
+        user: &str,
+        password: &str,
+        ttl: std::time::Duration,
+        source: Option<std::net::IpAddr>,
+    ) -> Result<(String, ClusterTime), LoginError> {
+        let attempt = crate::login_guard::guard().begin_attempt(user, source)?;
+        self.consensus().read_barrier().await?;
+        let found = self.consensus().with_state(|state| {
+            let auth = state.auth();
+            let key = auth.token_key().copied();
+            let user = auth.user(user).cloned();
+            (auth.is_enabled(), key, user, state.cluster_time())
+        });
+        let (enabled, key, found, now) = found;
+        if !enabled {
+            return Err(WriteError::Unauthenticated(
+                "authentication is not enabled: calls need no token".to_string(),
+            )
+            .into());
+        }
+        let hash = found.as_ref().and_then(|found| found.password_hash.clone());
+        let password = password.to_string();
+        let matches = attempt
+            .verify(move || {
+                // Made on first use, before any check: every first login
+                // pays for it, whoever it names.
+                let dummy = crate::auth::dummy_hash();
+                match hash {
+                    Some(hash) => verify_password(&hash, &password),
+                    None => {
+                        verify_password(dummy, &password);
+                        false
+                    }
+                }
+            })
+            .await?;
+        let (true, Some(key), Some(found)) = (matches, key, found) else {
+            attempt.failed();
+            tracing::debug!("a login failed: wrong user name or password");
+            return Err(WriteError::Unauthenticated(AuthError::WrongPassword.to_string()).into());
+        };
+        drop(attempt);
+        metrics::counter!("oncekv_logins_total", "result" => "ok").increment(1);
+        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        let expires = now.plus_ms(ttl_ms);
+        Ok((issue_token(&key, user, found.revision, expires), expires))
     }
 }
 

@@ -184,6 +184,66 @@ pub fn certificate_common_name(der: &[u8]) -> Option<String> {
     common_name.as_str().ok().map(str::to_string)
 }
 
+/// The serial number of a DER certificate, as the cluster's revocation
+/// list files it: its big-endian bytes without leading zero bytes (as
+/// `openssl x509 -serial` prints it).
+pub fn certificate_serial(der: &[u8]) -> Option<Vec<u8>> {
+    let (_, certificate) = X509Certificate::from_der(der).ok()?;
+    Some(normalized_serial(certificate.raw_serial()))
+}
+
+/// The serial number of the (first) certificate in the PEM file at
+/// `path`, as [`certificate_serial`] files it.
+pub fn certificate_file_serial(path: &Path) -> Result<Vec<u8>, TlsError> {
+    let file = read(path, "certificate")?;
+    let first = certificates(&file, "certificate")?.remove(0);
+    certificate_serial(&first).ok_or_else(|| TlsError::Unusable {
+        what: "certificate",
+        path: path.to_path_buf(),
+        reason: "its serial number does not parse".to_string(),
+    })
+}
+
+/// A serial number written in hex, as `openssl x509 -noout -serial`
+/// prints it (`serial=0A1B2C`), with or without colons, in either case;
+/// `None` if it is not hex.
+pub fn serial_from_hex(text: &str) -> Option<Vec<u8>> {
+    let digits: String = text
+        .trim()
+        .trim_start_matches("serial=")
+        .chars()
+        .filter(|c| *c != ':')
+        .collect();
+    if digits.is_empty() {
+        return None;
+    }
+    let padded = if digits.len() % 2 == 1 {
+        format!("0{digits}")
+    } else {
+        digits
+    };
+    hex::decode(padded)
+        .ok()
+        .map(|bytes| normalized_serial(&bytes))
+}
+
+/// A serial number's bytes without leading zero bytes (one zero byte for
+/// the serial 0).
+pub fn normalized_serial(bytes: &[u8]) -> Vec<u8> {
+    let first = bytes
+        .iter()
+        .position(|byte| *byte != 0)
+        .unwrap_or(bytes.len().saturating_sub(1));
+    bytes[first..].to_vec()
+}
+
+/// The serial number of the client certificate verified on `request`'s
+/// connection; `None` without TLS or without a client certificate.
+pub fn client_certificate_serial<T>(request: &tonic::Request<T>) -> Option<Vec<u8>> {
+    let certificates = verified_certificates(request)?;
+    certificate_serial(certificates.first()?.as_ref())
+}
+
 /// The certificates the other side of `request`'s connection presented
 /// and TLS verified (leaf first); `None` without TLS or without a client
 /// certificate.
@@ -401,6 +461,20 @@ pub fn error_chain(error: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn serial_numbers_are_read_as_openssl_prints_them() {
+        let expected = Some(vec![0x0a, 0x1b, 0x2c]);
+        assert_eq!(serial_from_hex("serial=0A1B2C"), expected);
+        assert_eq!(serial_from_hex("0a:1b:2c"), expected);
+        assert_eq!(serial_from_hex(" A1B2C "), expected);
+        assert_eq!(serial_from_hex("000A1B2C"), expected);
+        assert_eq!(serial_from_hex("00"), Some(vec![0]));
+        assert_eq!(serial_from_hex(""), None);
+        assert_eq!(serial_from_hex("serial="), None);
+        assert_eq!(serial_from_hex("0x12"), None);
+        assert_eq!(normalized_serial(&[]), Vec::<u8>::new());
+    }
 
     #[test]
     fn a_missing_file_is_named() {

@@ -44,7 +44,7 @@
 //!
 //! The client resumes from the revision the reason names (its next).
 
-use crate::raft::consensus::WriteError;
+use crate::raft::write_error::WriteError;
 use crate::sync::lock;
 use oncekv_state::{ClusterTime, Event, KeyScope, StateMachine, StoredValue};
 use std::collections::{HashMap, VecDeque};

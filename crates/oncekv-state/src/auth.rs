@@ -17,7 +17,7 @@
 
 use crate::ids::{LogIndex, Principal, TokenKey};
 use crate::key_range::KeyRange;
-use crate::outcome::Rejection;
+use crate::refusal::Rejection;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -40,6 +40,10 @@ pub const PASSWORD_HASH_BYTES_MAX: usize = 256;
 /// Most bytes the users and roles may hold in all, as
 /// [`AuthTable::weight_bytes`] counts them: a change past it is refused.
 pub const AUTH_BYTES_MAX: u64 = 8 * 1024 * 1024;
+/// Most client certificates revoked at once.
+pub const REVOKED_CERTIFICATES_MAX: usize = 10_000;
+/// Longest certificate serial number, in bytes (RFC 5280 allows 20).
+pub const SERIAL_BYTES_MAX: usize = 20;
 /// What the budget counts for each user, role or permission beyond its
 /// names, hash and key (its slot and allocations).
 const AUTH_ENTRY_OVERHEAD_BYTES: u64 = 64;
@@ -160,7 +164,8 @@ pub enum AuthCommand {
         /// Its password, hashed; `None` for a certificate-only user.
         password_hash: Option<String>,
     },
-    /// Delete a user.
+    /// Delete a user (its sessions are closed and its idempotency keys
+    /// forgotten with it).
     UserDelete {
         /// Its name.
         name: String,
@@ -212,6 +217,25 @@ pub enum AuthCommand {
         /// Whether `key` is a prefix.
         prefix: bool,
     },
+    /// Close a user's sessions and forget its idempotency keys, freeing
+    /// their records (the user stays; its retries of requests made before
+    /// are no longer deduplicated). The user need not exist.
+    UserPurge {
+        /// Its name.
+        name: String,
+    },
+    /// Revoke the client certificate with this serial number: a call
+    /// over a connection that presented it is refused from then on.
+    CertificateRevoke {
+        /// The serial number's bytes (big-endian, as in the certificate).
+        serial: Vec<u8>,
+    },
+    /// Take a certificate serial number off the revocation list. The
+    /// last variant: postcard numbers every earlier one as before.
+    CertificateUnrevoke {
+        /// The serial number's bytes.
+        serial: Vec<u8>,
+    },
 }
 
 impl fmt::Debug for AuthCommand {
@@ -222,6 +246,13 @@ impl fmt::Debug for AuthCommand {
             AuthCommand::Disable => f.write_str("Disable"),
             AuthCommand::UserAdd { name, .. } => write!(f, "UserAdd({name:?})"),
             AuthCommand::UserDelete { name } => write!(f, "UserDelete({name:?})"),
+            AuthCommand::UserPurge { name } => write!(f, "UserPurge({name:?})"),
+            AuthCommand::CertificateRevoke { serial } => {
+                write!(f, "CertificateRevoke({})", serial_hex(serial))
+            }
+            AuthCommand::CertificateUnrevoke { serial } => {
+                write!(f, "CertificateUnrevoke({})", serial_hex(serial))
+            }
             AuthCommand::UserPasswd { name, .. } => write!(f, "UserPasswd({name:?})"),
             AuthCommand::UserGrantRole { user, role } => {
                 write!(f, "UserGrantRole({user:?}, {role:?})")
@@ -249,6 +280,9 @@ impl AuthCommand {
             AuthCommand::Disable => "auth_disable",
             AuthCommand::UserAdd { .. } => "user_add",
             AuthCommand::UserDelete { .. } => "user_delete",
+            AuthCommand::UserPurge { .. } => "user_purge",
+            AuthCommand::CertificateRevoke { .. } => "certificate_revoke",
+            AuthCommand::CertificateUnrevoke { .. } => "certificate_unrevoke",
             AuthCommand::UserPasswd { .. } => "user_passwd",
             AuthCommand::UserGrantRole { .. } => "user_grant_role",
             AuthCommand::UserRevokeRole { .. } => "user_revoke_role",
@@ -273,12 +307,15 @@ impl AuthCommand {
                 password_hash,
             } => name.len() + hash(password_hash),
             AuthCommand::UserDelete { name }
+            | AuthCommand::UserPurge { name }
             | AuthCommand::RoleAdd { name }
             | AuthCommand::RoleDelete { name } => name.len(),
             AuthCommand::UserGrantRole { user, role }
             | AuthCommand::UserRevokeRole { user, role } => user.len() + role.len(),
             AuthCommand::RoleGrant { role, permission } => role.len() + permission.key.len(),
             AuthCommand::RoleRevoke { role, key, .. } => role.len() + key.len(),
+            AuthCommand::CertificateRevoke { serial }
+            | AuthCommand::CertificateUnrevoke { serial } => serial.len(),
         };
         bytes as u64
     }
@@ -317,7 +354,9 @@ impl AuthCommand {
                 check_name("user", name)?;
                 hash(password_hash)
             }
-            AuthCommand::UserDelete { name } => check_name("user", name),
+            AuthCommand::UserDelete { name } | AuthCommand::UserPurge { name } => {
+                check_name("user", name)
+            }
             AuthCommand::RoleAdd { name } | AuthCommand::RoleDelete { name } => {
                 check_name("role", name)
             }
@@ -341,8 +380,28 @@ impl AuthCommand {
                 check_name("role", role)?;
                 key(k)
             }
+            AuthCommand::CertificateRevoke { serial }
+            | AuthCommand::CertificateUnrevoke { serial } => check_serial(serial),
         }
     }
+}
+
+/// A certificate serial number: 1..=[`SERIAL_BYTES_MAX`] bytes.
+fn check_serial(serial: &[u8]) -> Result<(), Rejection> {
+    if serial.is_empty() || serial.len() > SERIAL_BYTES_MAX {
+        return Err(Rejection::InvalidAuth {
+            reason: format!(
+                "a certificate serial number is 1..={SERIAL_BYTES_MAX} bytes, got {}",
+                serial.len()
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// A serial number as `openssl x509 -serial` prints it: uppercase hex.
+pub fn serial_hex(serial: &[u8]) -> String {
+    serial.iter().map(|byte| format!("{byte:02X}")).collect()
 }
 
 /// A user or role name: 1..=[`NAME_BYTES_MAX`] bytes of ASCII letters,
@@ -370,6 +429,8 @@ pub struct AuthView {
     /// Roles by name, with their permissions (`admin` first, without any:
     /// it allows everything).
     pub roles: Vec<(String, Vec<Permission>)>,
+    /// The serial numbers of the revoked client certificates, in order.
+    pub revoked_certificates: Vec<Vec<u8>>,
 }
 
 /// A user as listed.
@@ -390,12 +451,33 @@ pub struct AuthTable {
     users: BTreeMap<String, User>,
     roles: BTreeMap<String, Role>,
     token_key: Option<TokenKey>,
+    /// Serial numbers of revoked client certificates. Written in
+    /// snapshots after the body (format 6), so earlier formats' tables
+    /// still decode.
+    #[serde(skip)]
+    revoked: BTreeSet<Vec<u8>>,
 }
 
 impl AuthTable {
     /// Whether authentication is enforced.
     pub fn is_enabled(&self) -> bool {
         self.enabled
+    }
+
+    /// Whether the client certificate with this serial number is revoked.
+    pub fn is_revoked(&self, serial: &[u8]) -> bool {
+        self.revoked.contains(serial)
+    }
+
+    /// The revoked certificates' serial numbers, in order.
+    pub fn revoked_certificates(&self) -> &BTreeSet<Vec<u8>> {
+        &self.revoked
+    }
+
+    /// The table with this revocation list (from a snapshot).
+    pub(crate) fn with_revoked(mut self, revoked: BTreeSet<Vec<u8>>) -> AuthTable {
+        self.revoked = revoked;
+        self
     }
 
     /// The user of this name.
@@ -516,6 +598,7 @@ impl AuthTable {
                 })
                 .collect(),
             roles,
+            revoked_certificates: self.revoked.iter().cloned().collect(),
         }
     }
 
@@ -569,7 +652,12 @@ impl AuthTable {
                         .sum::<u64>()
             })
             .sum();
-        users + roles
+        let revoked: u64 = self
+            .revoked
+            .iter()
+            .map(|serial| serial.len() as u64 + AUTH_ENTRY_OVERHEAD_BYTES)
+            .sum();
+        users + roles + revoked
     }
 
     /// Applies a change at `index`. A refusal changes nothing: a change
@@ -633,6 +721,32 @@ impl AuthTable {
                     return Err(Rejection::NoAdmin);
                 }
                 self.users.remove(name);
+            }
+            // Sessions and keys are the machine's; the table has nothing
+            // of a purge to change.
+            AuthCommand::UserPurge { name } => check_name("user", name)?,
+            AuthCommand::CertificateRevoke { serial } => {
+                check_serial(serial)?;
+                if !self.revoked.contains(serial) && self.revoked.len() >= REVOKED_CERTIFICATES_MAX
+                {
+                    return Err(Rejection::InvalidAuth {
+                        reason: format!(
+                            "{REVOKED_CERTIFICATES_MAX} certificates are revoked already: \
+                             renew the CA to start a new list"
+                        ),
+                    });
+                }
+                self.revoked.insert(serial.clone());
+            }
+            AuthCommand::CertificateUnrevoke { serial } => {
+                if !self.revoked.remove(serial) {
+                    return Err(Rejection::InvalidAuth {
+                        reason: format!(
+                            "no certificate with serial number {} is revoked",
+                            serial_hex(serial)
+                        ),
+                    });
+                }
             }
             AuthCommand::UserPasswd {
                 name,
@@ -749,6 +863,14 @@ impl AuthTable {
             .find(|(_, role)| role.permissions.len() > PERMISSIONS_PER_ROLE_MAX)
         {
             return Err(format!("role {name:?} grants too many permissions"));
+        }
+        if self.revoked.len() > REVOKED_CERTIFICATES_MAX
+            || self
+                .revoked
+                .iter()
+                .any(|serial| check_serial(serial).is_err())
+        {
+            return Err("the certificate revocation list is out of bounds".to_string());
         }
         Ok(())
     }

@@ -1,13 +1,14 @@
 //! What the replicated log carries: an [`Entry`] (index, cluster time and a
 //! [`Request`]), the request's [`Origin`] (plain, on a session, or under an
-//! idempotency key) and the [`Command`] itself.
+//! idempotency key) and the [`Command`] itself, with the command each
+//! transaction operation runs as ([`TxnOp::as_command`]).
 
 use crate::auth::AuthCommand;
 use crate::ids::{
     ClusterTime, IdempotencyKey, LogIndex, Principal, RequestId, Secret, Seq, SessionId,
 };
 use crate::key_range::{KeyRange, KeyScope};
-use crate::txn::Txn;
+use crate::txn::{Txn, TxnOp};
 use serde::{Deserialize, Serialize};
 
 /// One entry of the replicated log, as the state machine applies it.
@@ -320,5 +321,31 @@ impl Command {
             Command::AlarmDisarm => "alarm_disarm",
             Command::Auth(auth) => auth.name(),
         }
+    }
+}
+
+impl TxnOp {
+    /// The single command this operation runs as (`None` for
+    /// [`TxnOp::DeletePrefix`], [`TxnOp::DeleteRange`],
+    /// [`TxnOp::PutExisting`] and [`TxnOp::Txn`], which have none:
+    /// [`TxnOp::PutExisting`] is a put whose value or lease comes from the
+    /// state).
+    pub fn as_command(&self) -> Option<Command> {
+        Some(match self.clone() {
+            TxnOp::Put { key, value, lease } => Command::Put { key, value, lease },
+            TxnOp::Delete { key } => Command::Delete { key },
+            TxnOp::Get { key } => Command::Read(Query::Get { key }),
+            TxnOp::Scan { prefix, limit } => Command::Read(Query::Scan { prefix, limit }),
+            TxnOp::Append { key, value } => Command::Append { key, value },
+            TxnOp::Incr { key, by } => Command::Incr { key, by },
+            TxnOp::Cas { key, expected, new } => Command::Cas { key, expected, new },
+            TxnOp::Range { range, limit } => Command::Read(Query::Range { range, limit }),
+            TxnOp::DeletePrefix { .. }
+            | TxnOp::DeleteRange { .. }
+            | TxnOp::PutExisting { .. }
+            | TxnOp::Txn(_) => {
+                return None;
+            }
+        })
     }
 }

@@ -11,8 +11,8 @@
 //! whatever its length, and copies no key or value.
 
 use crate::ids::ClusterTime;
-use crate::kv::StoredValue;
-use crate::outcome::Rejection;
+use crate::refusal::Rejection;
+use crate::value::StoredValue;
 use imbl::Vector;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

@@ -7,7 +7,9 @@
 
 use crate::ids::{ClusterTime, IdempotencyKey, LogIndex, Principal};
 use crate::invariant::{BrokenInvariant, Table};
-use crate::outcome::{KEY_ENTRY_OVERHEAD_BYTES, Overload};
+use crate::overhead::KEY_ENTRY_OVERHEAD_BYTES;
+use crate::quota::UsageByOwner;
+use crate::refusal::Overload;
 use crate::session::{CompletionRecord, NotExecuted};
 use imbl::OrdMap;
 use serde::{Deserialize, Serialize};
@@ -55,6 +57,20 @@ pub struct IdempotencyKeys {
     records: OrdMap<ScopedKey, Arc<KeyRecord>>,
     by_age: OrdMap<(ClusterTime, LogIndex), ScopedKey>,
     bytes: u64,
+    /// Keys and bytes per owner (derived).
+    owners: UsageByOwner,
+}
+
+/// The bounds a record under a new key is admitted under.
+#[derive(Clone, Copy, Debug)]
+pub struct KeyBudget {
+    /// Most keys kept (for a non-admin, less the admin reserve).
+    pub keys_max: u64,
+    /// Most bytes kept (for a non-admin, less the admin reserve).
+    pub bytes_max: u64,
+    /// The most keys and bytes the sender may keep (`None` for an admin,
+    /// or while authentication is off).
+    pub user_max: Option<(u64, u64)>,
 }
 
 impl IdempotencyKeys {
@@ -87,22 +103,53 @@ impl IdempotencyKeys {
         self.bytes
     }
 
+    /// What each owner keeps: its keys (`count`) and their bytes.
+    pub fn usage(&self) -> &UsageByOwner {
+        &self.owners
+    }
+
     fn insert(&mut self, record: KeyRecord) {
         let age = (record.recorded_at, record.record.applied_index);
         self.bytes += record.weight_bytes();
+        self.owners
+            .add(record.owner.as_ref(), 1, record.weight_bytes());
         self.by_age.insert(age, record.scoped());
         if let Some(old) = self.records.insert(record.scoped(), Arc::new(record)) {
-            self.bytes -= old.weight_bytes();
+            self.forget(&old);
         }
+    }
+
+    /// Takes a removed record out of the counts.
+    fn forget(&mut self, old: &KeyRecord) {
+        self.bytes -= old.weight_bytes();
+        self.owners.sub(old.owner.as_ref(), 1, old.weight_bytes());
     }
 
     fn remove_oldest(&mut self) -> Option<ScopedKey> {
         let age = self.by_age.get_min()?.0;
         let key = self.by_age.remove(&age)?;
         if let Some(old) = self.records.remove(&key) {
-            self.bytes -= old.weight_bytes();
+            self.forget(&old);
         }
         Some(key)
+    }
+
+    /// Forgets every key `owner` keeps and returns how many.
+    pub fn remove_owned_by(&mut self, owner: &Principal) -> u64 {
+        let owned: Vec<ScopedKey> = self
+            .records
+            .keys()
+            .filter(|(by, _)| by.as_ref() == Some(owner))
+            .cloned()
+            .collect();
+        for scoped in &owned {
+            if let Some(old) = self.records.remove(scoped) {
+                self.by_age
+                    .remove(&(old.recorded_at, old.record.applied_index));
+                self.forget(&old);
+            }
+        }
+        owned.len() as u64
     }
 
     /// What to answer a request of `owner` under `key` that was already
@@ -122,14 +169,28 @@ impl IdempotencyKeys {
         })
     }
 
-    /// Whether a record under a new key fits: `Err` names the bound that is
-    /// full. Nothing is evicted to make room.
-    pub fn check_room(&self, keys_max: u64, bytes_max: u64) -> Result<(), Overload> {
-        if self.len() >= keys_max {
-            return Err(Overload::IdempotencyKeys { max: keys_max });
+    /// Whether a record of `owner` under a new key fits: `Err` names the
+    /// bound that is full, the owner's share first. Nothing is evicted to
+    /// make room.
+    pub fn check_room(&self, owner: Option<&Principal>, budget: KeyBudget) -> Result<(), Overload> {
+        if let (Some((keys_max, bytes_max)), Some(owner)) = (budget.user_max, owner) {
+            let usage = self.owners.of(owner);
+            if usage.count >= keys_max {
+                return Err(Overload::UserIdempotencyKeys { max: keys_max });
+            }
+            if usage.bytes >= bytes_max {
+                return Err(Overload::UserIdempotencyBytes { max: bytes_max });
+            }
         }
-        if self.bytes >= bytes_max {
-            return Err(Overload::IdempotencyBytes { max: bytes_max });
+        if self.len() >= budget.keys_max {
+            return Err(Overload::IdempotencyKeys {
+                max: budget.keys_max,
+            });
+        }
+        if self.bytes >= budget.bytes_max {
+            return Err(Overload::IdempotencyBytes {
+                max: budget.bytes_max,
+            });
         }
         Ok(())
     }
@@ -145,7 +206,7 @@ impl IdempotencyKeys {
     ) {
         // Only a machine without dedup records a key twice.
         if let Some(old) = self.records.remove(&(owner.clone(), key.clone())) {
-            self.bytes -= old.weight_bytes();
+            self.forget(&old);
             self.by_age
                 .remove(&(old.recorded_at, old.record.applied_index));
         }
@@ -184,7 +245,11 @@ impl IdempotencyKeys {
             ));
         }
         let bytes: u64 = self.records.values().map(|kept| kept.weight_bytes()).sum();
-        if bytes != self.bytes {
+        let mut owners = UsageByOwner::default();
+        for kept in self.records.values() {
+            owners.add(kept.owner.as_ref(), 1, kept.weight_bytes());
+        }
+        if bytes != self.bytes || owners != self.owners {
             return Err(BrokenInvariant::new(
                 Table::IdempotencyKeys,
                 "idempotency key bytes out of step",

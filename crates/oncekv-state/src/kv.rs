@@ -9,7 +9,9 @@
 
 use crate::history::{Event, History, Stamp};
 use crate::key_range::KeyRange;
-use crate::outcome::Rejection;
+use crate::overhead::STORE_ENTRY_OVERHEAD_BYTES;
+use crate::refusal::Rejection;
+use crate::value::{KeyMeta, StoredValue};
 use imbl::OrdMap;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -28,30 +30,6 @@ pub struct KeyValue {
 
 /// Key-value pairs with their revisions, in key order.
 pub type KvPairs = Vec<KeyValue>;
-
-/// A key's revisions (as etcd's): all log indexes, so equal on every
-/// replica.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct KeyMeta {
-    /// The revision that created the key (since it was last absent).
-    pub create_revision: u64,
-    /// The revision of its last change.
-    pub mod_revision: u64,
-    /// How many times it was written since it was created (1 after the
-    /// write that created it).
-    pub version: u64,
-}
-
-/// A stored value, its revisions and the lease it is attached to, if any.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StoredValue {
-    /// The bytes.
-    pub value: Vec<u8>,
-    /// The lease that owns the key, if any.
-    pub lease: Option<String>,
-    /// Its revisions.
-    pub meta: KeyMeta,
-}
 
 /// A point to undo changes back to ([`KvStore::undo_to`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,8 +65,7 @@ pub fn entry_weight_bytes(key: &[u8], stored: &StoredValue) -> u64 {
 /// ([`entry_weight_bytes`]), without building it.
 pub(crate) fn weight_bytes(key: &[u8], value: &[u8], lease: Option<&String>) -> u64 {
     let lease = lease.map_or(0, String::len);
-    ((key.len() + value.len() + lease) as u64)
-        .saturating_add(crate::outcome::STORE_ENTRY_OVERHEAD_BYTES)
+    ((key.len() + value.len() + lease) as u64).saturating_add(STORE_ENTRY_OVERHEAD_BYTES)
 }
 
 impl KvStore {

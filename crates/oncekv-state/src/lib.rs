@@ -13,6 +13,23 @@
 //! only time is the [`ClusterTime`] carried in each entry, and every
 //! replicated collection is ordered, so iteration is deterministic.
 //!
+//! The modules are layered: each imports (`crate::...`) only modules of the
+//! layers below its own, never one of its own layer or above, so no two
+//! modules depend on each other. Lowest first:
+//!
+//! 1. `ids`, `invariant`, `decode`, `key_range`, `value`, `refusal`, `overhead`
+//! 2. `quota`, `history`, `auth`, `txn`
+//! 3. `kv`, `command`
+//! 4. `outcome`, `digest`, `limits`
+//! 5. `lease`, `session`
+//! 6. `idempotency`
+//! 7. `machine` (and its submodules)
+//! 8. `snapshot`
+//!
+//! `tests/tidy.rs` reads this list and fails on an import of a module of
+//! the same or a higher layer, and on a module the list leaves out (unit
+//! tests, from `#[cfg(test)]` on, may import any module).
+//!
 //! ```
 //! use oncekv_state::*;
 //!
@@ -53,34 +70,42 @@ mod lease;
 mod limits;
 mod machine;
 mod outcome;
+mod overhead;
+mod quota;
+mod refusal;
 mod session;
 mod snapshot;
 mod txn;
+mod value;
 
 pub use auth::{
     ADMIN_ROLE, AUTH_BYTES_MAX, Access, AuthCommand, AuthTable, AuthView, NAME_BYTES_MAX,
-    PASSWORD_HASH_BYTES_MAX, Permission, Role, User, UserView, check_name,
+    PASSWORD_HASH_BYTES_MAX, Permission, REVOKED_CERTIFICATES_MAX, Role, SERIAL_BYTES_MAX, User,
+    UserView, check_name, serial_hex,
 };
 pub use command::{Command, Entry, Origin, Query, Request, RequestHeader};
 pub use digest::command_digest;
 pub use history::{EVENT_OVERHEAD_BYTES, Event, History, HistoryBounds, Stamp};
-pub use idempotency::{IdempotencyKeys, KeyRecord};
+pub use idempotency::{IdempotencyKeys, KeyBudget, KeyRecord};
 pub use ids::{
     ClusterTime, IdempotencyKey, LogIndex, Principal, RequestId, Secret, SecretHash, Seq,
     SessionId, TokenKey,
 };
 pub use invariant::{BrokenInvariant, Table};
 pub use key_range::{KeyRange, KeyScope, prefix_end};
-pub use kv::{KeyMeta, KeyValue, KvPairs, KvStore, RangePage, StoredValue, entry_weight_bytes};
+pub use kv::{KeyValue, KvPairs, KvStore, RangePage, entry_weight_bytes};
 pub use lease::{Lease, Leases};
 pub use limits::{InvalidRequest, Limits, WINDOW_DEFAULT, WINDOW_MAX_ABSOLUTE};
 pub use machine::{StateMachine, Stats};
-pub use outcome::{
-    ENTRY_OVERHEAD_BYTES, KEY_ENTRY_OVERHEAD_BYTES, LeaseInfo, Malformed, Outcome, Overload,
-    Rejection, Reply, STORE_ENTRY_OVERHEAD_BYTES,
+pub use outcome::{LeaseInfo, Outcome, Reply};
+pub use overhead::{ENTRY_OVERHEAD_BYTES, KEY_ENTRY_OVERHEAD_BYTES, STORE_ENTRY_OVERHEAD_BYTES};
+pub use quota::{Holder, InvalidQuotas, Usage, UsageByOwner, UserQuotas};
+pub use refusal::{Malformed, Overload, Rejection};
+pub use session::{
+    CompletionRecord, NotExecuted, RecordBudget, Session, SessionBudget, SessionTable,
 };
-pub use session::{CompletionRecord, NotExecuted, RecordBudget, Session, SessionTable};
 pub use snapshot::{FORMAT_VERSION, SnapshotError};
 pub use txn::{
     Compare, CompareOp, CompareTarget, TXN_DEPTH_MAX, TXN_TREE_OPS_FACTOR, Txn, TxnOp, Update,
 };
+pub use value::{KeyMeta, StoredValue};

@@ -4,7 +4,8 @@
 
 use crate::command::{Command, Origin, Query, Request};
 use crate::key_range::KeyScope;
-use crate::outcome::{Malformed, Rejection};
+use crate::quota::UserQuotas;
+use crate::refusal::{Malformed, Rejection};
 use crate::txn::{Txn, TxnOp, Update};
 use serde::{Deserialize, Serialize};
 
@@ -66,6 +67,11 @@ pub struct Limits {
     /// (a nested one gets what its enclosing one leaves, as in etcd; see
     /// `Txn::check_shape`).
     pub txn_ops_max: u32,
+    /// The per-user shares of the session, record and idempotency-key
+    /// budgets. Written in snapshots as a field of its own, after the
+    /// state (format 6), so earlier formats' limits still decode.
+    #[serde(skip)]
+    pub quotas: UserQuotas,
 }
 
 impl Limits {
@@ -109,6 +115,7 @@ impl Default for Limits {
             history_bytes_max: 64 * MIB,
             history_retention_ms: 60 * 60 * 1000,
             txn_ops_max: 128,
+            quotas: UserQuotas::default(),
         }
     }
 }

@@ -8,7 +8,10 @@
 use crate::command::RequestHeader;
 use crate::ids::{ClusterTime, LogIndex, Principal, Secret, SecretHash, Seq, SessionId};
 use crate::invariant::{BrokenInvariant, Table};
-use crate::outcome::{Malformed, Outcome, Overload, Reply};
+use crate::outcome::{Outcome, Reply};
+use crate::overhead::ENTRY_OVERHEAD_BYTES;
+use crate::quota::UsageByOwner;
+use crate::refusal::{Malformed, Overload};
 use imbl::{OrdMap, OrdSet};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
@@ -36,7 +39,7 @@ impl CompletionRecord {
     pub fn weight_bytes(&self) -> u64 {
         self.reply
             .as_ref()
-            .map_or(crate::outcome::ENTRY_OVERHEAD_BYTES, Reply::weight_bytes)
+            .map_or(ENTRY_OVERHEAD_BYTES, Reply::weight_bytes)
     }
 }
 
@@ -60,8 +63,22 @@ impl From<Outcome> for NotExecuted {
 pub struct RecordBudget {
     /// Most bytes one session's records may hold.
     pub session_bytes_max: u64,
-    /// Most bytes all sessions' records may hold.
+    /// Most bytes all sessions' records may hold (for a non-admin, less
+    /// the admin reserve).
     pub total_bytes_max: u64,
+    /// Most bytes the records of all sessions of the session's owner may
+    /// hold (`None` for an admin, or while authentication is off).
+    pub user_bytes_max: Option<u64>,
+}
+
+/// The bounds on live sessions a session is opened under.
+#[derive(Clone, Copy, Debug)]
+pub struct SessionBudget {
+    /// Most live sessions (for a non-admin, less the admin reserve).
+    pub total_max: u64,
+    /// Most live sessions of the opener (`None` for an admin, or while
+    /// authentication is off).
+    pub user_max: Option<u64>,
 }
 
 /// One client session.
@@ -313,6 +330,8 @@ pub struct SessionTable {
     by_expiry: OrdSet<(ClusterTime, SessionId)>,
     records_held: u64,
     records_bytes: u64,
+    /// Sessions and record bytes per owner (derived).
+    owners: UsageByOwner,
 }
 
 impl PartialEq for SessionTable {
@@ -365,6 +384,21 @@ impl SessionTable {
         self.records_bytes
     }
 
+    /// What each owner holds: its live sessions (`count`) and their
+    /// records' bytes.
+    pub fn usage(&self) -> &UsageByOwner {
+        &self.owners
+    }
+
+    /// The ids of the live sessions `owner` opened.
+    pub fn owned_by(&self, owner: &Principal) -> Vec<SessionId> {
+        self.sessions
+            .values()
+            .filter(|session| session.owner.as_ref() == Some(owner))
+            .map(|session| session.id)
+            .collect()
+    }
+
     /// The session with this id, if live.
     pub fn get(&self, id: SessionId) -> Option<&Session> {
         self.sessions.get(&id).map(|session| &**session)
@@ -381,6 +415,8 @@ impl SessionTable {
         self.by_expiry.insert((session.indexed_expiry, session.id));
         self.records_held += session.held as u64;
         self.records_bytes += session.held_bytes;
+        self.owners
+            .add(session.owner.as_ref(), 1, session.held_bytes);
         self.sessions.insert(session.id, Arc::new(session));
     }
 
@@ -389,12 +425,15 @@ impl SessionTable {
         self.by_expiry.remove(&(session.indexed_expiry, id));
         self.records_held -= session.held as u64;
         self.records_bytes -= session.held_bytes;
+        self.owners
+            .sub(session.owner.as_ref(), 1, session.held_bytes);
         Some(session)
     }
 
-    /// Opens session `id` for `owner` at `now`, unless `sessions_max`
-    /// sessions are live: then nothing changes and the refusal is returned.
-    /// No live session is ever evicted to make room.
+    /// Opens session `id` for `owner` at `now`, unless the budget's
+    /// sessions are live (all, or the owner's): then nothing changes and
+    /// the refusal is returned. No live session is ever evicted to make
+    /// room.
     #[allow(clippy::too_many_arguments)]
     pub fn open(
         &mut self,
@@ -404,10 +443,17 @@ impl SessionTable {
         ttl_ms: u64,
         window: u32,
         now: ClusterTime,
-        sessions_max: u64,
+        budget: SessionBudget,
     ) -> Result<(), Overload> {
-        if self.len() >= sessions_max {
-            return Err(Overload::Sessions { max: sessions_max });
+        if let (Some(max), Some(owner)) = (budget.user_max, &owner)
+            && self.owners.of(owner).count >= max
+        {
+            return Err(Overload::UserSessions { max });
+        }
+        if self.len() >= budget.total_max {
+            return Err(Overload::Sessions {
+                max: budget.total_max,
+            });
         }
         self.insert(Session {
             id,
@@ -481,8 +527,10 @@ impl SessionTable {
     /// (`Overloaded`) while the records its session would still hold once
     /// its acknowledgement is applied fill the session's budget, unless it
     /// is the lowest request the client awaits (whose completion is what
-    /// lets the watermark move, so refusing it could never end), or while
-    /// all sessions' records fill the table's budget. Each budget is
+    /// lets the watermark move, so refusing it could never end), while
+    /// the records of all its owner's sessions fill the owner's share (the
+    /// owner frees them by acknowledging or closing its own sessions), or
+    /// while all sessions' records fill the table's budget. Each budget is
     /// passed by at most a record or two, never without bound.
     pub fn admit(
         &mut self,
@@ -518,8 +566,10 @@ impl SessionTable {
             let (held, bytes) = (session.held, session.held_bytes);
             session.advance_floor(first_incomplete);
             let freed = ((held - session.held) as u64, bytes - session.held_bytes);
+            let owner = session.owner.clone();
             self.records_held -= freed.0;
             self.records_bytes -= freed.1;
+            self.owners.sub(owner.as_ref(), 0, freed.1);
             return Err(replay);
         }
         let window = u64::from(session.window);
@@ -540,6 +590,12 @@ impl SessionTable {
                 max: budget.session_bytes_max,
             })
             .into());
+        }
+        let owner = budget.user_bytes_max.and_then(|_| session.owner.clone());
+        if let (Some(max), Some(owner)) = (budget.user_bytes_max, owner)
+            && self.owners.of(&owner).bytes - freed >= max
+        {
+            return Err(Outcome::Overloaded(Overload::UserRecordBytes { max }).into());
         }
         if self.records_bytes - freed >= budget.total_bytes_max {
             return Err(Outcome::Overloaded(Overload::RecordBytes {
@@ -569,6 +625,12 @@ impl SessionTable {
         session.advance_floor(session.floor);
         self.records_held = self.records_held + session.held as u64 - held as u64;
         self.records_bytes = self.records_bytes + session.held_bytes - bytes;
+        let owner = session.owner.as_ref();
+        if session.held_bytes >= bytes {
+            self.owners.add(owner, 0, session.held_bytes - bytes);
+        } else {
+            self.owners.sub(owner, 0, bytes - session.held_bytes);
+        }
     }
 
     /// Checks the table's invariants.
@@ -591,6 +653,7 @@ impl SessionTable {
         }
         let mut records = 0;
         let mut bytes = 0;
+        let mut owners = UsageByOwner::default();
         for (id, session) in &self.sessions {
             if *id != session.id {
                 return Err(BrokenInvariant::new(
@@ -622,6 +685,13 @@ impl SessionTable {
             session.check()?;
             records += session.held as u64;
             bytes += session.held_bytes;
+            owners.add(session.owner.as_ref(), 1, session.held_bytes);
+        }
+        if owners != self.owners {
+            return Err(BrokenInvariant::new(
+                Table::Sessions,
+                "sessions or record bytes per owner out of step",
+            ));
         }
         if records != self.records_held || bytes != self.records_bytes {
             return Err(BrokenInvariant::new(

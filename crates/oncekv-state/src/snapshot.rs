@@ -8,10 +8,13 @@
 //! taken before it was recorded, or by an earlier release) restores with
 //! none. Derived indexes are not stored; they are rebuilt on restore.
 //!
-//! Format 5 (written now) records each lease's owner in the body, so the
-//! state digest covers it. Format 4 (the same but for the owners) is still
-//! read: its leases restore without an owner, so they stay anyone's to use,
-//! as every lease was when it was written.
+//! Format 6 (written now) ends the body with the per-user quotas
+//! ([`UserQuotas`], a part of the limits) and the serial numbers of the
+//! revoked client certificates (a part of the [`AuthTable`]). Format 5
+//! (the same without them) is still read, with the default quotas and
+//! nothing revoked; so is format 4, whose
+//! leases have no owners: they restore without one, so they stay
+//! anyone's to use, as every lease was when it was written.
 
 use crate::auth::AuthTable;
 use crate::digest::{Fnv64, fnv64};
@@ -22,14 +25,18 @@ use crate::kv::KvStore;
 use crate::lease::{Lease, Leases};
 use crate::limits::Limits;
 use crate::machine::StateMachine;
+use crate::quota::UserQuotas;
 use crate::session::{Session, SessionTable};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
 
 const MAGIC: &[u8; 8] = b"OKVSNAP\0";
-/// The snapshot format this build writes (it reads this one and
-/// format 4, whose leases have no owners).
-pub const FORMAT_VERSION: u32 = 5;
-/// The earlier format this build still reads: leases without owners.
+/// The snapshot format this build writes (it reads this one, format 5
+/// without the quotas and format 4 whose leases have no owners).
+pub const FORMAT_VERSION: u32 = 6;
+/// An earlier format this build still reads: without the quotas.
+pub const FORMAT_VERSION_NO_QUOTAS: u32 = 5;
+/// The earliest format this build still reads: leases without owners.
 pub const FORMAT_VERSION_NO_OWNERS: u32 = 4;
 const HEADER_BYTES: usize = 8 + 4 + 8;
 
@@ -41,7 +48,7 @@ pub enum SnapshotError {
     BadMagic,
     /// Written by a format this build does not read.
     #[error(
-        "snapshot format {found} is not supported (this build reads {FORMAT_VERSION_NO_OWNERS} and {FORMAT_VERSION})"
+        "snapshot format {found} is not supported (this build reads {FORMAT_VERSION_NO_OWNERS} to {FORMAT_VERSION})"
     )]
     UnsupportedVersion {
         /// The version found.
@@ -65,7 +72,8 @@ pub enum SnapshotError {
 }
 
 /// The body as written: borrowed from the machine, so taking a snapshot or
-/// a digest copies nothing but the encoding. Encodes exactly as [`Body`].
+/// a digest copies nothing but the encoding. Encodes as [`Body`] followed
+/// by the quotas and the revoked certificates.
 #[derive(Serialize)]
 struct BodyRef<'a> {
     limits: &'a Limits,
@@ -77,6 +85,8 @@ struct BodyRef<'a> {
     leases: Vec<&'a Lease>,
     no_space_alarm: bool,
     auth: &'a AuthTable,
+    quotas: &'a UserQuotas,
+    revoked_certificates: &'a BTreeSet<Vec<u8>>,
 }
 
 /// The body as read.
@@ -150,7 +160,15 @@ fn take_body(version: u32, encoded: &[u8]) -> Result<(Body, &[u8]), SnapshotErro
         let (body, after): (BodyNoOwners, &[u8]) = postcard::take_from_bytes(encoded)?;
         return Ok((body.into(), after));
     }
-    Ok(postcard::take_from_bytes(encoded)?)
+    let (mut body, after): (Body, &[u8]) = postcard::take_from_bytes(encoded)?;
+    if version == FORMAT_VERSION_NO_QUOTAS {
+        return Ok((body, after));
+    }
+    let ((quotas, revoked), after): ((UserQuotas, BTreeSet<Vec<u8>>), &[u8]) =
+        postcard::take_from_bytes(after)?;
+    body.limits.quotas = quotas;
+    body.auth = body.auth.with_revoked(revoked);
+    Ok((body, after))
 }
 
 impl StateMachine {
@@ -165,6 +183,8 @@ impl StateMachine {
             leases: self.leases.iter().collect(),
             no_space_alarm: self.no_space_alarm,
             auth: &self.auth,
+            quotas: &self.limits.quotas,
+            revoked_certificates: self.auth.revoked_certificates(),
         }
     }
 
@@ -261,7 +281,13 @@ fn checked_body(bytes: &[u8]) -> Result<(u32, &[u8]), SnapshotError> {
         return Err(SnapshotError::BadMagic);
     }
     let version = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
-    if version != FORMAT_VERSION && version != FORMAT_VERSION_NO_OWNERS {
+    if ![
+        FORMAT_VERSION,
+        FORMAT_VERSION_NO_QUOTAS,
+        FORMAT_VERSION_NO_OWNERS,
+    ]
+    .contains(&version)
+    {
         return Err(SnapshotError::UnsupportedVersion { found: version });
     }
     let mut checksum = [0u8; 8];
@@ -389,6 +415,91 @@ mod tests {
         let again = restored.snapshot();
         assert_eq!(&again[8..12], &FORMAT_VERSION.to_le_bytes());
         assert_eq!(StateMachine::restore(&limits, &again).unwrap(), built);
+    }
+
+    /// Snapshot bytes of format 5, as the release before the per-user
+    /// quotas wrote them: key "k" = "v" put at index 1 and a session
+    /// (ttl 60 s, window 4, secret 9) opened at index 2, both at time 5,
+    /// while authentication was off; no cluster id.
+    const FORMAT_5: &str = "4f4b56534e41500005000000f456ee9a507acac3802080804080ade2048080808002e80780808001a08d06808080048080804080086480b89929c0843d80808040c0cf24a08d0680026480b89929a08d068080802080dddb01800105010201016b01760001010101010105016b0101760001010100000102c03983e8c8370764ebfb8573c8128473fe5bb0c1c419c32f4953e02b6cd93ddd00e0d403040501010000000000000000";
+
+    #[test]
+    fn a_format_5_snapshot_restores_with_the_default_quotas() {
+        let limits = Limits::default();
+        let bytes = unhex(FORMAT_5);
+        assert_eq!(StateMachine::snapshot_limits(&bytes).unwrap(), limits);
+        let restored = StateMachine::restore(&limits, &bytes).unwrap();
+        let mut built = StateMachine::new(limits.clone());
+        let at_5 = |machine: &mut StateMachine, index, command| {
+            machine.apply(&Entry {
+                index: LogIndex(index),
+                time: ClusterTime(5),
+                principal: None,
+                request: Request::plain(command),
+            })
+        };
+        let put = Command::Put {
+            key: b"k".to_vec(),
+            value: b"v".to_vec(),
+            lease: None,
+        };
+        at_5(&mut built, 1, put);
+        let open = Command::OpenSession {
+            ttl_ms: 60_000,
+            window: 4,
+            secret: crate::ids::Secret(9),
+        };
+        at_5(&mut built, 2, open);
+        assert_eq!(restored, built);
+        let again = restored.snapshot();
+        assert_eq!(&again[8..12], &FORMAT_VERSION.to_le_bytes());
+        assert_eq!(again, built.snapshot());
+    }
+
+    #[test]
+    fn quotas_and_revoked_certificates_survive_a_snapshot_and_quotas_must_match_on_restore() {
+        let limits = Limits {
+            quotas: UserQuotas {
+                user_share_percent: 50,
+                admin_reserve_percent: 0,
+            },
+            ..Limits::default()
+        };
+        let mut machine = StateMachine::new(limits.clone());
+        let revoke = crate::auth::AuthCommand::CertificateRevoke {
+            serial: vec![0x0a, 0x1b],
+        };
+        apply(&mut machine, 1, None, Command::Auth(revoke));
+        assert!(machine.auth().is_revoked(&[0x0a, 0x1b]));
+        let bytes = machine.snapshot();
+        assert_eq!(StateMachine::snapshot_limits(&bytes).unwrap(), limits);
+        assert_eq!(StateMachine::restore(&limits, &bytes).unwrap(), machine);
+        assert!(matches!(
+            StateMachine::restore(&Limits::default(), &bytes),
+            Err(SnapshotError::LimitsMismatch)
+        ));
+        assert!(
+            StateMachine::restore(&limits, &bytes)
+                .unwrap()
+                .auth()
+                .is_revoked(&[0x0a, 0x1b])
+        );
+        let mut default = StateMachine::new(Limits::default());
+        apply(
+            &mut default,
+            1,
+            None,
+            Command::Auth(crate::auth::AuthCommand::Disable),
+        );
+        let mut unrevoked = StateMachine::new(limits.clone());
+        apply(
+            &mut unrevoked,
+            1,
+            None,
+            Command::Auth(crate::auth::AuthCommand::Disable),
+        );
+        assert_ne!(unrevoked.state_digest(), default.state_digest());
+        assert_ne!(unrevoked.state_digest(), machine.state_digest());
     }
 
     #[test]

@@ -10,10 +10,9 @@
 //! if one is refused, so a transaction applies whole or not at all, and
 //! its whole reply is one completion record.
 
-use crate::command::{Command, Query};
 use crate::key_range::{KeyRange, KeyScope};
-use crate::kv::StoredValue;
-use crate::outcome::Rejection;
+use crate::refusal::Rejection;
+use crate::value::StoredValue;
 use serde::{Deserialize, Serialize};
 use std::cmp::Ordering;
 use std::collections::BTreeSet;
@@ -210,30 +209,6 @@ impl<T> Update<T> {
 }
 
 impl TxnOp {
-    /// The single command this operation runs as (`None` for
-    /// [`TxnOp::DeletePrefix`], [`TxnOp::DeleteRange`],
-    /// [`TxnOp::PutExisting`] and [`TxnOp::Txn`], which have none:
-    /// [`TxnOp::PutExisting`] is a put whose value or lease comes from the
-    /// state).
-    pub fn as_command(&self) -> Option<Command> {
-        Some(match self.clone() {
-            TxnOp::Put { key, value, lease } => Command::Put { key, value, lease },
-            TxnOp::Delete { key } => Command::Delete { key },
-            TxnOp::Get { key } => Command::Read(Query::Get { key }),
-            TxnOp::Scan { prefix, limit } => Command::Read(Query::Scan { prefix, limit }),
-            TxnOp::Append { key, value } => Command::Append { key, value },
-            TxnOp::Incr { key, by } => Command::Incr { key, by },
-            TxnOp::Cas { key, expected, new } => Command::Cas { key, expected, new },
-            TxnOp::Range { range, limit } => Command::Read(Query::Range { range, limit }),
-            TxnOp::DeletePrefix { .. }
-            | TxnOp::DeleteRange { .. }
-            | TxnOp::PutExisting { .. }
-            | TxnOp::Txn(_) => {
-                return None;
-            }
-        })
-    }
-
     /// What it writes itself; `None` for a read and for a nested
     /// transaction (whose branches' writes are its operations').
     fn written(&self) -> Option<Written<'_>> {
@@ -633,7 +608,7 @@ impl TxnOp {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::command::{Entry, Request};
+    use crate::command::{Command, Entry, Request};
     use crate::ids::{ClusterTime, LogIndex};
     use crate::outcome::Reply;
 

@@ -19,7 +19,8 @@
 //! - `limits NAME=N ...` (before any entry): starts over with these limits
 //!   changed (`sessions_max`, `idempotency_keys_max`,
 //!   `idempotency_bytes_max`, `session_record_bytes_max`,
-//!   `record_bytes_max`, `store_bytes_max`, `scan_bytes_max`, `value_bytes_max`).
+//!   `record_bytes_max`, `store_bytes_max`, `scan_bytes_max`, `value_bytes_max`,
+//!   `user_share_percent`, `admin_reserve_percent`).
 //! - `get K rev=R`, `scan P [LIMIT] rev=R` and `range START END [LIMIT]
 //!   rev=R`: read the store as it was at
 //!   revision R; `get` prints the key's revisions as `@create/mod/version`;
@@ -37,7 +38,7 @@
 //! - `nodedup`: switch deduplication off (the checkers' negative control).
 //! - `as USER` (`as -` for nobody): the principal of the following entries;
 //! - auth OPs: `auth-enable`, `auth-disable`, `auth-status`, `user-add U`,
-//!   `user-del U`, `user-passwd U`, `user-grant U R`, `user-revoke U R`,
+//!   `user-del U`, `user-purge U`, `cert-revoke HEX`, `cert-unrevoke HEX`, `user-passwd U`, `user-grant U R`, `user-revoke U R`,
 //!   `role-add R`, `role-del R`, `role-grant R read|write|readwrite K
 //!   [prefix]`, `role-revoke R K [prefix]`.
 
@@ -45,7 +46,7 @@ use oncekv_state::{
     Access, AuthCommand, ClusterTime, Command, Compare, CompareOp, CompareTarget, Entry,
     IdempotencyKey, KeyRange, KeyScope, Limits, LogIndex, Origin, Outcome, Permission, Principal,
     Query, Reply, Request, RequestHeader, RequestId, Secret, Seq, SessionId, StateMachine,
-    TokenKey, Txn, TxnOp, Update,
+    TokenKey, Txn, TxnOp, Update, serial_hex,
 };
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -148,6 +149,16 @@ impl Runner {
                         "history_bytes_max" => limits.history_bytes_max = value,
                         "history_retention_ms" => limits.history_retention_ms = value,
                         "txn_ops_max" => limits.txn_ops_max = value as u32,
+                        "user_share_percent" => {
+                            limits.quotas.user_share_percent = u8::try_from(value)
+                                .map_err(|_| format!("user_share_percent {value} is too large"))?
+                        }
+                        "admin_reserve_percent" => {
+                            limits.quotas.admin_reserve_percent =
+                                u8::try_from(value).map_err(|_| {
+                                    format!("admin_reserve_percent {value} is too large")
+                                })?
+                        }
                         other => return Err(format!("unknown limit {other}")),
                     }
                 }
@@ -420,6 +431,23 @@ impl Runner {
                 password_hash: Some("$argon2id$test".into()),
             }),
             "user-del" => Command::Auth(AuthCommand::UserDelete { name: text(1)? }),
+            "user-purge" => Command::Auth(AuthCommand::UserPurge { name: text(1)? }),
+            "cert-revoke" | "cert-unrevoke" => {
+                let hex = text(1)?;
+                let serial = (0..hex.len())
+                    .step_by(2)
+                    .map(|i| {
+                        hex.get(i..i + 2)
+                            .and_then(|b| u8::from_str_radix(b, 16).ok())
+                    })
+                    .collect::<Option<Vec<u8>>>()
+                    .ok_or_else(|| format!("{hex:?} is not hex"))?;
+                if *op == "cert-revoke" {
+                    Command::Auth(AuthCommand::CertificateRevoke { serial })
+                } else {
+                    Command::Auth(AuthCommand::CertificateUnrevoke { serial })
+                }
+            }
             "user-passwd" => Command::Auth(AuthCommand::UserPasswd {
                 name: text(1)?,
                 password_hash: Some("$argon2id$new".into()),
@@ -671,6 +699,9 @@ fn render_reply(reply: &Reply) -> String {
         Reply::Rejected(rejection) => format!("rejected: {rejection}"),
         Reply::AlarmDisarmed { was_raised } => format!("alarm-disarmed was_raised={was_raised}"),
         Reply::AuthChanged => "auth-changed".into(),
+        Reply::UserPurged { sessions, keys } => {
+            format!("user-purged sessions={sessions} keys={keys}")
+        }
         Reply::Txn { succeeded, results } => {
             let results: Vec<String> = results.iter().map(render_reply).collect();
             format!("txn succeeded={succeeded} [{}]", results.join("; "))
@@ -690,6 +721,9 @@ fn render_reply(reply: &Reply) -> String {
                     let _ = write!(out, "{sep}{} {}{star}", p.access, bytes(&p.key));
                 }
                 out.push(')');
+            }
+            for serial in &view.revoked_certificates {
+                let _ = write!(out, " revoked:{}", serial_hex(serial));
             }
             out
         }

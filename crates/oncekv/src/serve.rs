@@ -15,7 +15,7 @@ use oncekv_server::server::{
     ListenerLimits, SNAPSHOT_BYTES_MAX_DEFAULT, ServeError, ServerConfig, ServerLimits, serve,
 };
 use oncekv_server::tls::{PeerTls, ServerTls, TlsFiles};
-use oncekv_state::Limits;
+use oncekv_state::{Limits, UserQuotas};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -255,6 +255,24 @@ pub struct ServeArgs {
     /// cluster setting).
     #[arg(long, value_name = "N", default_value_t = Limits::default().txn_ops_max)]
     txn_ops_max: u32,
+
+    /// The share, in percent, of the session, completion-record and
+    /// idempotency-key budgets (`--sessions-max`, `--record-bytes-max`,
+    /// `--idempotency-keys-max`, `--idempotency-bytes-max`) one user
+    /// without the admin role may hold while authentication is enabled (a
+    /// cluster setting). A user at its share is refused as overloaded;
+    /// other users are not.
+    #[arg(long, value_name = "PERCENT", default_value_t = UserQuotas::default().user_share_percent,
+          value_parser = clap::value_parser!(u8).range(1..=100))]
+    user_share_percent: u8,
+
+    /// The share, in percent, of those budgets kept for admins (a cluster
+    /// setting): users without the admin role are refused once the rest
+    /// is used, so an admin can still open a session and free a user's
+    /// records (`oncekv user purge`).
+    #[arg(long, value_name = "PERCENT", default_value_t = UserQuotas::default().admin_reserve_percent,
+          value_parser = clap::value_parser!(u8).range(0..=90))]
+    admin_reserve_percent: u8,
 
     /// Most session opens this node proposes per second (a burst of as
     /// many is allowed); more are refused as overloaded before proposing.
@@ -528,6 +546,10 @@ fn config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
         history_bytes_max: args.history_bytes_max,
         history_retention_ms: u64::try_from(args.history_retention.as_millis()).unwrap_or(u64::MAX),
         txn_ops_max: args.txn_ops_max,
+        quotas: UserQuotas {
+            user_share_percent: args.user_share_percent,
+            admin_reserve_percent: args.admin_reserve_percent,
+        },
         ..Limits::default()
     };
     let server_limits = ServerLimits {

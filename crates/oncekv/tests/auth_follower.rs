@@ -11,6 +11,7 @@ mod support;
 use oncekv_harness::cluster::{Cluster, NodeProcess};
 use oncekv_proto::convert::{self, CallFailure, failure_from_wire};
 use oncekv_proto::v1::{self, AuthenticateRequest, ExecuteRequest, ReadRequest};
+use oncekv_proto::{AUTHORIZATION_METADATA, BEARER};
 use oncekv_state::{ADMIN_ROLE, AuthCommand, Command, Outcome, Query, Reply, Request, TokenKey};
 use std::time::Duration;
 use support::{FAST, connect, eventually, exclusive};
@@ -20,8 +21,8 @@ const ELECTION: Duration = Duration::from_secs(20);
 /// `message` with `token` as its bearer.
 fn bearing<T>(message: T, token: &str) -> tonic::Request<T> {
     let mut request = tonic::Request::new(message);
-    let value = format!("Bearer {token}").parse().expect("metadata value");
-    request.metadata_mut().insert("authorization", value);
+    let value = format!("{BEARER}{token}").parse().expect("metadata value");
+    request.metadata_mut().insert(AUTHORIZATION_METADATA, value);
     request
 }
 

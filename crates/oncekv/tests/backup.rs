@@ -19,16 +19,7 @@ fn append(value: &str) -> Command {
 }
 
 fn oncekv(args: &[&str]) -> (i32, String) {
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_oncekv"))
-        .args(args)
-        .output()
-        .expect("run oncekv");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    (output.status.code().expect("exit code"), text)
+    support::oncekv_cli(args, &[])
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

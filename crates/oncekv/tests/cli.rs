@@ -264,3 +264,34 @@ async fn a_retry_by_hand_of_an_unknown_request_stays_unknown_while_the_cluster_i
         serde_json::from_slice(&std::fs::read(&path).expect("the session file")).expect("JSON");
     assert_eq!(file["pending"], serde_json::json!([]), "{file}");
 }
+
+/// `lease grant` takes its time-to-live as `--ttl`, as `lock`, `elect` and
+/// `session open` do (the positional form before it still works); without
+/// one, or with both, it is a usage error that names the flag.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_is_granted_with_ttl_as_a_lock_is() {
+    let _one = exclusive().await;
+    let (_cluster, cli) = Cli::one_node().await;
+    let (code, granted) = cli.run(&["lease", "grant", "jobs", "--ttl", "30s"]);
+    assert_eq!(code, 0, "{granted}");
+    assert_eq!(granted["ttl_ms"].as_u64(), Some(30_000), "{granted}");
+    let (code, granted) = cli.run(&["lease", "grant", "older", "20s"]);
+    assert_eq!(code, 0, "{granted}");
+    assert_eq!(granted["ttl_ms"].as_u64(), Some(20_000), "{granted}");
+    let (code, listed) = cli.run_text(&["lease", "list"]);
+    assert_eq!(code, 0, "{listed}");
+    assert!(listed.contains("jobs") && listed.contains("older"), "{listed}");
+    for args in [
+        &["lease", "grant", "none"][..],
+        &["lease", "grant", "both", "5s", "--ttl", "5s"],
+    ] {
+        let output = Process::new(env!("CARGO_BIN_EXE_oncekv"))
+            .args(args)
+            .args(["--endpoints", &cli.endpoint])
+            .output()
+            .expect("run oncekv");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains("--ttl"), "{args:?}: {stderr}");
+    }
+}

@@ -26,7 +26,7 @@ use oncekv_state::{ADMIN_ROLE, Access, AuthCommand, Permission, TokenKey};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command as Process, Stdio};
 use std::time::{Duration, Instant};
-use support::{Cluster, FAST, eventually, exclusive};
+use support::{Cluster, FAST, eventually, exclusive, oncekv_cli};
 
 const ELECTION: Duration = Duration::from_secs(20);
 const WAIT: Duration = Duration::from_secs(60);
@@ -126,20 +126,10 @@ fn denied<T: std::fmt::Debug>(what: &str, result: Result<T, ClientError>) {
 
 /// Runs `oncekv --user USER ARGS...` to its end: its exit code and output.
 fn cli(endpoint: &str, user: &str, args: &[&str]) -> (i32, String) {
-    let output = Process::new(env!("CARGO_BIN_EXE_oncekv"))
-        .args(["--endpoints", endpoint, "--user", user])
-        .args(args)
-        .env_remove("ONCEKV_USER")
-        .env_remove("ONCEKV_PASSWORD")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run oncekv");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    (output.status.code().expect("an exit code"), text)
+    oncekv_cli(
+        &[&["--endpoints", endpoint, "--user", user][..], args].concat(),
+        &[],
+    )
 }
 
 /// A request with etcd's `token` metadata.

@@ -21,6 +21,7 @@ use oncekv_proto::etcd::etcdserverpb::{
 };
 use oncekv_proto::v1::kv_client::KvClient;
 use oncekv_proto::v1::{self, watch_response::Kind};
+use oncekv_proto::{AUTHORIZATION_METADATA, BEARER};
 use oncekv_state::{ADMIN_ROLE, Access, AuthCommand, Permission, TokenKey};
 use std::time::Duration;
 use support::{Cluster, FAST, eventually, exclusive, free_port};
@@ -52,8 +53,8 @@ fn with_token<T>(message: T, token: Option<&str>) -> tonic::Request<T> {
     let mut request = tonic::Request::new(message);
     if let Some(token) = token {
         let metadata = request.metadata_mut();
-        let bearer = format!("Bearer {token}");
-        metadata.insert("authorization", bearer.parse().expect("metadata"));
+        let bearer = format!("{BEARER}{token}");
+        metadata.insert(AUTHORIZATION_METADATA, bearer.parse().expect("metadata"));
         metadata.insert("token", token.parse().expect("metadata"));
     }
     request

@@ -56,6 +56,13 @@ pub(super) fn change_from_wire(change: v1::AuthChange) -> Result<AuthCommand> {
                 password_hash: user.password,
             },
             Kind::UserDelete(user) => AuthCommand::UserDelete { name: user.name },
+            Kind::UserPurge(user) => AuthCommand::UserPurge { name: user.name },
+            Kind::CertificateRevoke(certificate) => AuthCommand::CertificateRevoke {
+                serial: certificate.serial,
+            },
+            Kind::CertificateUnrevoke(certificate) => AuthCommand::CertificateUnrevoke {
+                serial: certificate.serial,
+            },
             Kind::UserPasswd(user) => AuthCommand::UserPasswd {
                 name: user.name,
                 password_hash: user.password,
@@ -102,6 +109,17 @@ pub(super) fn change_to_wire(change: &AuthCommand) -> v1::AuthChange {
             password: password_hash.clone(),
         }),
         AuthCommand::UserDelete { name } => Kind::UserDelete(v1::Name { name: name.clone() }),
+        AuthCommand::UserPurge { name } => Kind::UserPurge(v1::Name { name: name.clone() }),
+        AuthCommand::CertificateRevoke { serial } => {
+            Kind::CertificateRevoke(v1::CertificateSerial {
+                serial: serial.clone(),
+            })
+        }
+        AuthCommand::CertificateUnrevoke { serial } => {
+            Kind::CertificateUnrevoke(v1::CertificateSerial {
+                serial: serial.clone(),
+            })
+        }
         AuthCommand::UserPasswd {
             name,
             password_hash,
@@ -153,6 +171,7 @@ pub(super) fn view_to_wire(view: &AuthView) -> v1::AuthState {
                 permissions: permissions.iter().map(permission_to_wire).collect(),
             })
             .collect(),
+        revoked_certificates: view.revoked_certificates.clone(),
     }
 }
 
@@ -181,6 +200,7 @@ pub(super) fn view_from_wire(view: v1::AuthState) -> Result<AuthView> {
                 Ok((role.name, permissions))
             })
             .collect::<Result<Vec<_>>>()?,
+        revoked_certificates: view.revoked_certificates,
     })
 }
 

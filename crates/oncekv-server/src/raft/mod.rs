@@ -13,3 +13,4 @@ pub mod segment_log;
 pub mod state_machine_store;
 pub mod storage_failure;
 pub mod type_config;
+pub mod write_error;

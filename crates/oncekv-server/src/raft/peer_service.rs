@@ -43,7 +43,8 @@
 
 use super::network::{VoteKind, decode, encode};
 use super::peer_checks::{self, PeerMessageRefused, PeerNotAllowed};
-use super::type_config::{NodeId, Raft, TypeConfig};
+use super::state_machine_store::Raft;
+use super::type_config::{NodeId, TypeConfig};
 use crate::transport::{is_malformed_message, overloaded};
 use futures_util::StreamExt;
 use oncekv_proto::v1::raft_peer_server::RaftPeer;

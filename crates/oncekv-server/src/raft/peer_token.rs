@@ -26,8 +26,9 @@ use std::path::{Path, PathBuf};
 use tonic::metadata::{AsciiMetadataValue, MetadataMap};
 use tonic::{Request, Status};
 
-/// The gRPC metadata key every peer call carries the credential in.
-pub const PEER_TOKEN_METADATA: &str = "oncekv-peer-token";
+/// The gRPC metadata key every peer call carries the credential in (the
+/// wire contract's).
+pub use oncekv_proto::PEER_TOKEN_METADATA;
 
 /// The fewest bytes a peer token may have (after trimming): what
 /// `oncekv certs create-token` writes is 64 hex digits of 32 random bytes.

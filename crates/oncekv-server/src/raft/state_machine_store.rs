@@ -25,6 +25,11 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+/// The Raft handle of an oncekv node: openraft over [`TypeConfig`] and
+/// this store (defined here, above both, so the type configuration needs
+/// no store).
+pub type Raft = openraft::Raft<TypeConfig, StateMachineStore>;
+
 const SNAPSHOT_FILE: &str = "snapshot.bin";
 const SNAPSHOT_MAGIC: &[u8; 8] = b"OKVRSNP1";
 

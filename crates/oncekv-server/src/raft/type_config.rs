@@ -77,6 +77,3 @@ openraft::declare_raft_types!(
         Node = NodeInfo,
         AsyncRuntime = super::runtime::RaftRuntime,
 );
-
-/// The Raft handle of an oncekv node.
-pub type Raft = openraft::Raft<TypeConfig, super::state_machine_store::StateMachineStore>;

@@ -26,8 +26,16 @@ pub enum UserCommand {
         #[command(flatten)]
         password: PasswordArgs,
     },
-    /// Delete user NAME (its tokens stop working at once).
+    /// Delete user NAME (its tokens stop working at once; its sessions are
+    /// closed and its idempotency keys forgotten).
     Delete { name: String },
+    /// Free what user NAME holds of the cluster's quotas: close its
+    /// sessions and forget its idempotency keys. The user stays. Its
+    /// clients' retries of earlier requests are no longer deduplicated:
+    /// a retry on a closed session is told "session expired" (the outcome
+    /// unknown), and one under a forgotten key is applied again. NAME
+    /// need not be a user (records of a deleted one are freed too).
+    Purge { name: String },
     /// Change the password of user NAME (its tokens stop working at once).
     Passwd {
         name: String,
@@ -139,6 +147,39 @@ pub enum AuthSwitch {
     Disable,
     /// Whether authentication is enforced.
     Status,
+    /// Revoke a client certificate (admin only): from then on every node
+    /// refuses each call over a connection that presented it (exit 13),
+    /// whether or not authentication is enforced. Name it by its PEM file
+    /// or by --serial, as `openssl x509 -noout -serial` prints it.
+    RevokeCert(CertificateArg),
+    /// Take a client certificate off the revocation list (admin only).
+    UnrevokeCert(CertificateArg),
+    /// List the serial numbers of the revoked client certificates.
+    RevokedCerts,
+}
+
+/// A client certificate, by file or serial number.
+#[derive(Debug, clap::Args)]
+pub struct CertificateArg {
+    /// The certificate's PEM file.
+    #[arg(required_unless_present = "serial", conflicts_with = "serial")]
+    file: Option<std::path::PathBuf>,
+    /// Its serial number in hex (`0A1B2C`, `0a:1b:2c` and `serial=0A1B2C`
+    /// all do).
+    #[arg(long, value_name = "HEX")]
+    serial: Option<String>,
+}
+
+impl CertificateArg {
+    /// The serial number's bytes, as the cluster files them.
+    fn serial(&self) -> anyhow::Result<Vec<u8>> {
+        if let Some(file) = &self.file {
+            return Ok(oncekv_server::tls::certificate_file_serial(file)?);
+        }
+        let given = self.serial.as_deref().unwrap_or_default();
+        oncekv_server::tls::serial_from_hex(given)
+            .ok_or_else(|| anyhow::anyhow!("--serial {given:?} is not a hexadecimal number"))
+    }
 }
 
 async fn change(client: &Client, printer: &Printer, change: AuthCommand) -> ExitCode {
@@ -180,6 +221,9 @@ pub(super) async fn user(
         }
         UserCommand::Delete { name } => {
             change(client, printer, AuthCommand::UserDelete { name }).await
+        }
+        UserCommand::Purge { name } => {
+            change(client, printer, AuthCommand::UserPurge { name }).await
         }
         UserCommand::Passwd { name, password } => {
             let password_hash = password.read()?;
@@ -313,8 +357,34 @@ async fn show_roles(client: &Client, printer: &Printer, only: Option<&str>) -> E
 }
 
 /// Runs an `auth` command.
-pub(super) async fn auth(client: &Client, printer: &Printer, command: AuthSwitch) -> ExitCode {
-    match command {
+pub(super) async fn auth(
+    client: &Client,
+    printer: &Printer,
+    command: AuthSwitch,
+) -> anyhow::Result<ExitCode> {
+    Ok(match command {
+        AuthSwitch::RevokeCert(certificate) => {
+            let serial = certificate.serial()?;
+            change(client, printer, AuthCommand::CertificateRevoke { serial }).await
+        }
+        AuthSwitch::UnrevokeCert(certificate) => {
+            let serial = certificate.serial()?;
+            change(client, printer, AuthCommand::CertificateUnrevoke { serial }).await
+        }
+        AuthSwitch::RevokedCerts => match view(client).await {
+            Ok(view) => {
+                let serials: Vec<String> = view
+                    .revoked_certificates
+                    .iter()
+                    .map(|serial| oncekv_state::serial_hex(serial))
+                    .collect();
+                let mut fields = Map::new();
+                fields.insert("revoked_certificates".into(), json!(serials));
+                printer.emit(fields, serials.join("\n"));
+                ExitCode::from(EXIT_OK)
+            }
+            Err(error) => printer.error(&error),
+        },
         AuthSwitch::Enable => {
             let enable = AuthCommand::Enable {
                 token_key: oncekv_state::TokenKey([0; 32]),
@@ -336,5 +406,5 @@ pub(super) async fn auth(client: &Client, printer: &Printer, command: AuthSwitch
             }
             Err(error) => printer.error(&error),
         },
-    }
+    })
 }

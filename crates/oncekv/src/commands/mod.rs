@@ -325,12 +325,18 @@ pub enum AlarmCommand {
 /// attach keys to it (anyone else exits 13).
 #[derive(Debug, Subcommand)]
 pub enum LeaseCommand {
-    /// Create lease NAME living TTL (e.g. 10s) unless kept alive; it is
+    /// Create lease NAME living --ttl (e.g. 10s) unless kept alive; it is
     /// yours (a NAME another user holds is refused).
     Grant {
         name: String,
-        #[arg(value_parser = humantime::parse_duration)]
-        ttl: Duration,
+        /// How long it lives without a keep-alive (as `lock --ttl` and
+        /// `session open --ttl`).
+        #[arg(long, value_parser = humantime::parse_duration,
+              required_unless_present = "ttl_positional", conflicts_with = "ttl_positional")]
+        ttl: Option<Duration>,
+        /// The same as --ttl (`lease grant NAME 10s`, the earlier form).
+        #[arg(value_name = "TTL", value_parser = humantime::parse_duration, hide = true)]
+        ttl_positional: Option<Duration>,
         #[command(flatten)]
         once: Once,
     },
@@ -602,7 +608,13 @@ pub async fn run(connection: &Connection, command: ClientCommand) -> anyhow::Res
             &printer,
             mutate(&client, &once, Command::Compact { revision }).await?,
         ),
-        ClientCommand::Lease(LeaseCommand::Grant { name, ttl, once }) => {
+        ClientCommand::Lease(LeaseCommand::Grant {
+            name,
+            ttl,
+            ttl_positional,
+            once,
+        }) => {
+            let ttl = ttl.or(ttl_positional).unwrap_or_default();
             let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
             finish(
                 &printer,
@@ -636,7 +648,7 @@ pub async fn run(connection: &Connection, command: ClientCommand) -> anyhow::Res
         ),
         ClientCommand::User(command) => auth::user(&client, &printer, command).await?,
         ClientCommand::Role(command) => auth::role(&client, &printer, command).await,
-        ClientCommand::Auth(command) => auth::auth(&client, &printer, command).await,
+        ClientCommand::Auth(command) => auth::auth(&client, &printer, command).await?,
         ClientCommand::Snapshot(command) => snapshot::snapshot(&client, &printer, command).await?,
         ClientCommand::Endpoint(command) => {
             endpoint::endpoint(&client, &printer, &connection.endpoints, command).await

@@ -255,6 +255,12 @@ pub(super) fn reply_fields(reply: &Reply, fields: &mut Map<String, Value>) -> (S
             (human.into(), EXIT_OK)
         }
         Reply::AuthChanged => ("OK".into(), EXIT_OK),
+        Reply::UserPurged { sessions, keys } => {
+            fields.insert("sessions_closed".into(), json!(sessions));
+            fields.insert("keys_forgotten".into(), json!(keys));
+            let human = format!("closed {sessions} sessions, forgot {keys} idempotency keys");
+            (human, EXIT_OK)
+        }
         Reply::Auth(view) => {
             fields.insert("enabled".into(), json!(view.enabled));
             let state = if view.enabled { "enabled" } else { "disabled" };

@@ -52,3 +52,29 @@ impl std::ops::DerefMut for Cluster {
     }
 }
 pub mod etcdctl;
+
+/// Runs this package's `oncekv` with `args` to its end, with `env` set and
+/// none of the caller's `ONCEKV_*` connection variables: its exit code and
+/// all it printed (standard output, then standard error).
+pub fn oncekv_cli(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
+    let mut command = std::process::Command::new(BINARY);
+    command.args(args).stdin(std::process::Stdio::null());
+    for name in [
+        "ONCEKV_USER",
+        "ONCEKV_PASSWORD",
+        "ONCEKV_ENDPOINTS",
+        "ONCEKV_CACERT",
+        "ONCEKV_CERT",
+        "ONCEKV_KEY",
+    ] {
+        command.env_remove(name);
+    }
+    command.envs(env.iter().copied());
+    let output = command.output().expect("run oncekv");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (output.status.code().expect("an exit code"), text)
+}

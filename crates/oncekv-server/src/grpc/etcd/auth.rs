@@ -56,13 +56,13 @@ use tonic::{Response, Status};
 
 /// etcd's name of the user AuthEnable needs, and of the role that may do
 /// everything.
-const ROOT: &str = "root";
+pub(super) const ROOT: &str = "root";
 
 /// The name in the other API of the role named `name` in one: etcd's
 /// `root` is the native `admin`, and a native `root` is etcd's `admin`
 /// (the two names trade places), so every role has one name in each API;
 /// every other name is the same in both.
-fn role_name_across(name: &str) -> &str {
+pub(super) fn role_name_across(name: &str) -> &str {
     match name {
         ROOT => ADMIN_ROLE,
         ADMIN_ROLE => ROOT,
@@ -72,7 +72,7 @@ fn role_name_across(name: &str) -> &str {
 
 /// `name` if the native model can hold a user or role of that name;
 /// `None` means no such user or role can exist.
-fn holdable(name: &str) -> Option<&str> {
+pub(super) fn holdable(name: &str) -> Option<&str> {
     check_name("user", name).ok().map(|()| name)
 }
 
@@ -94,7 +94,7 @@ fn prefix_range_end(prefix: &[u8]) -> Vec<u8> {
 /// The native key or prefix etcd's `key` and `range_end` name, as etcd
 /// reads them: one key (`range_end` empty), a prefix (`range_end` its
 /// successor), or every key (`\0` to `\0`, or the empty key to `\0`).
-fn key_or_prefix(key: &[u8], range_end: &[u8]) -> Result<(Vec<u8>, bool), EtcdError> {
+pub(super) fn key_or_prefix(key: &[u8], range_end: &[u8]) -> Result<(Vec<u8>, bool), EtcdError> {
     if range_end.is_empty() {
         if key.is_empty() {
             return Err(EtcdError::EmptyKey);
@@ -116,7 +116,7 @@ fn key_or_prefix(key: &[u8], range_end: &[u8]) -> Result<(Vec<u8>, bool), EtcdEr
 }
 
 /// The native permission of etcd's `permission`.
-fn permission_from_wire(permission: &EtcdPermission) -> Result<Permission, EtcdError> {
+pub(super) fn permission_from_wire(permission: &EtcdPermission) -> Result<Permission, EtcdError> {
     let access = match PermissionType::try_from(permission.perm_type) {
         Ok(PermissionType::Read) => Access::Read,
         Ok(PermissionType::Write) => Access::Write,
@@ -165,7 +165,7 @@ fn permissions_to_wire(permissions: &[Permission]) -> Vec<EtcdPermission> {
 
 /// Refuses a password the node would not store: etcd takes an empty one,
 /// oncekv a user without a password (`no_password`) instead.
-fn check_password(password: &str) -> Result<(), EtcdError> {
+pub(super) fn check_password(password: &str) -> Result<(), EtcdError> {
     if password.is_empty() {
         return Err(EtcdError::Invalid(
             "a password may not be empty (add the user with no_password for one that logs in \
@@ -183,7 +183,7 @@ fn check_password(password: &str) -> Result<(), EtcdError> {
 }
 
 /// The permissions of the role named `name` (native), if it exists.
-fn role_permissions(auth: &AuthTable, name: &str) -> Option<Vec<Permission>> {
+pub(super) fn role_permissions(auth: &AuthTable, name: &str) -> Option<Vec<Permission>> {
     auth.view()
         .roles
         .into_iter()

@@ -599,7 +599,7 @@ fn is_caught_up(matched: Option<u64>, leader_last: Option<u64>) -> bool {
 
 /// A new member's addresses from MemberAdd's `peerURLs`: its peer URL,
 /// then its client URL.
-fn member_addresses(urls: &[String]) -> Result<NodeInfo, EtcdError> {
+pub(super) fn member_addresses(urls: &[String]) -> Result<NodeInfo, EtcdError> {
     match urls {
         [] => Err(EtcdError::MemberBadUrls),
         [peer, client] => Ok(NodeInfo {

@@ -202,7 +202,7 @@ impl Arrange {
 
 /// The parts of a Range oncekv serves: which keys, how many, in what
 /// shape and order, and at what revision (0: now).
-struct RangeParts {
+pub(super) struct RangeParts {
     keys: Keys,
     limit: u32,
     shape: Shape,
@@ -211,7 +211,7 @@ struct RangeParts {
 }
 
 impl RangeParts {
-    fn of(request: &RangeRequest) -> Result<RangeParts, EtcdError> {
+    pub(super) fn of(request: &RangeRequest) -> Result<RangeParts, EtcdError> {
         Ok(RangeParts {
             keys: Keys::of(&request.key, &request.range_end)?,
             // 0 and below: no limit (the node's scan maximum).
@@ -226,7 +226,7 @@ impl RangeParts {
     }
 
     /// The node's query for it: every match when it must arrange them.
-    fn query(&self) -> Query {
+    pub(super) fn query(&self) -> Query {
         let limit = if self.arrange.needs_all() {
             0
         } else {
@@ -320,7 +320,7 @@ fn leases_of(
 }
 
 /// A Range response from a reply to `parts`' query.
-fn range_response(reply: Reply, parts: &RangeParts) -> Result<RangeResponse, EtcdError> {
+pub(super) fn range_response(reply: Reply, parts: &RangeParts) -> Result<RangeResponse, EtcdError> {
     let Pairs {
         mut kvs,
         mut more,
@@ -587,7 +587,7 @@ fn fill_headers(responses: &mut [ResponseOp], header: ResponseHeader) {
 }
 
 /// The checks etcd makes of a put before proposing it, in its order.
-fn check_put(put: &PutRequest) -> Result<(), EtcdError> {
+pub(super) fn check_put(put: &PutRequest) -> Result<(), EtcdError> {
     if put.key.is_empty() {
         return Err(EtcdError::EmptyKey);
     }
@@ -632,12 +632,12 @@ fn put_op(put: &PutRequest) -> TxnOp {
 }
 
 /// The node's lease a put attaches its key to.
-fn lease_of(put: &PutRequest) -> Option<String> {
+pub(super) fn lease_of(put: &PutRequest) -> Option<String> {
     (put.lease > 0).then(|| lease_name(put.lease))
 }
 
 /// An error if `reply` is a rejection.
-fn rejected(reply: Reply) -> Result<Reply, EtcdError> {
+pub(super) fn rejected(reply: Reply) -> Result<Reply, EtcdError> {
     match reply {
         Reply::Rejected(rejection) => Err(EtcdError::of_rejection(&rejection)),
         reply => Ok(reply),
@@ -650,14 +650,14 @@ fn unexpected(reply: Reply) -> EtcdError {
 
 /// A transaction of etcd operations, planned: the node's transaction and
 /// how to answer each operation of the branch that runs.
-struct Planned {
-    txn: Txn,
+pub(super) struct Planned {
+    pub(super) txn: Txn,
     success: Vec<OpPlan>,
     failure: Vec<OpPlan>,
 }
 
 impl Planned {
-    fn of(request: &TxnRequest) -> Result<Planned, EtcdError> {
+    pub(super) fn of(request: &TxnRequest) -> Result<Planned, EtcdError> {
         let mut txn = Txn {
             compare: request
                 .compare
@@ -684,7 +684,7 @@ impl Planned {
     }
 
     /// The etcd responses of the branch that ran, from the node's reply.
-    fn responses(&self, reply: Reply) -> Result<(bool, Vec<ResponseOp>), EtcdError> {
+    pub(super) fn responses(&self, reply: Reply) -> Result<(bool, Vec<ResponseOp>), EtcdError> {
         branch_responses(&self.success, &self.failure, reply)
     }
 }

@@ -23,6 +23,10 @@ mod cluster;
 mod election;
 mod errors;
 mod forward;
+/// The conversions of the handlers, without a node, for the fuzz target
+/// `etcd_request` (`crates/oncekv-fuzz`). Not an API.
+#[doc(hidden)]
+pub mod fuzzing;
 mod kv;
 mod lease;
 mod lock;

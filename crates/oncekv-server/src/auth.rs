@@ -342,6 +342,36 @@ mod tests {
         assert!(!verify_password("not a hash", "secret"));
     }
 
+    /// Given a login token and a client certificate, the call is the
+    /// token's user's (as docs/security.md says); the certificate still
+    /// has to be valid and not revoked.
+    #[test]
+    fn a_token_wins_over_a_client_certificate() {
+        let mut auth = enabled();
+        let add = AuthCommand::UserAdd {
+            name: "eve".into(),
+            password_hash: None,
+        };
+        auth.apply(&add, LogIndex(10)).unwrap();
+        let revision = auth.user("eve").unwrap().revision;
+        let token = issue_token(&TokenKey([3; 32]), "eve", revision, ClusterTime(1_000));
+        let both = Credentials {
+            token: Some(token),
+            certificate_user: Some("a.b".into()),
+            certificate_serial: Some(vec![7]),
+        };
+        assert_eq!(
+            principal_of(&auth, &both, ClusterTime(0)),
+            Ok(Some(Principal("eve".into())))
+        );
+        let revoke = AuthCommand::CertificateRevoke { serial: vec![7] };
+        auth.apply(&revoke, LogIndex(11)).unwrap();
+        assert_eq!(
+            principal_of(&auth, &both, ClusterTime(0)),
+            Err(AuthError::CertificateRevoked("07".into()))
+        );
+    }
+
     #[test]
     fn without_enforcement_nobody_is_needed_and_with_it_someone_is() {
         let auth = AuthTable::default();

@@ -280,7 +280,10 @@ async fn a_lease_is_granted_with_ttl_as_a_lock_is() {
     assert_eq!(granted["ttl_ms"].as_u64(), Some(20_000), "{granted}");
     let (code, listed) = cli.run_text(&["lease", "list"]);
     assert_eq!(code, 0, "{listed}");
-    assert!(listed.contains("jobs") && listed.contains("older"), "{listed}");
+    assert!(
+        listed.contains("jobs") && listed.contains("older"),
+        "{listed}"
+    );
     for args in [
         &["lease", "grant", "none"][..],
         &["lease", "grant", "both", "5s", "--ttl", "5s"],

@@ -97,7 +97,9 @@ const DROPPED_REPLY_HOLD: Duration = Duration::from_secs(30);
 const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(10);
 
 struct Shared {
-    node: Option<NodeId>,
+    /// The node behind the proxy now (0: none known); membership changes
+    /// put one node after another at the same address.
+    node: AtomicU64,
     upstream: KvClient<Channel>,
     /// The same node's etcd API.
     etcd_upstream: EtcdKvClient<Channel>,
@@ -122,6 +124,8 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[derive(Clone)]
 pub struct ClientProxy {
     address: SocketAddr,
+    /// The node address it forwards to (empty when given a channel).
+    upstream: String,
     shared: Arc<Shared>,
     cut: Arc<watch::Sender<u64>>,
 }
@@ -130,7 +134,7 @@ impl std::fmt::Debug for ClientProxy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ClientProxy")
             .field("address", &self.address)
-            .field("node", &self.shared.node)
+            .field("node", &self.shared.node())
             .finish_non_exhaustive()
     }
 }
@@ -172,7 +176,8 @@ impl ClientProxy {
             .connect_timeout(Duration::from_millis(500))
             .tcp_nodelay(true)
             .connect_lazy();
-        let proxy = ClientProxy::new(listener.address, node, channel, hints, recorder, seed);
+        let mut proxy = ClientProxy::new(listener.address, node, channel, hints, recorder, seed);
+        proxy.upstream = upstream.to_string();
         let (accepted, incoming) = mpsc::channel::<std::io::Result<Breakable<DuplexStream>>>(64);
         proxy.spawn_server(tokio_stream::wrappers::ReceiverStream::new(incoming));
         tokio::spawn(accept_loop(listener.listener, accepted, proxy.cut.clone()));
@@ -219,7 +224,7 @@ impl ClientProxy {
         seed: u64,
     ) -> ClientProxy {
         let shared = Arc::new(Shared {
-            node,
+            node: AtomicU64::new(node.unwrap_or(0)),
             etcd_upstream: EtcdKvClient::new(upstream.clone()),
             upstream: KvClient::new(upstream),
             fault: Mutex::new(ReplyFault::None),
@@ -232,6 +237,7 @@ impl ClientProxy {
         let (cut, _) = watch::channel(0u64);
         ClientProxy {
             address,
+            upstream: String::new(),
             shared,
             cut: Arc::new(cut),
         }
@@ -266,6 +272,18 @@ impl ClientProxy {
     /// Sets what happens to replies from now on.
     pub fn set_fault(&self, fault: ReplyFault) {
         *lock(&self.shared.fault) = fault;
+    }
+
+    /// The node address it forwards to (empty for a proxy given a
+    /// channel, [`ClientProxy::serve`]).
+    pub fn upstream(&self) -> &str {
+        &self.upstream
+    }
+
+    /// Names the node now behind the proxy (`None`: none), as membership
+    /// changes put another node at its address.
+    pub fn set_node(&self, node: Option<NodeId>) {
+        self.shared.node.store(node.unwrap_or(0), Ordering::Relaxed);
     }
 
     /// Resets every open client connection.
@@ -492,6 +510,11 @@ fn with_timeout<T>(message: T) -> Request<T> {
 }
 
 impl Shared {
+    /// The node behind the proxy now, if known.
+    fn node(&self) -> Option<NodeId> {
+        Some(self.node.load(Ordering::Relaxed)).filter(|&id| id != 0)
+    }
+
     fn rewrite(&self, address: &mut String) {
         if let Some(proxy) = self.hints.get(address.as_str()) {
             address.clone_from(proxy);
@@ -581,8 +604,14 @@ impl Shared {
             let answer = Answer::Transient {
                 detail: status.message().to_string(),
             };
-            self.recorder
-                .response(identity.clone(), *attempt, self.node, answer, false, batch);
+            self.recorder.response(
+                identity.clone(),
+                *attempt,
+                self.node(),
+                answer,
+                false,
+                batch,
+            );
         }
         upstream_status(status)
     }
@@ -617,7 +646,7 @@ impl Shared {
                 self.recorder.response(
                     identity.clone(),
                     *attempt,
-                    self.node,
+                    self.node(),
                     answer.clone(),
                     dropped,
                     batch,

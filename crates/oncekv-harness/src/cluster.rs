@@ -40,6 +40,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Where the nodes run, and how they reach each other.
@@ -244,6 +245,24 @@ impl NodeProcess {
         self.paused = false;
     }
 
+    /// Asks the process to stop (SIGTERM), as an operator restarting it
+    /// does; whether the signal was delivered. [`NodeProcess::collect`]
+    /// tells when it has.
+    pub fn terminate(&mut self) -> bool {
+        self.send(Signal::SIGCONT);
+        self.paused = false;
+        self.send(Signal::SIGTERM)
+    }
+
+    /// How the process ended, once it has (it is then reaped, and not
+    /// counted as an exit of its own: [`Cluster::exits`]); `None` while it
+    /// runs, or when there is none.
+    pub fn collect(&mut self) -> Option<std::process::ExitStatus> {
+        let status = self.child.as_mut()?.try_wait().ok()??;
+        self.child = None;
+        Some(status)
+    }
+
     /// SIGSTOPs the process; whether it was stopped.
     pub fn pause(&mut self) -> bool {
         let stopped = self.send(Signal::SIGSTOP);
@@ -318,6 +337,138 @@ pub struct Cluster {
     /// The hosts' namespaces, on the netns topology (dropped last, after
     /// the processes in them).
     network: Option<Arc<Network>>,
+    /// The places a node can run at: each node's, and those reserved for
+    /// nodes that join later ([`Cluster::reserve_slots`]).
+    slots: Vec<Slot>,
+    /// How a node of this cluster is started.
+    template: NodeTemplate,
+}
+
+/// A place a node runs at: its addresses (and peer proxy), which outlive
+/// the node. Membership changes put one node after another there: a
+/// replaced node's successor, a learner in a slot kept free for it.
+#[derive(Debug)]
+pub struct Slot {
+    /// The client address of the node there.
+    pub client: String,
+    /// The address its peer port listens on.
+    pub peer: SocketAddr,
+    /// The proxy other nodes reach it through, if the cluster has them.
+    pub peer_proxy: Option<SocketAddr>,
+    /// The node there now (0: none), as its peer proxy knows it.
+    occupant: Arc<AtomicU64>,
+}
+
+impl Slot {
+    /// The peer address the node there advertises: its proxy's, else its
+    /// own.
+    pub fn advertised_peer(&self) -> String {
+        self.peer_proxy.unwrap_or(self.peer).to_string()
+    }
+}
+
+/// How a node of a cluster is started: the options, the folder, the
+/// shared peer token and the launcher.
+#[derive(Debug)]
+struct NodeTemplate {
+    options: ClusterOptions,
+    folder: PathBuf,
+    peer_token: Option<PathBuf>,
+    launcher: Vec<String>,
+    tls: Option<oncekv_client::TlsConnector>,
+}
+
+impl NodeTemplate {
+    /// Node `id` at `slot`: one of the initial members `initial`
+    /// (`--initial-cluster`), or, without it, a node that waits to be
+    /// added (`--join`).
+    fn node(&self, id: NodeId, slot: &Slot, initial: Option<&str>) -> NodeProcess {
+        let options = &self.options;
+        let data_dir = self.folder.join(format!("node-{id}"));
+        let mut args: Vec<OsString> = vec![
+            "serve".into(),
+            "--id".into(),
+            id.to_string().into(),
+            "--data-dir".into(),
+            data_dir.clone().into(),
+            "--listen-client".into(),
+            slot.client.clone().into(),
+            "--listen-peer".into(),
+            slot.peer.to_string().into(),
+        ];
+        if let Some(proxy) = slot.peer_proxy {
+            args.extend(["--advertise-peer".into(), proxy.to_string().into()]);
+        }
+        match initial {
+            Some(initial) => args.extend(["--initial-cluster".into(), initial.into()]),
+            None => args.push("--join".into()),
+        }
+        if slot.peer_proxy.is_some() {
+            args.extend(["--peer-source-ip".into(), source_ip(id).to_string().into()]);
+        }
+        if let Some(log) = &options.log {
+            args.extend(["--log".into(), log.into()]);
+        }
+        if self.tls.is_some() {
+            args.extend(tls_args(&self.folder, id, options.client_certificates));
+        }
+        if let Some(token) = &self.peer_token {
+            args.extend(["--peer-token-file".into(), token.clone().into()]);
+        }
+        if options.insecure_peers {
+            args.push("--insecure-peers".into());
+        }
+        args.extend(options.extra_args.iter().map(OsString::from));
+        if !options.dedup {
+            args.push("--unsafe-no-dedup".into());
+        }
+        NodeProcess {
+            id,
+            client: slot.client.clone(),
+            peer: slot.peer.to_string(),
+            peer_proxy: slot.peer_proxy,
+            log: self.folder.join(format!("node-{id}.log")),
+            data_dir,
+            child: None,
+            paused: false,
+            launcher: self.launcher.clone(),
+            netns_exec: Vec::new(),
+            // As the plaintext helpers: a paused node must not hold a
+            // test's call for ever.
+            tls: self
+                .tls
+                .clone()
+                .map(|tls| tls.with_call_timeout(Duration::from_secs(10))),
+            binary: options.binary.clone(),
+            args,
+        }
+    }
+}
+
+/// Why a node could not join the cluster at a slot.
+#[derive(Debug, thiserror::Error)]
+pub enum JoinError {
+    /// No slot has that client address.
+    #[error("no slot of the cluster has the client address {0}")]
+    NoSuchSlot(String),
+    /// A node of the cluster is there already.
+    #[error("node {0} is at that slot already")]
+    Occupied(NodeId),
+    /// A node with that id is in the cluster already.
+    #[error("node {0} is in the cluster already")]
+    Exists(NodeId),
+    /// Joining nodes run on loopback without TLS (no namespace or
+    /// certificate is made for them).
+    #[error("a node joins only a loopback cluster without TLS")]
+    Unsupported,
+    /// The process could not be started.
+    #[error("starting node {id}: {source}")]
+    Start {
+        /// The node.
+        id: NodeId,
+        /// The failure.
+        source: std::io::Error,
+    },
 }
 
 /// Makes a CA and the certificates of nodes `hosts` in `<folder>/certs`
@@ -541,73 +692,39 @@ impl Cluster {
             crate::certs::create_token(&path, false)?;
             Some(path)
         };
+        let template = NodeTemplate {
+            options: options.clone(),
+            folder: dir.path().to_path_buf(),
+            peer_token: peer_token.clone(),
+            launcher,
+            tls: tls.clone(),
+        };
         let mut nodes = Vec::new();
+        let mut slots = Vec::new();
         for ((&id, &(client, peer)), &proxy) in ids.iter().zip(&addresses).zip(&advertised) {
-            let data_dir = dir.path().join(format!("node-{id}"));
-            let mut args: Vec<OsString> = vec![
-                "serve".into(),
-                "--id".into(),
-                id.to_string().into(),
-                "--data-dir".into(),
-                data_dir.clone().into(),
-                "--listen-client".into(),
-                client.to_string().into(),
-                "--listen-peer".into(),
-                peer.to_string().into(),
-            ];
-            if let Some(proxy) = proxy {
-                args.extend(["--advertise-peer".into(), proxy.to_string().into()]);
-            }
-            args.extend(["--initial-cluster".into(), initial.clone().into()]);
-            if proxy.is_some() {
-                args.extend(["--peer-source-ip".into(), source_ip(id).to_string().into()]);
-            }
-            if let Some(log) = &options.log {
-                args.extend(["--log".into(), log.into()]);
-            }
-            if tls.is_some() {
-                args.extend(tls_args(dir.path(), id, options.client_certificates));
-            }
-            if let Some(token) = &peer_token {
-                args.extend(["--peer-token-file".into(), token.clone().into()]);
-            }
-            if options.insecure_peers {
-                args.push("--insecure-peers".into());
-            }
-            args.extend(options.extra_args.iter().map(OsString::from));
-            if !options.dedup {
-                args.push("--unsafe-no-dedup".into());
-            }
-            nodes.push(NodeProcess {
-                id,
+            let slot = Slot {
                 client: client.to_string(),
-                peer: peer.to_string(),
+                peer,
                 peer_proxy: proxy,
-                log: dir.path().join(format!("node-{id}.log")),
-                data_dir,
-                child: None,
-                paused: false,
-                launcher: launcher.clone(),
-                netns_exec: network
-                    .as_ref()
-                    .map(|network| network.exec_prefix(id))
-                    .unwrap_or_default(),
-                // As the plaintext helpers: a paused node must not hold a
-                // test's call for ever.
-                tls: tls
-                    .clone()
-                    .map(|tls| tls.with_call_timeout(Duration::from_secs(10))),
-                binary: options.binary.clone(),
-                args,
-            });
+                occupant: Arc::new(AtomicU64::new(id)),
+            };
+            let mut node = template.node(id, &slot, Some(initial.as_str()));
+            node.netns_exec = network
+                .as_ref()
+                .map(|network| network.exec_prefix(id))
+                .unwrap_or_default();
+            nodes.push(node);
+            slots.push(slot);
         }
         let partitions = Partitions::default();
         if let Some(proxies) = proxies {
-            let ids = Arc::new(ids);
-            for ((_, listener), (&id, &(_, peer))) in
-                proxies.into_iter().zip(ids.iter().zip(&addresses))
-            {
-                PeerProxy::run(listener, id, peer, ids.clone(), partitions.clone());
+            for ((_, listener), slot) in proxies.into_iter().zip(&slots) {
+                PeerProxy::run_as(
+                    listener,
+                    slot.occupant.clone(),
+                    slot.peer,
+                    partitions.clone(),
+                );
             }
         }
         Ok(Cluster {
@@ -618,6 +735,8 @@ impl Cluster {
             tls,
             peer_token,
             network,
+            slots,
+            template,
         })
     }
 
@@ -678,6 +797,104 @@ impl Cluster {
                 .map_err(io(format!("starting node {id}")))?;
         }
         Ok(())
+    }
+
+    /// Reserves `count` more slots (on loopback: free ports, and a peer
+    /// proxy for each when the cluster has them), where nodes can join
+    /// later ([`Cluster::join`]). Needs a tokio runtime when the cluster
+    /// has peer proxies.
+    pub async fn reserve_slots(&mut self, count: usize) -> Result<(), ClusterError> {
+        if self.network.is_some() {
+            return Err(io("reserving a slot")(std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                "slots are reserved on the loopback topology only",
+            )));
+        }
+        let proxied = self.slots.iter().any(|slot| slot.peer_proxy.is_some());
+        for _ in 0..count {
+            let client = free_address().map_err(io("finding a free port"))?;
+            let peer = free_address().map_err(io("finding a free port"))?;
+            let occupant = Arc::new(AtomicU64::new(0));
+            let peer_proxy = if proxied {
+                let (proxy, listener) = PeerProxy::bind()
+                    .await
+                    .map_err(io("binding a peer proxy"))?;
+                PeerProxy::run_as(listener, occupant.clone(), peer, self.partitions.clone());
+                Some(proxy.address())
+            } else {
+                None
+            };
+            self.slots.push(Slot {
+                client: client.to_string(),
+                peer,
+                peer_proxy,
+                occupant,
+            });
+        }
+        Ok(())
+    }
+
+    /// Every slot: the node there now, if any, and its client address.
+    pub fn slots(&self) -> Vec<(Option<NodeId>, String)> {
+        self.slots
+            .iter()
+            .map(|slot| {
+                let occupant = self
+                    .nodes
+                    .iter()
+                    .find(|node| node.client == slot.client)
+                    .map(|node| node.id);
+                (occupant, slot.client.clone())
+            })
+            .collect()
+    }
+
+    /// The slot whose client address is `client`.
+    pub fn slot(&self, client: &str) -> Option<&Slot> {
+        self.slots.iter().find(|slot| slot.client == client)
+    }
+
+    /// Starts node `id` at the free slot whose client address is
+    /// `client`, with a data directory of its own, waiting to be added
+    /// (`--join`): it joins once a member adds it.
+    pub fn join(&mut self, id: NodeId, client: &str) -> Result<(), JoinError> {
+        if self.network.is_some() || self.tls.is_some() {
+            return Err(JoinError::Unsupported);
+        }
+        if self.nodes.iter().any(|node| node.id == id) {
+            return Err(JoinError::Exists(id));
+        }
+        if let Some(there) = self.nodes.iter().find(|node| node.client == client) {
+            return Err(JoinError::Occupied(there.id));
+        }
+        let slot = self
+            .slot(client)
+            .ok_or_else(|| JoinError::NoSuchSlot(client.to_string()))?;
+        let mut node = self.template.node(id, slot, None);
+        slot.occupant.store(id, Ordering::Relaxed);
+        node.start()
+            .map_err(|source| JoinError::Start { id, source })?;
+        self.nodes.push(node);
+        Ok(())
+    }
+
+    /// Takes node `id` out of the cluster's processes: stops it (SIGKILL),
+    /// removes its data directory (its log stays), and frees its slot.
+    /// Whether it was one of them.
+    pub fn retire(&mut self, id: NodeId) -> bool {
+        self.reap();
+        let Some(at) = self.nodes.iter().position(|node| node.id == id) else {
+            return false;
+        };
+        let mut node = self.nodes.remove(at);
+        node.kill();
+        if let Some(slot) = self.slots.iter().find(|slot| slot.client == node.client) {
+            let _ = slot
+                .occupant
+                .compare_exchange(id, 0, Ordering::Relaxed, Ordering::Relaxed);
+        }
+        let _ = std::fs::remove_dir_all(&node.data_dir);
+        true
     }
 
     /// The peer-link partitions (they cut links only between nodes started
@@ -1017,6 +1234,48 @@ mod tests {
         let path = cluster.dir.path().to_path_buf();
         drop(cluster);
         assert!(!path.exists(), "the folder goes with the cluster");
+    }
+
+    #[tokio::test]
+    async fn a_node_joins_at_a_free_slot_and_retiring_it_frees_the_slot() {
+        let mut cluster = Cluster::plan(&options(2)).expect("plan");
+        cluster.template.launcher = shell("exec sleep 30");
+        cluster.reserve_slots(1).await.expect("a slot");
+        let slots = cluster.slots();
+        assert_eq!(slots.len(), 3);
+        assert_eq!(
+            (slots[0].0, slots[1].0, slots[2].0),
+            (Some(1), Some(2), None)
+        );
+        let free = slots[2].1.clone();
+        assert!(matches!(
+            cluster.join(7, &slots[0].1),
+            Err(JoinError::Occupied(1))
+        ));
+        assert!(matches!(cluster.join(2, &free), Err(JoinError::Exists(2))));
+        assert!(matches!(
+            cluster.join(7, "127.0.0.1:1"),
+            Err(JoinError::NoSuchSlot(_))
+        ));
+        cluster.join(7, &free).expect("joins");
+        let joined = cluster.node_mut(7).expect("node 7");
+        assert!(joined.is_running());
+        assert_eq!(joined.client, free);
+        let args = args(joined);
+        assert!(args.iter().any(|a| a == "--join"));
+        assert!(!args.iter().any(|a| a == "--initial-cluster"));
+        assert_eq!(flag(joined, "--id").as_deref(), Some("7"));
+        let data = joined.data_dir.clone();
+        std::fs::create_dir_all(&data).expect("data");
+        assert_eq!(cluster.slots()[2].0, Some(7));
+        assert!(cluster.retire(7));
+        assert!(!cluster.retire(7));
+        assert!(!data.exists(), "a retired node's data goes");
+        assert_eq!(cluster.slots()[2].0, None);
+        assert!(cluster.exits().is_empty(), "retiring is not an exit");
+        cluster
+            .join(8, &free)
+            .expect("a fresh node in the same slot");
     }
 
     #[test]

@@ -32,6 +32,10 @@
 //!   them from, and the network faults between hosts (links down, cuts);
 //! * [`nemesis`]: the seeded fault schedule (process, proxy, flood and,
 //!   between namespaces, network faults);
+//! * [`membership`]: membership changes as faults (leadership handed
+//!   over, learners added and promoted, followers and the leader removed
+//!   and watched, members replaced, 3 -> 5 -> 3, rolling restarts),
+//!   through etcd's Cluster API, each step waiting on the nodes' status;
 //! * [`flood`]: the flood fault (sessions and idempotency keys nobody
 //!   uses, sent outside the history);
 //! * [`run`]: one run from start to verdict;
@@ -47,6 +51,7 @@ pub mod etcd_resources;
 pub mod etcd_watch;
 pub mod etcd_workload;
 pub mod flood;
+pub mod membership;
 pub mod nemesis;
 pub mod netns;
 pub mod peer_proxy;

@@ -14,9 +14,17 @@
 //! others, in the network rather than in the peer proxies. The links heal
 //! at the end of each fault's window; a failure to make or heal one is
 //! kept in [`Nemesis::failures`].
+//!
+//! Asked for by name, on loopback, the membership changes
+//! ([`crate::membership`]): leadership handed over, a learner added and
+//! promoted, a follower or the leader removed, a member replaced, the
+//! cluster grown by two and shrunk back, a rolling restart. Each runs its
+//! steps to the end (each bounded, waiting on what the nodes report), so
+//! its window is as long as the change takes.
 
 use crate::client_proxy::{ClientProxy, ReplyFault};
 use crate::cluster::{Cluster, Topology};
+use crate::membership::Changes;
 use crate::netns::Network;
 use crate::recorder::Recorder;
 use oncekv_check::record::{FaultKind, NodeId};
@@ -24,7 +32,7 @@ use rand::rngs::StdRng;
 use rand::seq::IndexedRandom;
 use rand::{Rng, SeedableRng};
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;
@@ -62,11 +70,28 @@ pub enum Fault {
     /// Take a node's link down and up again and again (between
     /// namespaces).
     Flap,
+    /// Hand leadership to a follower (MoveLeader).
+    Transfer,
+    /// Add a learner, let it catch up, promote it; then remove a
+    /// follower.
+    Learner,
+    /// Remove a follower (cut off first, the first time, so it misses its
+    /// removal); then add a fresh member.
+    RemoveFollower,
+    /// Remove the leader; then add a fresh member.
+    RemoveLeader,
+    /// Stop a member, wipe its data, remove it, add a fresh member at its
+    /// addresses.
+    Replace,
+    /// Grow by two members, then shrink by two (3 -> 5 -> 3).
+    GrowShrink,
+    /// Restart every member in turn, the leader last.
+    RollingRestart,
 }
 
 impl Fault {
     /// Every kind, in the order of `--faults`.
-    pub const ALL: [Fault; 13] = [
+    pub const ALL: [Fault; 20] = [
         Fault::Kill,
         Fault::Pause,
         Fault::DropReply,
@@ -80,6 +105,13 @@ impl Fault {
         Fault::CutLeader,
         Fault::Split,
         Fault::Flap,
+        Fault::Transfer,
+        Fault::Learner,
+        Fault::RemoveFollower,
+        Fault::RemoveLeader,
+        Fault::Replace,
+        Fault::GrowShrink,
+        Fault::RollingRestart,
     ];
 
     /// The kinds made in the network between hosts of their own: only on
@@ -93,12 +125,21 @@ impl Fault {
     ];
 
     /// The kinds a run on `topology` injects unless told otherwise: all
-    /// that can run there.
+    /// that can run there, but the membership changes
+    /// ([`crate::membership::KINDS`], asked for by name: each takes
+    /// seconds, and a short run would not reach the others).
     pub fn defaults(topology: Topology) -> Vec<Fault> {
         Fault::ALL
             .into_iter()
             .filter(|f| topology == Topology::Netns || !f.needs_namespaces())
+            .filter(|f| !f.changes_membership())
             .collect()
+    }
+
+    /// Whether it changes the cluster's membership or leadership on
+    /// purpose ([`crate::membership`]; loopback clusters only).
+    pub fn changes_membership(self) -> bool {
+        crate::membership::KINDS.contains(&self)
     }
 
     /// Whether it is made in the network between hosts of their own
@@ -123,6 +164,13 @@ impl Fault {
             Fault::CutLeader => "cut-leader",
             Fault::Split => "split",
             Fault::Flap => "flap",
+            Fault::Transfer => "transfer",
+            Fault::Learner => "add-learner",
+            Fault::RemoveFollower => "remove-follower",
+            Fault::RemoveLeader => "remove-leader",
+            Fault::Replace => "replace",
+            Fault::GrowShrink => "grow-shrink",
+            Fault::RollingRestart => "rolling-restart",
         }
     }
 
@@ -144,6 +192,7 @@ impl Fault {
             self,
             Fault::Kill | Fault::Pause | Fault::Partition | Fault::Fsync | Fault::Flood
         ) || self.needs_namespaces()
+            || self.changes_membership()
     }
 
     /// Whether it moves leadership (its first window takes the leader
@@ -151,7 +200,15 @@ impl Fault {
     pub fn disturbs_leadership(self) -> bool {
         matches!(
             self,
-            Fault::Kill | Fault::Pause | Fault::Partition | Fault::LinkDown | Fault::Split
+            Fault::Kill
+                | Fault::Pause
+                | Fault::Partition
+                | Fault::LinkDown
+                | Fault::Split
+                | Fault::Transfer
+                | Fault::RemoveLeader
+                | Fault::Replace
+                | Fault::RollingRestart
         )
     }
 
@@ -172,6 +229,13 @@ impl Fault {
                 FaultKind::Partition
             }
             Fault::Flap => FaultKind::MessageLoss,
+            Fault::Transfer => FaultKind::LeaderTransfer,
+            Fault::RollingRestart => FaultKind::Restart,
+            Fault::Learner
+            | Fault::RemoveFollower
+            | Fault::RemoveLeader
+            | Fault::Replace
+            | Fault::GrowShrink => FaultKind::Other,
         }
     }
 }
@@ -210,6 +274,13 @@ pub struct Nemesis {
     /// Faults that could not be made or healed (an `ip` command that
     /// failed), for the run's report.
     pub failures: Arc<Mutex<Vec<String>>>,
+    /// Set once every kind has been injected once (the first round of
+    /// the schedule is over), or there is none to inject: the run goes on
+    /// until then ([`crate::run`]), within a bound.
+    pub first_round_done: Arc<AtomicBool>,
+    /// What removed members did that they must not (led, or were
+    /// followed), for the run's verdict: a violation.
+    pub disruptions: Arc<Mutex<Vec<String>>>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -251,7 +322,11 @@ impl Nemesis {
             let hold = Duration::from_millis(rng.random_range(800..2_000));
             self.inject(fault, hold, rounds == 1, &mut rng, &mut stop)
                 .await;
+            if order.is_empty() {
+                self.first_round_done.store(true, Ordering::Relaxed);
+            }
         }
+        self.first_round_done.store(true, Ordering::Relaxed);
         self.heal();
     }
 
@@ -352,6 +427,25 @@ impl Nemesis {
             }
             Fault::LinkDown | Fault::OneWay | Fault::CutLeader | Fault::Split | Fault::Flap => {
                 self.inject_network(fault, hold, first, rng, stop).await;
+            }
+            Fault::Transfer
+            | Fault::Learner
+            | Fault::RemoveFollower
+            | Fault::RemoveLeader
+            | Fault::Replace
+            | Fault::GrowShrink
+            | Fault::RollingRestart => {
+                let Some(cluster) = &self.cluster else { return };
+                let changes = Changes {
+                    cluster,
+                    proxies: &self.proxies,
+                    recorder,
+                    election_timeout: self.election_timeout,
+                    disruptions: &self.disruptions,
+                };
+                if let Err(error) = changes.make(fault, first, rng).await {
+                    self.failed(error.to_string());
+                }
             }
             Fault::DropReply | Fault::Delay => {
                 let reply_fault = if fault == Fault::DropReply {
@@ -555,8 +649,13 @@ mod tests {
     fn network_faults_are_the_netns_topology_s_only() {
         let loopback = Fault::defaults(Topology::Loopback);
         let netns = Fault::defaults(Topology::Netns);
-        assert_eq!(netns, Fault::ALL);
-        assert_eq!(loopback.len(), Fault::ALL.len() - Fault::NETWORK.len());
+        let membership = crate::membership::KINDS.len();
+        assert_eq!(netns.len(), Fault::ALL.len() - membership);
+        assert!(netns.iter().all(|f| !f.changes_membership()));
+        assert_eq!(
+            loopback.len(),
+            Fault::ALL.len() - Fault::NETWORK.len() - membership
+        );
         for fault in Fault::NETWORK {
             assert!(!loopback.contains(&fault) && fault.needs_processes());
             assert!(matches!(

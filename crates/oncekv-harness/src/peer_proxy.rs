@@ -6,25 +6,47 @@
 //! nodes that cannot talk: a proxy refuses new connections between such a
 //! pair and cuts the ones open when the partition starts; no byte crosses
 //! a cut link once [`Partitions::split`] has returned (each chunk is
-//! checked against the partitions as it is written).
+//! checked against the partitions as it is written). A proxy stands for
+//! a place (an address) rather than a node: when membership changes put
+//! another node there ([`PeerProxy::run_as`]), partitions follow the node
+//! now behind it, and callers are known by their source address whatever
+//! their id.
 
 use oncekv_check::record::NodeId;
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
-/// The loopback source address node `id` uses for its peer connections.
+/// The loopback source address node `id` uses for its peer connections:
+/// `127.1.H.L` for ids below 65536, then `127.2.H.L` and on (ids a
+/// membership change hands out can be large: etcd's MemberAdd numbers a
+/// member after the log index).
 pub fn source_ip(id: NodeId) -> IpAddr {
-    let [_, _, high, low] = u32::try_from(id).unwrap_or(u32::MAX).to_be_bytes();
-    IpAddr::V4(Ipv4Addr::new(127, 1, high, low))
+    let [_, top, high, low] = u32::try_from(id).unwrap_or(u32::MAX).to_be_bytes();
+    IpAddr::V4(Ipv4Addr::new(127, top.saturating_add(1), high, low))
 }
 
 /// The node that owns a peer source address, if any.
 fn node_of(ip: IpAddr, nodes: &[NodeId]) -> Option<NodeId> {
     nodes.iter().copied().find(|&id| source_ip(id) == ip)
+}
+
+/// The node whose source address `ip` is ([`source_ip`]), whatever its
+/// id, if it is one.
+fn any_node_of(ip: IpAddr) -> Option<NodeId> {
+    match ip {
+        IpAddr::V4(v4) => match v4.octets() {
+            [127, first, high, low] if first >= 1 && (first, high, low) != (1, 0, 0) => {
+                Some(NodeId::from(u32::from_be_bytes([0, first - 1, high, low])))
+            }
+            _ => None,
+        },
+        IpAddr::V6(_) => None,
+    }
 }
 
 /// The pairs of nodes currently cut off from each other.
@@ -95,15 +117,46 @@ impl PeerProxy {
         nodes: Arc<Vec<NodeId>>,
         partitions: Partitions,
     ) {
+        let caller = move |ip: IpAddr| node_of(ip, &nodes);
+        PeerProxy::serve(
+            listener,
+            Arc::new(AtomicU64::new(node)),
+            upstream,
+            caller,
+            partitions,
+        );
+    }
+
+    /// As [`PeerProxy::run`], for whichever node `node` holds at the time
+    /// (0: none), as membership changes put one node after another at
+    /// `upstream`; any node calling from its [`source_ip`] is known.
+    pub fn run_as(
+        listener: TcpListener,
+        node: Arc<AtomicU64>,
+        upstream: SocketAddr,
+        partitions: Partitions,
+    ) {
+        PeerProxy::serve(listener, node, upstream, any_node_of, partitions);
+    }
+
+    fn serve(
+        listener: TcpListener,
+        node: Arc<AtomicU64>,
+        upstream: SocketAddr,
+        caller_of: impl Fn(IpAddr) -> Option<NodeId> + Send + 'static,
+        partitions: Partitions,
+    ) {
         tokio::spawn(async move {
             loop {
                 let Ok((socket, from)) = listener.accept().await else {
                     continue;
                 };
-                let caller = node_of(from.ip(), &nodes);
+                let caller = caller_of(from.ip());
                 let mut blocked = partitions.blocked.subscribe();
+                let node = node.clone();
                 let cut = move |set: &BTreeSet<_>| {
-                    caller.is_some_and(|c| Partitions::is_blocked(set, c, node))
+                    let node = node.load(Ordering::Relaxed);
+                    node != 0 && caller.is_some_and(|c| Partitions::is_blocked(set, c, node))
                 };
                 if cut(&blocked.borrow_and_update()) {
                     let _ = socket.set_zero_linger();
@@ -171,6 +224,11 @@ mod tests {
         assert!(ips.iter().all(IpAddr::is_loopback));
         assert_eq!(node_of(source_ip(3), &[1, 2, 3]), Some(3));
         assert_eq!(node_of("127.0.0.1".parse().unwrap(), &[1, 2, 3]), None);
+        for id in [1, 2345, 70_000, 1_000_000] {
+            assert_eq!(any_node_of(source_ip(id)), Some(id));
+        }
+        assert_eq!(any_node_of("127.0.0.1".parse().unwrap()), None);
+        assert_eq!(any_node_of("127.1.0.0".parse().unwrap()), None);
     }
 
     async fn echo_server() -> SocketAddr {

@@ -26,7 +26,7 @@ use oncekv_proto::v1::StatusRequest;
 use oncekv_proto::v1::kv_client::KvClient;
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;
@@ -105,6 +105,9 @@ pub struct RunSummary {
     /// Faults the nemesis could not make or heal (the run did not do
     /// what it was asked).
     pub nemesis_failures: Vec<String>,
+    /// What removed members did that they must not (one led, or a member
+    /// followed it): a violation, as a crash is.
+    pub disruptions: Vec<String>,
 }
 
 /// How far a run is.
@@ -173,6 +176,10 @@ type Nodes = Vec<(Option<NodeId>, String)>;
 
 /// Consensus timing of the nodes a run starts.
 const ELECTION_TIMEOUT: Duration = Duration::from_millis(400);
+
+/// Slots kept for members that join, in a run that changes membership:
+/// as many as it grows by at once.
+const SPARE_SLOTS: usize = 2;
 
 /// The session table of a run that floods: small enough that a flood
 /// window fills it, so new sessions are refused while honest ones live on.
@@ -516,6 +523,8 @@ async fn run_on(
         ),
     };
     let nemesis_failures = Arc::new(Mutex::new(Vec::new()));
+    let first_round_done = Arc::new(AtomicBool::new(faults.is_empty()));
+    let disruptions = Arc::new(Mutex::new(Vec::new()));
     let nemesis = Nemesis {
         faults: faults.clone(),
         cluster: cluster.clone(),
@@ -525,9 +534,11 @@ async fn run_on(
         recorder: recorder.clone(),
         seed: config.seed,
         failures: nemesis_failures.clone(),
+        first_round_done: first_round_done.clone(),
+        disruptions: disruptions.clone(),
     };
     let nemesis = tokio::spawn(nemesis.run(stop.clone()));
-    report_progress(config.duration, &recorder, progress).await;
+    report_progress(config.duration, &first_round_done, &recorder, progress).await;
 
     let _ = stop_tx.send(true);
     let _ = nemesis.await;
@@ -595,12 +606,17 @@ async fn run_on(
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone(),
+        disruptions: disruptions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone(),
     };
     if let Some(dir) = &config.out_dir {
         write_outputs(dir, &mut summary)?;
     }
     let passed = summary.verification.report.verdict() == oncekv_check::coverage::RunVerdict::Pass
         && summary.crashed.is_empty()
+        && summary.disruptions.is_empty()
         && summary.nemesis_failures.is_empty();
     if let Some(cluster) = cluster {
         let mut cluster = cluster.lock().unwrap_or_else(|p| p.into_inner());
@@ -638,6 +654,10 @@ fn runnable_faults(config: &RunConfig) -> (Vec<Fault>, Vec<String>) {
             skipped.push(format!(
                 "{fault}: needs the nodes' processes; skipped with --endpoints"
             ));
+        } else if fault.changes_membership() && topology != Some(Topology::Loopback) {
+            skipped.push(format!(
+                "{fault}: membership changes run on the loopback topology only; skipped"
+            ));
         } else if fault.needs_namespaces() && topology != Some(Topology::Netns) {
             skipped.push(format!(
                 "{fault}: needs hosts of their own (--topology netns); skipped"
@@ -667,18 +687,20 @@ async fn start_target(
             dedup,
             topology,
         } => {
-            let cluster = match prepared {
+            let mut cluster = match prepared {
                 Some(cluster) => cluster,
                 None => {
                     let options = local_options(binary, *nodes, *dedup, *topology, faults);
                     Cluster::start_partitionable(&options).await?
                 }
             };
-            let real = cluster
-                .nodes
-                .iter()
-                .map(|n| (Some(n.id), n.client.clone()))
-                .collect();
+            if faults.iter().any(|f| f.changes_membership()) {
+                // Room for the members that join (two at once when it
+                // grows by two); the clients' proxies front them from the
+                // start.
+                cluster.reserve_slots(SPARE_SLOTS).await?;
+            }
+            let real = cluster.slots();
             Ok((Some(Arc::new(Mutex::new(cluster))), real))
         }
         Target::Endpoints(endpoints) => {
@@ -792,10 +814,22 @@ fn workload_options(config: &RunConfig) -> WorkloadOptions {
     options
 }
 
-/// Waits out the run, reporting progress about four times a second.
-async fn report_progress(duration: Duration, recorder: &Recorder, progress: &dyn Fn(Progress)) {
+/// Waits out the run, reporting progress about four times a second: its
+/// duration, and longer if the nemesis has not yet injected every kind
+/// once (`first_round_done`: membership changes take seconds each), for
+/// at most the duration again.
+async fn report_progress(
+    duration: Duration,
+    first_round_done: &AtomicBool,
+    recorder: &Recorder,
+    progress: &dyn Fn(Progress),
+) {
     let began = Instant::now();
-    while began.elapsed() < duration {
+    let more = |elapsed: Duration| {
+        elapsed < duration
+            || (!first_round_done.load(Ordering::Relaxed) && elapsed < duration.saturating_mul(2))
+    };
+    while more(began.elapsed()) {
         progress(Progress {
             elapsed: began.elapsed(),
             operations: recorder.completed(),

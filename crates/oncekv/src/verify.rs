@@ -48,10 +48,24 @@ of five), flap (a node's link down and up in quick turns); there partition
 cuts the links themselves. A kind that cannot run here is skipped with a
 message.
 
+Membership changes, on loopback, only when named in --faults (each takes
+seconds; the run lasts until each named kind has run once, at most twice
+--duration): transfer (leadership handed to a follower), add-learner (a
+new node added as a learner, caught up, promoted; then a follower
+removed), remove-follower (cut off first the first time, so it misses its
+removal; then a fresh member added), remove-leader (then a fresh member
+added), replace (a member stopped, its data wiped, removed, a fresh one
+added at its addresses), grow-shrink (3 -> 5 -> 3), rolling-restart
+(every member restarted in turn, the leader last). A removed member that
+still runs is watched before it is stopped: no member may follow it, it
+may not lead. Example:
+  oncekv verify --duration 60s --faults transfer,add-learner,replace,grow-shrink,rolling-restart
+
 Exit codes (the table shared by every subcommand: oncekv --help):
   0  pass: every checker passed and the dangerous paths were exercised
   2  usage error
-  7  violation: a checker failed (or a node crashed)
+  7  violation: a checker failed (or a node crashed, or a removed member
+     led or was followed)
   8  inconclusive: nothing failed, but something was undecided or not exercised
   9  the run could not be carried out (cluster did not start, ...)";
 
@@ -227,7 +241,9 @@ async fn run_inner(
     bar.finish_and_clear();
     let summary = result?;
     let verdict = summary.verification.report.verdict();
-    let violated = verdict == RunVerdict::Fail || !summary.crashed.is_empty();
+    let violated = verdict == RunVerdict::Fail
+        || !summary.crashed.is_empty()
+        || !summary.disruptions.is_empty();
     // Faults that could not be made or healed: the run was not the one
     // asked for.
     let not_run = !violated && !summary.nemesis_failures.is_empty();
@@ -253,6 +269,14 @@ async fn run_inner(
                 "crashed": summary.crashed,
                 "stopped_on_sync_failure": summary.stopped_on_sync_failure,
                 "nemesis_failures": summary.nemesis_failures,
+                "disruptions": summary.disruptions,
+                "faults": summary.record.faults.iter().map(|f| serde_json::json!({
+                    "kind": f.kind.name(),
+                    "target": f.target,
+                    "detail": f.detail,
+                    "start_ms": f.start_ns / 1_000_000,
+                    "end_ms": f.end_ns.map(|end| end / 1_000_000),
+                })).collect::<Vec<_>>(),
                 "history": summary.history,
                 "html": summary.html,
                 "kept": summary.kept,
@@ -266,6 +290,9 @@ async fn run_inner(
             say!("{}", summary.verification.report.to_text());
             for crash in &summary.crashed {
                 sayln!("CRASH: {crash}");
+            }
+            for disruption in &summary.disruptions {
+                sayln!("DISRUPTED: {disruption}");
             }
             for failure in &summary.nemesis_failures {
                 sayln!("NEMESIS FAILED: {failure}");

@@ -267,7 +267,7 @@ impl EtcdApi {
     /// `credentials`), answering on `outbox`; returns its task and the
     /// revision it has sent up to, or why it was refused (the
     /// cancellation's reason).
-    fn start_watch(
+    async fn start_watch(
         &self,
         id: i64,
         create: WatchCreateRequest,
@@ -299,8 +299,26 @@ impl EtcdApi {
             created: false,
             progress: Arc::clone(&sent),
         };
+        // As etcd: a stream's watches answer "created" in the order they
+        // were asked (a client that lets the server choose the ids matches
+        // them so), so this one's is sent before the next request is read.
+        let mut first = messages.recv().await;
+        let mut gone = false;
+        if let Some(WatchMessage::Started { revision }) = first {
+            first = None;
+            let mut response = sending.api.watch_response(id, revision);
+            response.created = true;
+            gone = sending.send(response).is_err();
+            sending.created = !gone;
+        }
         let task = tokio::spawn(async move {
-            while let Some(message) = messages.recv().await {
+            if gone {
+                return;
+            }
+            while let Some(message) = match first.take() {
+                Some(message) => Some(message),
+                None => messages.recv().await,
+            } {
                 let response = match message {
                     WatchMessage::Started { revision } => {
                         let mut response = sending.api.watch_response(id, revision);
@@ -401,7 +419,10 @@ impl EtcdApi {
                     response.cancel_reason = "etcdserver: duplicate watch ID".to_string();
                     return reply(outbox, response).await;
                 };
-                match self.start_watch(id, create, credentials, owner, outbox.clone()) {
+                match self
+                    .start_watch(id, create, credentials, owner, outbox.clone())
+                    .await
+                {
                     Ok(running) => {
                         crate::sync::lock(watches).running.insert(id, running);
                         return Ok(());

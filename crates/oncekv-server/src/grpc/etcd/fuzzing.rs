@@ -4,7 +4,7 @@
 //! refusal from the errors table), and how the node's reply to it becomes
 //! etcd's response. For the fuzz target `etcd_request`
 //! (`crates/oncekv-fuzz`), which decodes arbitrary bytes as etcd's
-//! messages, runs them through [`convert`], checks what is proposed with
+//! messages, runs them through `convert`, checks what is proposed with
 //! `Limits::check_request` and applies it to a state machine. Not an API.
 //!
 //! Each arm takes the handler's steps in the handler's order, with the

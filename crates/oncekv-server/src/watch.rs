@@ -59,6 +59,10 @@ pub const WATCH_BACKLOG_NOTICES: usize = 4096;
 /// Most watchers one node serves at once; one more is refused (told to
 /// retry later or elsewhere), never served by dropping another.
 pub const WATCHERS_MAX: usize = 4096;
+/// Of [`WATCHERS_MAX`], what only admins may take (a tenth): while
+/// authentication is enforced, the watchers of users without the admin
+/// role are refused once the rest are taken.
+pub const WATCHERS_ADMIN_RESERVE: usize = WATCHERS_MAX / 10;
 /// Most watchers of one user on one node (with authentication off: of the
 /// clients at one source address): a quarter of the node's.
 pub const WATCHERS_PER_USER_MAX: usize = 1024;
@@ -190,12 +194,19 @@ impl WatchHub {
     }
 
     /// Takes a place for one more watcher of `owner`, if every cap allows.
-    fn take_slot(&self, owner: &WatchOwner) -> Result<Slot, WatchCap> {
+    /// A watcher's slot, within the caps; `admin`: the owner may take the
+    /// node's reserve too.
+    fn take_slot(&self, owner: &WatchOwner, admin: bool) -> Result<Slot, WatchCap> {
         let mut registry = lock(&self.registry);
-        if registry.watchers >= WATCHERS_MAX {
+        let node_max = if admin {
+            WATCHERS_MAX
+        } else {
+            WATCHERS_MAX - WATCHERS_ADMIN_RESERVE
+        };
+        if registry.watchers >= node_max {
             return Err(WatchCap {
                 holder: None,
-                max: WATCHERS_MAX,
+                max: node_max,
             });
         }
         let accounts: Vec<Arc<Account>> = [&owner.channel, &owner.user]
@@ -951,7 +962,14 @@ where
                     .check(machine, hub.auth)
                     .map_err(WatchError::Refused)?;
             }
-            let slot = hub.take_slot(owner).map_err(WatchError::Capped)?;
+            let admin = match owner.user.as_ref().map(|account| &account.holder) {
+                Some(Holder::User(name)) => machine
+                    .auth()
+                    .is_admin(Some(&oncekv_state::Principal(name.clone()))),
+                // Anyone is an admin while authentication is off.
+                _ => machine.auth().is_admin(None),
+            };
+            let slot = hub.take_slot(owner, admin).map_err(WatchError::Capped)?;
             let from = if spec.start_revision == 0 {
                 machine
                     .last_applied()
@@ -1279,7 +1297,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use oncekv_state::{ClusterTime, Command, Entry, Limits, LogIndex, Request};
+    use oncekv_state::{AuthCommand, ClusterTime, Command, Entry, Limits, LogIndex, Request};
 
     type Shared = Arc<Mutex<(StateMachine, WatchHub)>>;
 
@@ -1534,6 +1552,64 @@ mod tests {
             }
             other => panic!("expected a cancellation, got {other:?}"),
         }
+    }
+
+    /// While authentication is enforced, the node's last tenth of
+    /// watchers is kept for admins.
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_node_keeps_a_reserve_of_watchers_for_admins() {
+        let shared = shared(Limits::default(), WatchHub::default());
+        let (alice, root) = {
+            let mut guard = shared.lock().expect("not poisoned");
+            let (machine, hub) = &mut *guard;
+            let changes = [
+                AuthCommand::UserAdd {
+                    name: "root".into(),
+                    password_hash: None,
+                },
+                AuthCommand::UserGrantRole {
+                    user: "root".into(),
+                    role: oncekv_state::ADMIN_ROLE.into(),
+                },
+                AuthCommand::UserAdd {
+                    name: "alice".into(),
+                    password_hash: None,
+                },
+                AuthCommand::Enable {
+                    token_key: oncekv_state::TokenKey([1; 32]),
+                },
+            ];
+            for (i, change) in changes.into_iter().enumerate() {
+                machine.apply(&Entry {
+                    index: LogIndex(i as u64 + 1),
+                    time: ClusterTime(0),
+                    principal: None,
+                    request: Request::plain(Command::Auth(change)),
+                });
+            }
+            assert!(machine.auth().is_enabled());
+            (
+                hub.owner(Some(Holder::User("alice".into())), None),
+                hub.owner(Some(Holder::User("root".into())), None),
+            )
+        };
+        let users_max = WATCHERS_MAX - WATCHERS_ADMIN_RESERVE;
+        let mut held: Vec<_> = (0..users_max)
+            .map(|_| watch_of(&shared, spec(0), &WatchOwner::default()))
+            .collect();
+        let refused = start(lock(&shared), spec(0), &alice, None).expect_err("users are full");
+        assert!(
+            matches!(&refused, WatchError::Capped(cap) if cap.is_node() && cap.max == users_max),
+            "{refused:?}"
+        );
+        held.extend((0..WATCHERS_ADMIN_RESERVE).map(|_| watch_of(&shared, spec(0), &root)));
+        let refused = start(lock(&shared), spec(0), &root, None).expect_err("node full");
+        assert!(
+            matches!(&refused, WatchError::Capped(cap) if cap.is_node() && cap.max == WATCHERS_MAX),
+            "{refused:?}"
+        );
+        settle().await;
+        assert_eq!(held.len(), WATCHERS_MAX);
     }
 
     #[tokio::test(flavor = "current_thread")]

@@ -30,7 +30,8 @@ pub struct NodeOptions {
     /// How long a request waits for its entry to be applied before the
     /// caller is told "unavailable, may still apply".
     pub propose_timeout: Duration,
-    /// How often an idle leader proposes a tick while anything can expire.
+    /// How often an idle leader proposes a tick while anything can expire
+    /// (a passed expiry deadline is ticked for sooner).
     pub tick_interval: Duration,
     /// Most session opens this node proposes per second (a burst of as
     /// many is allowed); more are refused as overloaded before proposing.
@@ -53,6 +54,11 @@ impl Default for NodeOptions {
         }
     }
 }
+
+/// How often the leader looks for a passed expiry deadline (at most
+/// [`NodeOptions::tick_interval`]): a lease or session expires this late
+/// at most, plus the tick's commit.
+const EXPIRY_CHECK_INTERVAL: Duration = Duration::from_millis(100);
 
 /// A token bucket: `rate` tokens a second, holding at most `rate`.
 #[derive(Debug)]
@@ -165,14 +171,18 @@ impl Node {
         let weak = Arc::downgrade(&node.inner);
         let interval = node.inner.options.tick_interval;
         tokio::spawn(async move {
-            let mut ticker = tokio::time::interval(interval);
+            let mut ticker = tokio::time::interval(EXPIRY_CHECK_INTERVAL.min(interval));
             ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut snapshot_checked = Instant::now();
             loop {
                 ticker.tick().await;
                 let Some(inner) = weak.upgrade() else { return };
                 let node = Node { inner };
-                node.snapshot_if_due().await;
-                node.tick_if_idle().await;
+                if snapshot_checked.elapsed() >= interval {
+                    snapshot_checked = Instant::now();
+                    node.snapshot_if_due().await;
+                }
+                node.tick_if_due().await;
             }
         });
         node
@@ -216,15 +226,27 @@ impl Node {
         }
     }
 
-    async fn tick_if_idle(&self) {
+    /// On the leader, proposes a tick (an entry that only carries time)
+    /// once the clock passes the applied state's next expiry, so a lease,
+    /// session or idempotency key expires on time without other writes;
+    /// and every tick interval without proposals while anything can
+    /// expire, so cluster time keeps up with the leader's clock.
+    async fn tick_if_due(&self) {
         let leadership = self.inner.consensus.leadership();
         if !leadership.is_leader {
             return;
         }
+        let Some(deadline) = self.inner.consensus.next_expiry() else {
+            return;
+        };
         let idle = self.lock_last_proposal().elapsed() >= self.inner.options.tick_interval;
-        let expiring = self.inner.consensus.has_expiring_state();
-        if idle
-            && expiring
+        // What a proposal made now would carry (the stamp never goes back,
+        // so asking does not change what later proposals carry).
+        let now = self
+            .inner
+            .clock
+            .stamp(leadership.term, self.inner.consensus.cluster_time());
+        if (idle || now > deadline)
             && let Err(error) = self.execute(Request::plain(Command::Tick), None).await
         {
             tracing::debug!(%error, "tick not applied");

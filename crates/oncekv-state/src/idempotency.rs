@@ -93,6 +93,13 @@ impl IdempotencyKeys {
         self.records.len() as u64
     }
 
+    /// When the oldest kept key expires, given the keys' `ttl_ms`.
+    pub fn next_deadline(&self, ttl_ms: u64) -> Option<ClusterTime> {
+        self.by_age
+            .get_min()
+            .map(|((recorded_at, _), _)| recorded_at.plus_ms(ttl_ms))
+    }
+
     /// Whether none is kept.
     pub fn is_empty(&self) -> bool {
         self.records.is_empty()

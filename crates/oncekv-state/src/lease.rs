@@ -75,6 +75,11 @@ impl Leases {
         self.leases.len() as u64
     }
 
+    /// The earliest expiry deadline of a live lease.
+    pub fn next_deadline(&self) -> Option<ClusterTime> {
+        self.by_expiry.get_min().map(|(deadline, _)| *deadline)
+    }
+
     /// Whether none is live.
     pub fn is_empty(&self) -> bool {
         self.leases.is_empty()

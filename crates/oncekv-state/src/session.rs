@@ -369,6 +369,13 @@ impl SessionTable {
         self.sessions.len() as u64
     }
 
+    /// The earliest expiry deadline the index holds: never later than any
+    /// session's real one (keep-alives move deadlines without re-filing),
+    /// so time past it may expire a session, and re-files the rest.
+    pub fn next_deadline(&self) -> Option<ClusterTime> {
+        self.by_expiry.get_min().map(|&(deadline, _)| deadline)
+    }
+
     /// Whether no session is live.
     pub fn is_empty(&self) -> bool {
         self.sessions.is_empty()

@@ -169,7 +169,9 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 1_000)]
     log_entries_kept: u64,
 
-    /// How often an idle leader advances cluster time (for expiry).
+    /// How often an idle leader advances cluster time while anything can
+    /// expire (a lease, session or key whose deadline passed is expired
+    /// within a tenth of a second, whatever this says).
     #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
     tick_interval: Duration,
 

@@ -207,6 +207,54 @@ async fn a_kept_lease_holds_its_keys_and_a_dropped_one_deletes_them() {
     .await;
 }
 
+/// A lease expires at its deadline on an idle cluster: the leader proposes
+/// a tick once its clock passes the earliest deadline, not only at its
+/// (here half-minute) tick interval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_leader_expires_a_lease_at_its_deadline_not_its_tick_interval() {
+    let _one = exclusive().await;
+    let flags = [
+        "--heartbeat",
+        "50ms",
+        "--election-timeout",
+        "800ms",
+        "--tick-interval",
+        "30s",
+    ];
+    let mut cluster = Cluster::start(1, &flags);
+    cluster.leader(Duration::from_secs(15)).await;
+    let client = Client::connect([cluster.node(1).client.clone()], ClientOptions::default())
+        .expect("client");
+    assert!(matches!(
+        client.lease_grant("job", Duration::from_secs(1)).await,
+        Ok(Reply::LeaseGranted { .. })
+    ));
+    let put = Command::Put {
+        key: b"job/owner".to_vec(),
+        value: b"me".to_vec(),
+        lease: Some("job".into()),
+    };
+    client.execute_once(put, None).await.expect("put");
+    let get = || async {
+        client
+            .read(
+                Query::Get {
+                    key: b"job/owner".to_vec(),
+                },
+                false,
+            )
+            .await
+            .map(value_of)
+    };
+    // Well inside the tick interval, however loaded the machine.
+    support::eventually(
+        Duration::from_secs(15),
+        "the 1 s lease to expire with its key",
+        || async { (get().await == Ok(None)).then_some(()) },
+    )
+    .await;
+}
+
 /// The bug `oncekv verify` found: a request applied, its reply dropped, and
 /// its session expired before the retry. The retry is refused as expired,
 /// but that refusal cannot speak for the first send: the outcome must be

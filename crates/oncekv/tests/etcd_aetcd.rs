@@ -44,32 +44,57 @@ const RUN_TIMEOUT: Duration = Duration::from_secs(600);
 const TEST_LIMIT_SECONDS: u32 = 60;
 
 /// A pytest plugin, loaded with `-p`, that fails a test running past
-/// [`TEST_LIMIT_SECONDS`] (SIGALRM raises in the test, whose asyncio loop
-/// then ends with it).
+/// [`TEST_LIMIT_SECONDS`], setup and teardown included. SIGALRM raises in
+/// whatever the main thread runs; where that is a callback asyncio or grpc
+/// swallows the exception, the timer fires again every few seconds until
+/// it ends the test. The first firing prints every asyncio task's stack,
+/// so a hang says where it waits; a test still running a minute later
+/// has every thread's stack printed and ends the run (a broken run, which
+/// the test reports with the log's end).
 const TEST_LIMIT_PLUGIN: &str = r#"
+import asyncio
+import faulthandler
 import os
 import signal
+import sys
 import pytest
 
 LIMIT = int(os.environ["ONCEKV_TEST_LIMIT_SECONDS"])
+AGAIN_EVERY = 5
+LAST_RESORT = 60
 
 
 class TestTooLong(Exception):
     pass
 
 
+_fired = []
+
+
 def _alarm(signum, frame):
+    if not _fired:
+        _fired.append(True)
+        print(f"\n== the test ran past {LIMIT} s; its asyncio tasks:", file=sys.stderr)
+        try:
+            for task in asyncio.all_tasks(asyncio.get_running_loop()):
+                task.print_stack(file=sys.stderr)
+        except RuntimeError:
+            print("(no running event loop)", file=sys.stderr)
+        sys.stderr.flush()
     raise TestTooLong(f"the test ran past {LIMIT} s")
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_call(item):
+def pytest_runtest_protocol(item, nextitem):
+    _fired.clear()
     previous = signal.signal(signal.SIGALRM, _alarm)
-    signal.alarm(LIMIT)
+    signal.setitimer(signal.ITIMER_REAL, LIMIT, AGAIN_EVERY)
+    faulthandler.dump_traceback_later(LIMIT + LAST_RESORT, exit=True)
     try:
         yield
     finally:
-        signal.alarm(0)
+        faulthandler.cancel_dump_traceback_later()
+        signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
 "#;
 
@@ -251,7 +276,7 @@ async fn run_suite(server: &str, endpoint: &str, scratch: &Path, tests: &[String
             panic!(
                 "the aetcd suite against {server} did not finish within {RUN_TIMEOUT:?}; \
                  the end of its output:\n{}",
-                tail(&log_path, 60)
+                tail(&log_path, 200)
             );
         }
     };
@@ -260,7 +285,7 @@ async fn run_suite(server: &str, endpoint: &str, scratch: &Path, tests: &[String
     assert!(
         matches!(status.code(), Some(0 | 1)),
         "the aetcd suite against {server} ended with {status}; the end of its output:\n{}",
-        tail(&log_path, 60)
+        tail(&log_path, 200)
     );
     let xml = std::fs::read_to_string(&report).expect("pytest's JUnit report");
     let outcomes = parse_junit(&xml).unwrap_or_else(|error| {

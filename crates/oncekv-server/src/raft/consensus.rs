@@ -416,9 +416,10 @@ impl Consensus {
         self.state.lock().machine.cluster_time()
     }
 
-    /// Whether anything in the applied state expires with time.
-    pub fn has_expiring_state(&self) -> bool {
-        self.state.lock().machine.has_expiring_state()
+    /// When the applied state next has something to expire
+    /// ([`oncekv_state::StateMachine::next_expiry`]).
+    pub fn next_expiry(&self) -> Option<oncekv_state::ClusterTime> {
+        self.state.lock().machine.next_expiry()
     }
 
     /// Runs `f` on this replica's applied state, under its lock (keep it

@@ -194,10 +194,21 @@ impl StateMachine {
         }
     }
 
-    /// Whether anything would expire with the passage of time (so an idle
-    /// leader should keep ticking).
-    pub fn has_expiring_state(&self) -> bool {
-        !self.sessions.is_empty() || !self.keys.is_empty() || !self.leases.is_empty()
+    /// The earliest cluster time after which an entry may expire something
+    /// (a session, an idempotency key or a lease): an idle leader proposes
+    /// a tick once its clock passes it, so expiry does not wait for other
+    /// writes. Never later than the real earliest deadline; at most early
+    /// by a session kept alive since it was last filed, which the tick
+    /// re-files.
+    pub fn next_expiry(&self) -> Option<ClusterTime> {
+        [
+            self.sessions.next_deadline(),
+            self.keys.next_deadline(self.limits.idempotency_key_ttl_ms),
+            self.leases.next_deadline(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Applies one entry and returns its outcome.

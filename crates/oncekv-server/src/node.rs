@@ -652,9 +652,66 @@ impl Node {
         self.inner.consensus.add_member(id, info).await
     }
 
-    /// Removes a member.
+    /// Removes a member. The leader does not remove itself: the members
+    /// refuse a sender once they hold the entry that removes it, so it
+    /// would never learn that its removal committed and would lead on,
+    /// alone. It hands leadership to another voter first and answers
+    /// [`WriteError::NotLeader`] naming it (clients ask the new leader,
+    /// which removes this node as a follower), or
+    /// [`WriteError::Unavailable`] if no voter took it.
     pub async fn remove_member(&self, id: NodeId) -> Result<(), WriteError> {
-        self.inner.consensus.remove_member(id).await
+        let consensus = &self.inner.consensus;
+        if id != self.id() {
+            return consensus.remove_member(id).await;
+        }
+        consensus.leading()?;
+        if self.hand_over_leadership(id).await.is_none() {
+            return Err(WriteError::Refused(format!(
+                "node {id} is the only voter: it cannot be removed"
+            )));
+        }
+        match consensus.leading() {
+            Err(not_leader) => Err(not_leader),
+            Ok(_) => Err(WriteError::Unavailable(format!(
+                "node {id} leads and hands leadership to another voter before it is removed; \
+                 none took it yet (try again)"
+            ))),
+        }
+    }
+
+    /// Hands leadership to another voter than this node: to one that
+    /// answered within an election timeout and holds the whole log, other
+    /// than `avoid` if there is one. Waits until it leads, at most three
+    /// election timeouts (else another is elected once this node stops
+    /// leading). The voter asked, or `None` if there is no other voter.
+    pub async fn hand_over_leadership(&self, avoid: NodeId) -> Option<NodeId> {
+        let me = self.id();
+        let consensus = &self.inner.consensus;
+        let view = consensus.membership();
+        let status = self.status().raft;
+        let reachable = view.reachable.clone().unwrap_or_default();
+        let caught_up = |id: NodeId| {
+            status
+                .replication
+                .iter()
+                .any(|(follower, matched)| *follower == id && *matched == status.last_log_index)
+        };
+        let target = view
+            .members
+            .iter()
+            .filter(|member| member.voter && member.id != me)
+            .map(|member| member.id)
+            .max_by_key(|id| (*id != avoid, reachable.contains(id), caught_up(*id)))?;
+        if let Err(error) = consensus.transfer_leader(target).await {
+            tracing::warn!(%error, target, "handing leadership over failed");
+        } else if !consensus.wait_for_leader(target).await {
+            tracing::info!(
+                target,
+                "leadership was not handed over within three election timeouts; another voter \
+                 will be elected"
+            );
+        }
+        Some(target)
     }
 }
 

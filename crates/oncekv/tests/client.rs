@@ -207,6 +207,40 @@ async fn a_kept_lease_holds_its_keys_and_a_dropped_one_deletes_them() {
     .await;
 }
 
+/// The leader asked to remove itself hands leadership to another voter
+/// and answers "not leader" naming it; the client asks the new leader,
+/// which removes the old one: one call, and the old leader never leads on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removing_the_leader_hands_leadership_over_then_removes_it() {
+    let _one = exclusive().await;
+    let mut cluster = Cluster::start(3, FAST);
+    let leader = cluster.leader(Duration::from_secs(15)).await;
+    let endpoints: Vec<String> = cluster.nodes.iter().map(|n| n.client.clone()).collect();
+    let client = Client::connect(endpoints, ClientOptions::default()).expect("client");
+    let members = client
+        .remove_member(leader)
+        .await
+        .expect("the leader removed");
+    let ids: Vec<u64> = members.iter().map(|member| member.id).collect();
+    assert_eq!(ids.len(), 2, "{members:?}");
+    assert!(!ids.contains(&leader), "{members:?}");
+    let put = Command::Put {
+        key: b"after".to_vec(),
+        value: b"removal".to_vec(),
+        lease: None,
+    };
+    client.execute_once(put, None).await.expect("a write after");
+    // The removed node, still running, does not lead.
+    let status = support::connect(&cluster.node(leader).client)
+        .await
+        .expect("a connection to the removed node")
+        .status(oncekv_proto::v1::StatusRequest::default())
+        .await
+        .expect("its status")
+        .into_inner();
+    assert!(!status.is_leader, "{status:?}");
+}
+
 /// A lease expires at its deadline on an idle cluster: the leader proposes
 /// a tick once its clock passes the earliest deadline, not only at its
 /// (here half-minute) tick interval.

@@ -45,6 +45,7 @@ use super::forward::{Route, answered};
 use super::{EtcdApi, credentials_of};
 use crate::raft::consensus::{MemberChange, MemberChangeError, MemberStatus, MembershipView};
 use crate::raft::type_config::{NodeId, NodeInfo};
+use crate::raft::write_error::WriteError;
 use oncekv_proto::etcd::etcdserverpb::cluster_client::ClusterClient;
 use oncekv_proto::etcd::etcdserverpb::cluster_server::Cluster;
 use oncekv_proto::etcd::etcdserverpb::{
@@ -125,10 +126,16 @@ impl Cluster for EtcdApi {
                 return Err(EtcdError::NotEnoughStartedMembers.into());
             }
         }
-        self.node
-            .remove_member(id)
-            .await
-            .map_err(|error| Status::from(error_of(error)))?;
+        let removed = self.node.remove_member(id).await;
+        if matches!(removed, Err(WriteError::NotLeader { .. })) && id == self.node.id() {
+            // This node led: it handed leadership over, and the new leader
+            // removes it as a follower.
+            if let Route::Leader(channel) = self.route_after_handover()? {
+                let request = self.forwarded(request);
+                return answered(ClusterClient::new(channel).member_remove(request).await);
+            }
+        }
+        removed.map_err(|error| Status::from(error_of(error)))?;
         let mut members = self.node.consensus().membership().members;
         members.retain(|member| member.id != id);
         Ok(Response::new(MemberRemoveResponse {
@@ -406,7 +413,7 @@ impl EtcdApi {
             if moved && !voter {
                 self.add_back(id, &info).await?;
             } else if moved && id != self.node.id() {
-                self.hand_over_leadership(id).await;
+                self.node.hand_over_leadership(id).await;
             }
             return Ok(info);
         }
@@ -456,44 +463,6 @@ impl EtcdApi {
                     return Err(refused(Status::from(error_of(error)).message().to_string()));
                 }
             }
-        }
-    }
-
-    /// Hands leadership to another voter than this node, so that the new
-    /// leader dials every member at the addresses the membership has now
-    /// (this node's streams keep the ones they started with): to one that
-    /// answered within an election timeout and holds the whole log,
-    /// other than `updated` (which may not listen at its new address yet)
-    /// if there is one. Waits until it leads, at most three election
-    /// timeouts (else another is elected once this node stops leading).
-    async fn hand_over_leadership(&self, updated: NodeId) {
-        let me = self.node.id();
-        let view = self.node.consensus().membership();
-        let status = self.node.status().raft;
-        let reachable = view.reachable.clone().unwrap_or_default();
-        let caught_up = |id: NodeId| {
-            status
-                .replication
-                .iter()
-                .any(|(follower, matched)| *follower == id && *matched == status.last_log_index)
-        };
-        let Some(target) = voters(&view)
-            .filter(|id| *id != me)
-            .max_by_key(|id| (*id != updated, reachable.contains(id), caught_up(*id)))
-        else {
-            return;
-        };
-        let consensus = self.node.consensus();
-        if let Err(error) = consensus.transfer_leader(target).await {
-            tracing::warn!(%error, target, "handing leadership over after a member's new addresses failed");
-            return;
-        }
-        if !consensus.wait_for_leader(target).await {
-            tracing::info!(
-                target,
-                "leadership was not handed over within three election timeouts; another voter \
-                 will be elected"
-            );
         }
     }
 }

@@ -62,11 +62,24 @@ impl EtcdApi {
     /// Where `request`, which only the leader carries out, is served; an
     /// error when it can be served nowhere from here.
     pub(super) fn route<T>(&self, request: &tonic::Request<T>) -> Result<Route, Status> {
+        let forwarded = request.metadata().contains_key(FORWARDED_METADATA);
+        self.route_unless(forwarded)
+    }
+
+    /// Where a call is served that this node, the leader when it came,
+    /// handed on by giving leadership away (a member removing itself): at
+    /// the new leader, even if the call was forwarded here (one hop more,
+    /// to a node that does not hand it back).
+    pub(super) fn route_after_handover(&self) -> Result<Route, Status> {
+        self.route_unless(false)
+    }
+
+    fn route_unless(&self, forwarded: bool) -> Result<Route, Status> {
         let Some(error) = self.node.not_leader() else {
             return Ok(Route::Here);
         };
         let refuse = |error: WriteError| Err(Status::from(error_of(error)));
-        if self.client_tls || request.metadata().contains_key(FORWARDED_METADATA) {
+        if self.client_tls || forwarded {
             return refuse(error);
         }
         let WriteError::NotLeader { leader_id, leader } = &error else {

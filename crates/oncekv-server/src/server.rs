@@ -369,8 +369,31 @@ fn grpc_server(
         .http2_keepalive_timeout(Some(limits.keepalive_timeout)))
 }
 
+/// How long a stopping node lets its open calls end before it drops them.
+const CALLS_GRACE: Duration = Duration::from_secs(2);
+
+/// A server's task once it ended, or, past `deadline`, once it is aborted
+/// (then counted as ended well: what was cut off is the calls that would
+/// not end).
+async fn ended_by<T>(
+    deadline: tokio::time::Instant,
+    mut server: tokio::task::JoinHandle<Result<(), T>>,
+) -> Result<Result<(), T>, tokio::task::JoinError> {
+    match tokio::time::timeout_at(deadline, &mut server).await {
+        Ok(result) => result,
+        Err(_) => {
+            server.abort();
+            let _ = server.await;
+            tracing::info!("calls still open after the grace period were dropped");
+            Ok(Ok(()))
+        }
+    }
+}
+
 /// Runs a node on the given client and peer connection streams until
-/// `shutdown` completes.
+/// `shutdown` completes. Stopping, it hands leadership over if it leads,
+/// gives open calls [`CALLS_GRACE`] to end and drops the rest, then stops
+/// consensus.
 pub async fn serve<CI, PI, IO, E>(
     config: ServerConfig,
     client_incoming: CI,
@@ -633,11 +656,26 @@ where
         None => tracing::info!(id = config.id, "shutting down"),
         Some(cause) => tracing::error!(id = config.id, %cause, "consensus failed: stopping"),
     }
+    // A leader asked to stop hands leadership over first (its servers
+    // still up, to carry the transfer): the cluster then waits for no
+    // election timeout, as in a rolling restart.
+    if fatal.is_none() && consensus.leadership().is_leader {
+        let to = node.hand_over_leadership(config.id).await;
+        tracing::info!(
+            id = config.id,
+            ?to,
+            "leadership handed over before stopping"
+        );
+    }
     let _ = stop.send(true);
-    let peer_result = peer.await;
-    let client_result = client.await;
+    // Open calls get a grace period to end; the long-lived ones (a
+    // leader's append stream, watches) never end on their own, so they
+    // are then dropped.
+    let grace = tokio::time::Instant::now() + CALLS_GRACE;
+    let peer_result = ended_by(grace, peer).await;
+    let client_result = ended_by(grace, client).await;
     let etcd_result = match etcd_only {
-        Some(server) => server.await,
+        Some(server) => ended_by(grace, server).await,
         None => Ok(Ok(())),
     };
     for refusal in refusals {

@@ -52,6 +52,11 @@ either it refuses to start, unless told --insecure-peers (then anyone who
 reaches its peer port can forge votes and log entries: loopback tests
 only). A node alone needs neither.
 
+Stopping (SIGINT or SIGTERM): a leader first hands leadership to another
+voter, so the cluster waits for no election; open calls get 2 s to end
+(watches and peer streams, which never end on their own, are then
+dropped); then the node stops.
+
 Exit codes (the table shared by every subcommand: oncekv --help):
   0  stopped cleanly (SIGINT or SIGTERM)
   1  failed while running

@@ -4,7 +4,9 @@
 
 mod support;
 
-use oncekv_client::{Client, ClientError, ClientOptions, Command, Query, Reply, SessionOptions};
+use oncekv_client::{
+    Client, ClientError, ClientOptions, Command, Query, Reply, SessionOptions, WatchOptions,
+};
 use std::collections::BTreeSet;
 use std::time::Duration;
 use support::{Cluster, FAST, exclusive};
@@ -239,6 +241,47 @@ async fn removing_the_leader_hands_leadership_over_then_removes_it() {
         .expect("its status")
         .into_inner();
     assert!(!status.is_leader, "{status:?}");
+}
+
+/// A leader stopped by SIGTERM while a watch is open on it (and its
+/// append streams to the followers run): it hands leadership over, gives
+/// the calls that never end a grace period, and exits 0; the others go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_asked_to_stop_exits_though_streams_are_open_and_the_rest_go_on() {
+    let _one = exclusive().await;
+    let mut cluster = Cluster::start(3, FAST);
+    let leader = cluster.leader(Duration::from_secs(15)).await;
+    let on_leader = Client::connect(
+        [cluster.node(leader).client.clone()],
+        ClientOptions::default(),
+    )
+    .expect("client");
+    let mut watcher = on_leader.watch("w/", WatchOptions::default().with_prefix());
+    on_leader.put("w/first", "1").await.expect("put");
+    watcher.next().await.expect("the watch is open");
+    assert!(cluster.node_mut(leader).expect("the leader").terminate());
+    let asked = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = cluster.node_mut(leader).expect("the leader").collect() {
+            break status;
+        }
+        assert!(
+            asked.elapsed() < Duration::from_secs(30),
+            "the leader still runs 30 s after SIGTERM\n{}",
+            cluster.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(status.success(), "{status:?}\n{}", cluster.logs());
+    drop(watcher);
+    let others: Vec<String> = cluster
+        .nodes
+        .iter()
+        .filter(|node| node.id != leader)
+        .map(|node| node.client.clone())
+        .collect();
+    let rest = Client::connect(others, ClientOptions::default()).expect("client");
+    rest.put("w/after", "2").await.expect("the others go on");
 }
 
 /// A lease expires at its deadline on an idle cluster: the leader proposes

@@ -111,9 +111,12 @@ impl EtcdUpdates {
         if response.canceled {
             let reason = response.cancel_reason;
             if response.compact_revision > 0 {
+                // etcd's compaction revision is the lowest one kept; the
+                // record's, the highest one dropped.
+                let lowest_kept = u64::try_from(response.compact_revision).unwrap_or(0);
                 return Err(ClientError::Rejected(Rejection::Compacted {
                     revision: u64::try_from(self.create.start_revision).unwrap_or(0),
-                    compacted: u64::try_from(response.compact_revision).unwrap_or(0),
+                    compacted: lowest_kept.saturating_sub(1),
                 }));
             }
             if reason.contains("permission denied") {

@@ -121,6 +121,10 @@ fn command_from_wire(command: v1::Command) -> Result<Command> {
             Kind::LeaseRevoke(lease) => Command::LeaseRevoke { name: lease.name },
             Kind::Read(query) => Command::Read(query_from_wire(query)?),
             Kind::AlarmDisarm(_) => Command::AlarmDisarm,
+            Kind::AlarmSet(set) => Command::AlarmSet {
+                member: set.member,
+                raise: set.raise,
+            },
             Kind::Auth(change) => Command::Auth(auth::change_from_wire(change)?),
             Kind::Txn(wire) => Command::Txn(txn::txn_from_wire(wire)?),
             Kind::Compact(compact) => Command::Compact {
@@ -195,6 +199,10 @@ fn command_to_wire(command: &Command) -> Result<v1::Command> {
         Command::LeaseRevoke { name } => Kind::LeaseRevoke(v1::LeaseRef { name: name.clone() }),
         Command::Read(query) => Kind::Read(query_to_wire(query)),
         Command::AlarmDisarm => Kind::AlarmDisarm(v1::Empty {}),
+        Command::AlarmSet { member, raise } => Kind::AlarmSet(v1::AlarmSet {
+            member: *member,
+            raise: *raise,
+        }),
         Command::Auth(change) => Kind::Auth(auth::change_to_wire(change)),
         Command::Txn(wire) => Kind::Txn(txn::txn_to_wire(wire)?),
         Command::Compact { revision } => Kind::Compact(v1::Compact {
@@ -593,6 +601,7 @@ pub fn reply_to_wire(reply: &Reply) -> v1::Reply {
         Reply::AlarmDisarmed { was_raised } => Kind::AlarmDisarmed(v1::AlarmDisarmed {
             was_raised: *was_raised,
         }),
+        Reply::AlarmSet { changed } => Kind::AlarmSet(v1::AlarmSetReply { changed: *changed }),
         Reply::AuthChanged => Kind::AuthChanged(v1::Empty {}),
         Reply::UserPurged { sessions, keys } => Kind::UserPurged(v1::UserPurged {
             sessions: *sessions,
@@ -683,6 +692,9 @@ pub fn reply_from_wire(reply: v1::Reply) -> Result<Reply> {
             Kind::Rejected(rejection) => Reply::Rejected(rejection_from_wire(rejection)?),
             Kind::AlarmDisarmed(disarmed) => Reply::AlarmDisarmed {
                 was_raised: disarmed.was_raised,
+            },
+            Kind::AlarmSet(set) => Reply::AlarmSet {
+                changed: set.changed,
             },
             Kind::AuthChanged(_) => Reply::AuthChanged,
             Kind::UserPurged(purged) => Reply::UserPurged {

@@ -66,6 +66,8 @@ fn command() -> impl Strategy<Value = Command> {
         )),
         Just(Command::Read(Query::LeaseList)),
         Just(Command::AlarmDisarm),
+        (any::<u64>(), any::<bool>())
+            .prop_map(|(member, raise)| Command::AlarmSet { member, raise }),
         txn().prop_map(Command::Txn),
         any::<u64>().prop_map(|revision| Command::Compact { revision }),
         (1u64.., bytes()).prop_map(|(revision, key)| Command::Read(Query::At {
@@ -329,6 +331,7 @@ fn reply() -> impl Strategy<Value = Reply> {
         ),
         rejection().prop_map(Reply::Rejected),
         any::<bool>().prop_map(|was_raised| Reply::AlarmDisarmed { was_raised }),
+        any::<bool>().prop_map(|changed| Reply::AlarmSet { changed }),
     ]
 }
 

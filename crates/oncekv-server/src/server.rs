@@ -392,7 +392,7 @@ async fn ended_by<T>(
 
 /// Runs a node on the given client and peer connection streams until
 /// `shutdown` completes. Stopping, it hands leadership over if it leads,
-/// gives open calls [`CALLS_GRACE`] to end and drops the rest, then stops
+/// gives open calls two seconds to end and drops the rest, then stops
 /// consensus.
 pub async fn serve<CI, PI, IO, E>(
     config: ServerConfig,

@@ -225,6 +225,18 @@ pub enum Command {
         /// The revision.
         revision: u64,
     },
+    /// Raise or clear, by hand, the `NOSPACE` alarm of `member` (etcd's
+    /// Alarm ACTIVATE and DEACTIVATE; admin only once enforced). While
+    /// any member's is raised, writes that grow the store are refused, as
+    /// while the quota's own alarm is; clearing one also lowers the
+    /// quota's. The last variant: postcard numbers every earlier one as
+    /// before.
+    AlarmSet {
+        /// The member the alarm is of (any number: etcd takes 0 too).
+        member: u64,
+        /// Raise it (else clear it).
+        raise: bool,
+    },
 }
 
 impl Command {
@@ -264,6 +276,7 @@ impl Command {
             | Command::Tick
             | Command::Read(Query::LeaseList | Query::Auth)
             | Command::AlarmDisarm
+            | Command::AlarmSet { .. }
             | Command::Compact { .. } => 0,
         };
         bytes as u64
@@ -319,6 +332,7 @@ impl Command {
             Command::Txn(_) => "txn",
             Command::Compact { .. } => "compact",
             Command::AlarmDisarm => "alarm_disarm",
+            Command::AlarmSet { .. } => "alarm_set",
             Command::Auth(auth) => auth.name(),
         }
     }

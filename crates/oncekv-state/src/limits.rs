@@ -234,6 +234,7 @@ impl Limits {
                 Query::Scan { .. } | Query::Range { .. } | Query::LeaseList | Query::Auth,
             )
             | Command::AlarmDisarm
+            | Command::AlarmSet { .. }
             | Command::Compact { .. } => {}
             Command::Auth(change) => change.check(self.key_bytes_max)?,
         }

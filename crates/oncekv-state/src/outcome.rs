@@ -221,6 +221,13 @@ pub enum Reply {
         /// How many idempotency keys were forgotten.
         keys: u64,
     },
+    /// A member's `NOSPACE` alarm was raised or cleared by hand
+    /// ([`Command::AlarmSet`](crate::Command::AlarmSet)).
+    AlarmSet {
+        /// Whether that changed it (raising a raised one, or clearing one
+        /// that was not, does not; clearing the quota's alarm does).
+        changed: bool,
+    },
 }
 
 impl Reply {
@@ -250,6 +257,7 @@ impl Reply {
             | Reply::Append { .. }
             | Reply::Incr { .. }
             | Reply::AlarmDisarmed { .. }
+            | Reply::AlarmSet { .. }
             | Reply::AuthChanged
             | Reply::UserPurged { .. }
             | Reply::DeletePrefix { .. }

@@ -31,9 +31,13 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 
 const MAGIC: &[u8; 8] = b"OKVSNAP\0";
-/// The snapshot format this build writes (it reads this one, format 5
-/// without the quotas and format 4 whose leases have no owners).
-pub const FORMAT_VERSION: u32 = 6;
+/// The snapshot format this build writes (it reads this one, format 6
+/// without the alarms raised by hand, format 5 without the quotas and
+/// format 4 whose leases have no owners).
+pub const FORMAT_VERSION: u32 = 7;
+/// An earlier format this build still reads: without the alarms raised
+/// by hand.
+pub const FORMAT_VERSION_NO_ALARMS: u32 = 6;
 /// An earlier format this build still reads: without the quotas.
 pub const FORMAT_VERSION_NO_QUOTAS: u32 = 5;
 /// The earliest format this build still reads: leases without owners.
@@ -87,6 +91,7 @@ struct BodyRef<'a> {
     auth: &'a AuthTable,
     quotas: &'a UserQuotas,
     revoked_certificates: &'a BTreeSet<Vec<u8>>,
+    alarmed_members: &'a BTreeSet<u64>,
 }
 
 /// The body as read.
@@ -101,6 +106,10 @@ struct Body {
     leases: Vec<Lease>,
     no_space_alarm: bool,
     auth: AuthTable,
+    /// Written from format 7 on (after the quotas and revoked
+    /// certificates).
+    #[serde(skip)]
+    alarmed_members: BTreeSet<u64>,
 }
 
 /// The body of format 4: [`Body`] with leases that have no owner.
@@ -150,6 +159,7 @@ impl From<BodyNoOwners> for Body {
             leases,
             no_space_alarm: body.no_space_alarm,
             auth: body.auth,
+            alarmed_members: BTreeSet::new(),
         }
     }
 }
@@ -168,6 +178,11 @@ fn take_body(version: u32, encoded: &[u8]) -> Result<(Body, &[u8]), SnapshotErro
         postcard::take_from_bytes(after)?;
     body.limits.quotas = quotas;
     body.auth = body.auth.with_revoked(revoked);
+    if version == FORMAT_VERSION_NO_ALARMS {
+        return Ok((body, after));
+    }
+    let (alarmed_members, after): (BTreeSet<u64>, &[u8]) = postcard::take_from_bytes(after)?;
+    body.alarmed_members = alarmed_members;
     Ok((body, after))
 }
 
@@ -185,6 +200,7 @@ impl StateMachine {
             auth: &self.auth,
             quotas: &self.limits.quotas,
             revoked_certificates: self.auth.revoked_certificates(),
+            alarmed_members: &self.alarmed_members,
         }
     }
 
@@ -263,6 +279,7 @@ impl StateMachine {
             keys: IdempotencyKeys::from_records(body.keys),
             leases,
             no_space_alarm: body.no_space_alarm,
+            alarmed_members: body.alarmed_members,
             auth: body.auth,
             dedup: true,
             cluster_id,
@@ -283,6 +300,7 @@ fn checked_body(bytes: &[u8]) -> Result<(u32, &[u8]), SnapshotError> {
     let version = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
     if ![
         FORMAT_VERSION,
+        FORMAT_VERSION_NO_ALARMS,
         FORMAT_VERSION_NO_QUOTAS,
         FORMAT_VERSION_NO_OWNERS,
     ]
@@ -303,6 +321,7 @@ fn checked_body(bytes: &[u8]) -> Result<(u32, &[u8]), SnapshotError> {
 mod tests {
     use super::*;
     use crate::command::{Command, Entry, Request};
+    use crate::{Outcome, Overload, Reply};
 
     fn machine() -> StateMachine {
         let mut machine = StateMachine::new(Limits::default());
@@ -369,13 +388,18 @@ mod tests {
             .collect()
     }
 
-    fn apply(machine: &mut StateMachine, index: u64, principal: Option<&str>, command: Command) {
+    fn apply(
+        machine: &mut StateMachine,
+        index: u64,
+        principal: Option<&str>,
+        command: Command,
+    ) -> Outcome {
         machine.apply(&Entry {
             index: LogIndex(index),
             time: ClusterTime(1000 + index),
             principal: principal.map(|p| crate::ids::Principal(p.to_string())),
             request: Request::plain(command),
-        });
+        })
     }
 
     #[test]
@@ -454,6 +478,76 @@ mod tests {
         let again = restored.snapshot();
         assert_eq!(&again[8..12], &FORMAT_VERSION.to_le_bytes());
         assert_eq!(again, built.snapshot());
+    }
+
+    /// Snapshot bytes of format 6, as the release before the alarms
+    /// raised by hand wrote them: key "k" = "v" put at index 1, time 5.
+    const FORMAT_6: &str = "4f4b56534e4150000600000035a9a04a48eb0e5f802080804080ade2048080808002e80780808001a08d06808080048080804080086480b89929c0843d80808040c0cf24a08d0680026480b89929a08d068080802080dddb01800105010101016b01760001010101010105016b0101760001010100000000000000000000190a00";
+
+    #[test]
+    fn a_format_6_snapshot_restores_with_no_alarm_raised_by_hand() {
+        let limits = Limits::default();
+        let restored = StateMachine::restore(&limits, &unhex(FORMAT_6)).unwrap();
+        let built = machine();
+        assert_eq!(restored, built);
+        assert!(restored.alarmed_members.is_empty());
+        let again = restored.snapshot();
+        assert_eq!(&again[8..12], &FORMAT_VERSION.to_le_bytes());
+        assert_eq!(again, built.snapshot());
+    }
+
+    #[test]
+    fn alarms_raised_by_hand_survive_a_snapshot_and_hold_writes_until_cleared() {
+        let limits = Limits::default();
+        let mut machine = StateMachine::new(limits.clone());
+        let raise = |member| Command::AlarmSet {
+            member,
+            raise: true,
+        };
+        apply(&mut machine, 1, None, raise(0));
+        apply(&mut machine, 2, None, raise(7));
+        let restored = StateMachine::restore(&limits, &machine.snapshot()).unwrap();
+        assert_eq!(restored, machine);
+        assert_eq!(
+            restored
+                .alarmed_members()
+                .iter()
+                .copied()
+                .collect::<Vec<_>>(),
+            vec![0, 7]
+        );
+        let mut machine = restored;
+        let put = Command::Put {
+            key: b"k".to_vec(),
+            value: b"v".to_vec(),
+            lease: None,
+        };
+        let refused = apply(&mut machine, 3, None, put.clone());
+        assert!(
+            matches!(refused, Outcome::Overloaded(Overload::NoSpace { .. })),
+            "{refused:?}"
+        );
+        let clear = |member| Command::AlarmSet {
+            member,
+            raise: false,
+        };
+        assert_eq!(
+            apply(&mut machine, 4, None, clear(0)),
+            Outcome::Applied(Reply::AlarmSet { changed: true })
+        );
+        assert_eq!(
+            apply(&mut machine, 5, None, clear(0)),
+            Outcome::Applied(Reply::AlarmSet { changed: false })
+        );
+        // Member 7's alarm still holds writes.
+        let refused = apply(&mut machine, 6, None, put.clone());
+        assert!(matches!(refused, Outcome::Overloaded(_)), "{refused:?}");
+        apply(&mut machine, 7, None, clear(7));
+        let put_reply = apply(&mut machine, 8, None, put);
+        assert!(
+            matches!(put_reply, Outcome::Applied(Reply::Put { .. })),
+            "{put_reply:?}"
+        );
     }
 
     #[test]

@@ -167,12 +167,13 @@ impl Runner {
             }
             "bytes" => {
                 let s = self.machine.stats();
+                let mut alarm = if s.no_space_alarm { "NOSPACE" } else { "none" }.to_string();
+                for member in self.machine.alarmed_members() {
+                    let _ = write!(alarm, ",NOSPACE@{member}");
+                }
                 return Ok(Some(format!(
-                    "records={} idempotency={} store={} alarm={}",
-                    s.completion_record_bytes,
-                    s.idempotency_bytes,
-                    s.store_bytes,
-                    if s.no_space_alarm { "NOSPACE" } else { "none" }
+                    "records={} idempotency={} store={} alarm={alarm}",
+                    s.completion_record_bytes, s.idempotency_bytes, s.store_bytes,
                 )));
             }
             "events" => {
@@ -421,6 +422,10 @@ impl Runner {
             }
             "tick" => Command::Tick,
             "alarm-disarm" => Command::AlarmDisarm,
+            "alarm-raise" | "alarm-clear" => Command::AlarmSet {
+                member: parse_u(&text(1)?)?,
+                raise: *op == "alarm-raise",
+            },
             "auth-status" => Command::Read(Query::Auth),
             "auth-enable" => Command::Auth(AuthCommand::Enable {
                 token_key: TokenKey([9; 32]),
@@ -698,6 +703,7 @@ fn render_reply(reply: &Reply) -> String {
         }
         Reply::Rejected(rejection) => format!("rejected: {rejection}"),
         Reply::AlarmDisarmed { was_raised } => format!("alarm-disarmed was_raised={was_raised}"),
+        Reply::AlarmSet { changed } => format!("alarm-set changed={changed}"),
         Reply::AuthChanged => "auth-changed".into(),
         Reply::UserPurged { sessions, keys } => {
             format!("user-purged sessions={sessions} keys={keys}")

@@ -298,6 +298,19 @@ async fn etcdctl_sees_the_same_answers_from_oncekv_as_from_etcd() {
         );
         let current = etcdctl(endpoint, &["get", "b", "--rev", &now.to_string()], "");
         assert_eq!(current.stdout, "b\nlater\n", "{endpoint}");
+        // The compaction revision itself is kept: just below it is
+        // refused, and a watch from it replays the change made at it.
+        let below = etcdctl(endpoint, &["get", "b", "--rev", &(now - 1).to_string()], "");
+        assert_eq!(
+            (below.code, below.stderr.trim()),
+            (
+                1,
+                "Error: etcdserver: mvcc: required revision has been compacted"
+            ),
+            "{endpoint}"
+        );
+        let replayed = watch_until(endpoint, &["b", "--rev", &now.to_string()], "later");
+        assert_eq!(replayed, ["PUT", "b", "later"], "{endpoint}");
         // A watch from a compacted revision is cancelled, saying so.
         compacted_watches.push(etcdctl(
             endpoint,

@@ -497,10 +497,16 @@ impl Kv for KvService {
             completion_record_bytes: status.state.completion_record_bytes,
             idempotency_bytes: status.state.idempotency_bytes,
             store_bytes: status.state.store_bytes,
-            alarms: if status.state.no_space_alarm {
-                vec!["NOSPACE".to_string()]
-            } else {
-                Vec::new()
+            alarms: {
+                let by_hand = self
+                    .node
+                    .consensus()
+                    .with_state(|state| !state.alarmed_members().is_empty());
+                if status.state.no_space_alarm || by_hand {
+                    vec!["NOSPACE".to_string()]
+                } else {
+                    Vec::new()
+                }
             },
         }))
     }

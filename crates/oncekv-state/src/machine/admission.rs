@@ -176,7 +176,7 @@ impl StateMachine {
         }
         let max = self.limits.store_bytes_max;
         let refused = Some(Outcome::Overloaded(Overload::NoSpace { max }));
-        if self.no_space_alarm {
+        if self.no_space_alarm || !self.alarmed_members.is_empty() {
             return refused;
         }
         if self.kv.bytes().saturating_add(self.growth_bytes(command)) > max {

@@ -98,8 +98,19 @@ impl StateMachine {
                     .unwrap_or_else(Reply::Rejected),
             ),
             Command::AlarmDisarm => {
-                let was_raised = std::mem::replace(&mut self.no_space_alarm, false);
+                let was_raised = std::mem::replace(&mut self.no_space_alarm, false)
+                    | !self.alarmed_members.is_empty();
+                self.alarmed_members.clear();
                 Outcome::Applied(Reply::AlarmDisarmed { was_raised })
+            }
+            Command::AlarmSet { member, raise } => {
+                let changed = if *raise {
+                    self.alarmed_members.insert(*member)
+                } else {
+                    let quota = std::mem::replace(&mut self.no_space_alarm, false);
+                    self.alarmed_members.remove(member) | quota
+                };
+                Outcome::Applied(Reply::AlarmSet { changed })
             }
             Command::Auth(change) => match change
                 .check(self.limits.key_bytes_max)
@@ -255,6 +266,7 @@ impl StateMachine {
             | Command::CloseSession { .. }
             | Command::Tick
             | Command::AlarmDisarm
+            | Command::AlarmSet { .. }
             | Command::Auth(_)
             | Command::Compact { .. } => unreachable!("control commands are run, not executed"),
             // Run with the principal that will own it (`grant_lease`).

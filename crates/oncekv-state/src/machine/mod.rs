@@ -33,6 +33,7 @@ use crate::lease::Leases;
 use crate::limits::Limits;
 use crate::outcome::Outcome;
 use crate::session::SessionTable;
+use std::collections::BTreeSet;
 
 /// Counts that describe the state, for status and metrics.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -57,7 +58,7 @@ pub struct Stats {
     pub leases: u64,
     /// Bytes the store's keys and values weigh against its quota.
     pub store_bytes: u64,
-    /// Whether the `NOSPACE` alarm is raised.
+    /// Whether the `NOSPACE` alarm is raised by the store's quota.
     pub no_space_alarm: bool,
 }
 
@@ -74,9 +75,14 @@ pub struct StateMachine {
     pub(crate) auth: AuthTable,
     /// The `NOSPACE` alarm: raised by a write that would take the store
     /// past its byte quota; while raised, writes that grow the store are
-    /// refused. Lowered only by
-    /// [`Command::AlarmDisarm`](crate::Command::AlarmDisarm).
+    /// refused. Lowered by
+    /// [`Command::AlarmDisarm`](crate::Command::AlarmDisarm) and by
+    /// clearing any member's ([`Command::AlarmSet`](crate::Command::AlarmSet)).
     pub(crate) no_space_alarm: bool,
+    /// The members whose `NOSPACE` alarm was raised by hand
+    /// ([`Command::AlarmSet`](crate::Command::AlarmSet)): while any is,
+    /// writes that grow the store are refused too.
+    pub(crate) alarmed_members: BTreeSet<u64>,
     /// Whether duplicates are answered from their completion records. Off
     /// only in the negative control of the fault checkers (see
     /// [`StateMachine::without_dedup`]); never part of a snapshot.
@@ -100,6 +106,7 @@ impl StateMachine {
             leases: Leases::default(),
             auth: AuthTable::default(),
             no_space_alarm: false,
+            alarmed_members: BTreeSet::new(),
             dedup: true,
             cluster_id: None,
         }
@@ -192,6 +199,12 @@ impl StateMachine {
             store_bytes: self.kv.bytes(),
             no_space_alarm: self.no_space_alarm,
         }
+    }
+
+    /// The members whose `NOSPACE` alarm was raised by hand
+    /// ([`Command::AlarmSet`](crate::Command::AlarmSet)).
+    pub fn alarmed_members(&self) -> &BTreeSet<u64> {
+        &self.alarmed_members
     }
 
     /// The earliest cluster time after which an entry may expire something

@@ -93,6 +93,7 @@ impl StateMachine {
             Command::Read(query) => self.check_query(principal, query),
             Command::Txn(txn) => self.check_txn(principal, txn),
             Command::AlarmDisarm => admin("disarming an alarm"),
+            Command::AlarmSet { .. } => admin("raising or clearing an alarm"),
             Command::Compact { .. } => admin("compacting the history"),
             Command::Auth(_) => admin("changing users, roles or authentication"),
             Command::OpenSession { .. }

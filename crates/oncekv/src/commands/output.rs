@@ -254,6 +254,15 @@ pub(super) fn reply_fields(reply: &Reply, fields: &mut Map<String, Value>) -> (S
             };
             (human.into(), EXIT_OK)
         }
+        Reply::AlarmSet { changed } => {
+            fields.insert("changed".into(), json!(changed));
+            let human = if *changed {
+                "alarm changed"
+            } else {
+                "alarm unchanged"
+            };
+            (human.into(), EXIT_OK)
+        }
         Reply::AuthChanged => ("OK".into(), EXIT_OK),
         Reply::UserPurged { sessions, keys } => {
             fields.insert("sessions_closed".into(), json!(sessions));

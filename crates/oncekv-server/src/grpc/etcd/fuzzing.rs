@@ -383,15 +383,23 @@ fn convert_request(
                 Ok(Plan::new(Converted::Answered, Answer::Nothing))
             }
         },
-        EtcdRequest::Alarm(alarm) => match alarm.action() {
-            AlarmAction::Get => Ok(Plan::new(Converted::Answered, Answer::Nothing)),
-            AlarmAction::Activate => Err(EtcdError::Unsupported(
-                "raising an alarm by hand (the node raises NOSPACE itself)".to_string(),
-            )),
-            AlarmAction::Deactivate if alarm.alarm() == AlarmType::Nospace => {
-                Ok(Plan::write(Command::AlarmDisarm, Answer::Nothing))
+        EtcdRequest::Alarm(alarm) => match (alarm.action(), alarm.alarm()) {
+            (AlarmAction::Get, _) | (_, AlarmType::None) => {
+                Ok(Plan::new(Converted::Answered, Answer::Nothing))
             }
-            AlarmAction::Deactivate => Ok(Plan::new(Converted::Answered, Answer::Nothing)),
+            (AlarmAction::Activate, AlarmType::Corrupt) => Err(EtcdError::Unsupported(
+                "raising a CORRUPT alarm".to_string(),
+            )),
+            (AlarmAction::Deactivate, AlarmType::Corrupt) => {
+                Ok(Plan::new(Converted::Answered, Answer::Nothing))
+            }
+            (action, AlarmType::Nospace) => Ok(Plan::write(
+                Command::AlarmSet {
+                    member: alarm.member_id,
+                    raise: action == AlarmAction::Activate,
+                },
+                Answer::Nothing,
+            )),
         },
         EtcdRequest::MemberAdd(add) => Ok(Plan::new(
             Converted::Member(member_addresses(&add.peer_ur_ls)?),

@@ -777,6 +777,15 @@ impl Kv for EtcdApi {
         let query = parts.query();
         let principal = self.principal(&request, !serializable)?;
         let past = parts.revision != 0;
+        // etcd refuses a read below its compaction revision, one above the
+        // node's (whose own check refuses the rest).
+        let compacted = self
+            .node
+            .consensus()
+            .with_state(|state| state.kv().history().compacted());
+        if past && parts.revision < super::etcd_compaction(compacted) {
+            return Err(EtcdError::Compacted.into());
+        }
         let (reply, revision, leases) = self
             .node
             .read_then(&query, serializable, principal.as_ref(), |state, reply| {
@@ -892,7 +901,16 @@ impl Kv for EtcdApi {
             return answered(self.leader_kv(channel).compact(request).await);
         }
         let revision = revision_from_wire(request.get_ref().revision);
-        let (reply, applied) = self.write(&request, Command::Compact { revision }).await?;
+        // The node refuses a compaction beyond its revision at apply; etcd's
+        // R is the node's R - 1, so R itself must not be beyond it either.
+        let current = self.node.status().raft.applied_index.unwrap_or(0);
+        if revision > current {
+            return Err(EtcdError::FutureRevision.into());
+        }
+        let compact = Command::Compact {
+            revision: super::compaction_to(revision),
+        };
+        let (reply, applied) = self.write(&request, compact).await?;
         rejected(reply)?;
         Ok(Response::new(CompactionResponse {
             header: Some(self.header(applied)),

@@ -41,6 +41,31 @@ const SNAPSHOT_CHUNK_BYTES: usize = 1024 * 1024;
 /// `serve --etcd-version` changes it.
 pub const ETCD_VERSION: &str = "3.4.0";
 
+impl EtcdApi {
+    /// The cluster's alarms, by member: the store quota's `NOSPACE` (the
+    /// quota is the cluster's, so every member's), and those raised by
+    /// hand.
+    fn alarms(&self) -> Vec<AlarmMember> {
+        let (quota, by_hand) = self.node.consensus().with_state(|state| {
+            (
+                state.stats().no_space_alarm,
+                state.alarmed_members().clone(),
+            )
+        });
+        let mut members: std::collections::BTreeSet<u64> = by_hand;
+        if quota {
+            members.extend(self.node.status().raft.members.iter().map(|m| m.id));
+        }
+        members
+            .into_iter()
+            .map(|member_id| AlarmMember {
+                member_id,
+                alarm: AlarmType::Nospace as i32,
+            })
+            .collect()
+    }
+}
+
 #[tonic::async_trait]
 impl Maintenance for EtcdApi {
     async fn status(
@@ -63,11 +88,12 @@ impl Maintenance for EtcdApi {
             .members
             .iter()
             .any(|member| member.id == raft.id && !member.voter);
-        let errors = if state.no_space_alarm {
-            vec![format!("memberID:{} alarm:NOSPACE ", raft.id)]
-        } else {
-            Vec::new()
-        };
+        // As etcd: every alarm of the cluster, as its text.
+        let errors = self
+            .alarms()
+            .iter()
+            .map(|alarm| format!("memberID:{} alarm:NOSPACE ", alarm.member_id))
+            .collect();
         Ok(Response::new(StatusResponse {
             header: Some(self.header(applied)),
             version: self.version.to_string(),
@@ -93,40 +119,58 @@ impl Maintenance for EtcdApi {
             .require_admin(&credentials_of(&request), "alarms")
             .map_err(|error| Status::from(error_of(error)))?;
         let asked = *request.get_ref();
-        match asked.action() {
-            AlarmAction::Get => {}
-            AlarmAction::Activate => {
+        let alarm = asked.alarm();
+        let change = match asked.action() {
+            // As etcd: the alarms of the type asked, every one for NONE.
+            AlarmAction::Get => None,
+            // As etcd: raising or clearing NONE changes nothing.
+            _ if alarm == AlarmType::None => Some(None),
+            AlarmAction::Activate if alarm == AlarmType::Corrupt => {
                 return Err(EtcdError::Unsupported(
-                    "raising an alarm by hand (the node raises NOSPACE itself)".to_string(),
+                    "raising a CORRUPT alarm (a member's data is checked by `oncekv verify` and \
+                     HashKV, and a damaged log refuses to start)"
+                        .to_string(),
                 )
                 .into());
             }
-            AlarmAction::Deactivate => {
-                if asked.alarm() == AlarmType::Nospace {
-                    if let Route::Leader(channel) = self.route(&request)? {
-                        let request = self.forwarded(request);
-                        return answered(MaintenanceClient::new(channel).alarm(request).await);
-                    }
-                    self.write(&request, Command::AlarmDisarm).await?;
-                }
-            }
-        }
-        let status = self.node.status();
-        let alarms = if status.state.no_space_alarm {
-            status
-                .raft
-                .members
-                .iter()
-                .map(|member| AlarmMember {
-                    member_id: member.id,
-                    alarm: AlarmType::Nospace as i32,
-                })
-                .collect()
-        } else {
-            Vec::new()
+            // No CORRUPT alarm is ever raised.
+            AlarmAction::Deactivate if alarm == AlarmType::Corrupt => Some(None),
+            AlarmAction::Activate => Some(Some(true)),
+            AlarmAction::Deactivate => Some(Some(false)),
         };
+        let alarms = match change {
+            None => self
+                .alarms()
+                .into_iter()
+                .filter(|listed| alarm == AlarmType::None || listed.alarm == alarm as i32)
+                .collect(),
+            Some(None) => Vec::new(),
+            Some(Some(raise)) => {
+                if let Route::Leader(channel) = self.route(&request)? {
+                    let request = self.forwarded(request);
+                    return answered(MaintenanceClient::new(channel).alarm(request).await);
+                }
+                let member = asked.member_id;
+                let set = Command::AlarmSet { member, raise };
+                let (reply, applied) = self.write(&request, set).await?;
+                // As etcd: the alarm raised or cleared, if that changed it.
+                let changed = matches!(reply, oncekv_state::Reply::AlarmSet { changed: true });
+                let alarms = changed
+                    .then_some(AlarmMember {
+                        member_id: member,
+                        alarm: AlarmType::Nospace as i32,
+                    })
+                    .into_iter()
+                    .collect();
+                return Ok(Response::new(AlarmResponse {
+                    header: Some(self.header(applied)),
+                    alarms,
+                }));
+            }
+        };
+        let applied = self.node.status().raft.applied_index.unwrap_or(0);
         Ok(Response::new(AlarmResponse {
-            header: Some(self.header(status.raft.applied_index.unwrap_or(0))),
+            header: Some(self.header(applied)),
             alarms,
         }))
     }
@@ -176,7 +220,9 @@ impl Maintenance for EtcdApi {
         Ok(Response::new(HashKvResponse {
             header: Some(self.header(hashed.applied)),
             hash: hashed.hash,
-            compact_revision: hashed.compacted.map_or(-1, super::revision_to_wire),
+            compact_revision: hashed.compacted.map_or(-1, |compacted| {
+                super::revision_to_wire(super::etcd_compaction(compacted))
+            }),
             hash_revision: super::revision_to_wire(hashed.revision),
         }))
     }
@@ -298,6 +344,13 @@ fn kv_hash(state: &StateMachine, asked: u64) -> Result<KvHash, oncekv_state::Rej
     let revision = if asked == 0 { applied } else { asked };
     let kv = state.kv();
     kv.check_readable(revision, applied)?;
+    let compacted = kv.history().compacted();
+    if revision < super::etcd_compaction(compacted) {
+        return Err(oncekv_state::Rejection::Compacted {
+            revision,
+            compacted,
+        });
+    }
     // What each key changed after `revision` was then (absent: `None`),
     // from its first later change.
     let mut then: BTreeMap<&[u8], Option<&StoredValue>> = BTreeMap::new();
@@ -416,12 +469,16 @@ mod tests {
             kv_hash(&machine, 9),
             Err(Rejection::FutureRevision { .. })
         ));
-        apply(&mut machine, 9, Command::Compact { revision: 5 });
-        assert!(matches!(
-            kv_hash(&machine, 3),
-            Err(Rejection::Compacted { .. })
-        ));
-        let at_compaction = kv_hash(&machine, 5).expect("the compacted revision");
+        // etcd's Compact(6): the node's history keeps revision 6 on.
+        let revision = super::super::compaction_to(6);
+        apply(&mut machine, 9, Command::Compact { revision });
+        for below in [3, 5] {
+            assert!(matches!(
+                kv_hash(&machine, below),
+                Err(Rejection::Compacted { .. })
+            ));
+        }
+        let at_compaction = kv_hash(&machine, 6).expect("the compaction revision");
         assert_eq!(at_compaction.compacted, Some(5));
         assert_eq!(kv_hash(&machine, 9).map(|same| same.hash), Ok(now.hash));
     }

@@ -243,6 +243,25 @@ fn revision_from_wire(revision: i64) -> u64 {
     u64::try_from(revision).unwrap_or(0)
 }
 
+/// etcd's compaction revision for the node's: the lowest revision still
+/// read and watched from. The node's history drops the events at and
+/// below its compacted revision C, so C + 1 is the first kept; etcd's
+/// Compact(R) keeps R's, so it is the node's compaction to R - 1
+/// ([`compaction_to`]). 0 while nothing is compacted.
+fn etcd_compaction(node_compacted: u64) -> u64 {
+    if node_compacted == 0 {
+        0
+    } else {
+        node_compacted.saturating_add(1)
+    }
+}
+
+/// The node's compaction that is etcd's Compact(`revision`): the events
+/// below `revision` dropped, those at it kept ([`etcd_compaction`]).
+fn compaction_to(revision: u64) -> u64 {
+    revision.saturating_sub(1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

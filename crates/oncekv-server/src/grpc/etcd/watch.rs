@@ -245,7 +245,7 @@ impl Sending {
         let mut response = self.api.watch_response(self.id, revision);
         response.canceled = true;
         if compacted > 0 {
-            response.compact_revision = revision_to_wire(compacted);
+            response.compact_revision = revision_to_wire(super::etcd_compaction(compacted));
         }
         response.cancel_reason = reason;
         let bytes = response_bytes(&response);

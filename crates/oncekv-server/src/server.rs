@@ -122,7 +122,8 @@ pub struct ListenerLimits {
     /// `oncekv-overloaded: in-flight`), never queued.
     pub in_flight_max: usize,
     /// Longest a call may run; then it is cancelled (CANCELLED, "Timeout
-    /// expired"; a mutation cancelled so may still apply).
+    /// expired"; a mutation cancelled so may still apply). Not etcd's
+    /// Lock and Campaign ([`crate::transport::UNTIMED_PATHS`]).
     pub call_timeout: Duration,
     /// How often an HTTP/2 ping checks each connection.
     pub keepalive_interval: Duration,
@@ -364,7 +365,6 @@ fn grpc_server(
     };
     Ok(server
         .max_concurrent_streams(limits.streams_per_connection_max)
-        .timeout(limits.call_timeout)
         .http2_keepalive_interval(Some(limits.keepalive_interval))
         .http2_keepalive_timeout(Some(limits.keepalive_timeout)))
 }
@@ -554,7 +554,11 @@ where
         .with_peer_certificates(config.peer_tls.is_some())
         .with_stop_signal(stopped.clone());
     let peer = grpc_server(&limits.peer, peer_tls, "peer")?
-        .layer(limit_requests(limits.peer.in_flight_max, "peer"))
+        .layer(limit_requests(
+            limits.peer.in_flight_max,
+            limits.peer.call_timeout,
+            "peer",
+        ))
         .add_service(InterceptedService::new(
             RaftPeerServer::new(peer_service)
                 .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
@@ -572,7 +576,11 @@ where
     )
     .reporting_version(&config.etcd_version);
     let client = grpc_server(&limits.client, client_tls.clone(), "client")?
-        .layer(limit_requests(limits.client.in_flight_max, "client"))
+        .layer(limit_requests(
+            limits.client.in_flight_max,
+            limits.client.call_timeout,
+            "client",
+        ))
         .add_service(crate::grpc::health_service(
             node.clone(),
             signal(stopped.clone()),
@@ -622,7 +630,11 @@ where
             )));
             let bytes = config.client_message_bytes_max;
             let server = grpc_server(&limits.client, client_tls.clone(), "etcd")?
-                .layer(limit_requests(limits.client.in_flight_max, "etcd"))
+                .layer(limit_requests(
+                    limits.client.in_flight_max,
+                    limits.client.call_timeout,
+                    "etcd",
+                ))
                 .add_service(etcd.kv_server(bytes))
                 .add_service(etcd.watch_server(bytes))
                 .add_service(etcd.lease_server(bytes))

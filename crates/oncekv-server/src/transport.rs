@@ -11,8 +11,10 @@
 //!   beyond those it is closed at once, unanswered.
 //! - [`limit_requests`]: the tower layers of one server: a cap on requests
 //!   in flight over all its connections, an excess request shed at once
-//!   with [`overloaded`] (never queued; `oncekv_requests_shed_total`), and
-//!   [`malformed_is_invalid_argument`] on every answer.
+//!   with [`overloaded`] (never queued; `oncekv_requests_shed_total`),
+//!   [`malformed_is_invalid_argument`] on every answer, and the call
+//!   timeout ([`CallTimeout`]), which the calls that wait for a turn
+//!   ([`UNTIMED_PATHS`]) do not have.
 //!
 //! - [`sort_tls`]: on a TLS port, tells a TLS client (its first byte
 //!   opens a handshake record) from a plaintext one; [`answer_plaintext`]
@@ -481,13 +483,62 @@ pub fn malformed_is_invalid_argument(response: http::Response<Body>) -> http::Re
     }
 }
 
+/// The calls that wait for their turn as long as their caller does (etcd's
+/// Lock and an election's Campaign, as etcd serves them): the call timeout
+/// does not cut them off; the caller's own deadline (`grpc-timeout`) and
+/// the in-flight cap still bound them.
+pub const UNTIMED_PATHS: &[&str] = &["/v3lockpb.Lock/Lock", "/v3electionpb.Election/Campaign"];
+
+/// A call that has not answered within `timeout` is cancelled (CANCELLED,
+/// "Timeout expired", as tonic's own server timeout answers), unless its
+/// path is one of [`UNTIMED_PATHS`]. A streaming call is timed until its
+/// response starts, not while it streams.
+#[derive(Clone, Debug)]
+pub struct CallTimeout<S> {
+    inner: S,
+    timeout: Duration,
+}
+
+impl<S> tower::Service<http::Request<Body>> for CallTimeout<S>
+where
+    S: tower::Service<http::Request<Body>, Response = http::Response<Body>> + Send,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+{
+    type Response = http::Response<Body>;
+    type Error = S::Error;
+    type Future =
+        Pin<Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+        let untimed = UNTIMED_PATHS.contains(&request.uri().path());
+        let answer = self.inner.call(request);
+        let timeout = self.timeout;
+        Box::pin(async move {
+            if untimed {
+                return answer.await;
+            }
+            match tokio::time::timeout(timeout, answer).await {
+                Ok(answered) => answered,
+                Err(_) => Ok(Status::cancelled("Timeout expired").into_http()),
+            }
+        })
+    }
+}
+
 /// The tower layers of one gRPC server (`listener`: `client` or `peer`):
 /// at most `in_flight_max` requests being handled at once over all its
 /// connections; a request beyond that is refused at once with
 /// [`overloaded`]`(`[`IN_FLIGHT`]`)`, never queued. Answers go through
-/// [`malformed_is_invalid_argument`].
+/// [`malformed_is_invalid_argument`]. A call runs at most `call_timeout`
+/// ([`CallTimeout`]).
 pub fn limit_requests(
     in_flight_max: usize,
+    call_timeout: Duration,
     listener: &'static str,
 ) -> impl Layer<
     Routes,
@@ -525,6 +576,10 @@ pub fn limit_requests(
         .load_shed()
         .layer(GlobalConcurrencyLimitLayer::new(in_flight_max))
         .map_response(malformed_is_invalid_argument)
+        .layer_fn(move |inner| CallTimeout {
+            inner,
+            timeout: call_timeout,
+        })
         .into_inner()
 }
 

@@ -305,7 +305,8 @@ pub struct ServeArgs {
     client_max_in_flight: usize,
 
     /// Longest a client call may run before it is cancelled (a mutation
-    /// cancelled so may still apply).
+    /// cancelled so may still apply). etcd's Lock and Campaign wait for
+    /// their turn as long as their caller does.
     #[arg(long, value_name = "DURATION", default_value_t = CLIENT.call_timeout.into())]
     client_call_timeout: humantime::Duration,
 

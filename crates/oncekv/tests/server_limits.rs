@@ -610,3 +610,42 @@ async fn a_malformed_message_is_invalid_argument_on_both_ports() {
         .await
         .expect("served after malformed messages");
 }
+
+/// The client call timeout does not cut off etcd's Lock, which waits for
+/// its turn as long as its caller does (etcd's clients wait for minutes):
+/// a second holder waits well past the timeout, then gets the lock once
+/// the first unlocks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_waits_for_its_turn_past_the_call_timeout() {
+    use oncekv_proto::etcd::v3lockpb::lock_client::LockClient;
+    use oncekv_proto::etcd::v3lockpb::{LockRequest, UnlockRequest};
+    let _one = exclusive().await;
+    let mut flags = FAST.to_vec();
+    flags.extend(["--client-call-timeout", "1s"]);
+    let mut cluster = Cluster::start(1, &flags);
+    cluster.leader(Duration::from_secs(15)).await;
+    let channel = channel(&cluster.node(1).client).await;
+    let request = || LockRequest {
+        name: b"jobs".to_vec(),
+        lease: 0,
+    };
+    let mut holder = LockClient::new(channel.clone());
+    let first = holder.lock(request()).await.expect("the first lock");
+    let mut waiter = LockClient::new(channel.clone());
+    let second = tokio::spawn(async move { waiter.lock(request()).await });
+    // Time passes, three call timeouts' worth: the wait goes on.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!second.is_finished(), "{:?}", second.await);
+    holder
+        .unlock(UnlockRequest {
+            key: first.into_inner().key,
+        })
+        .await
+        .expect("unlock");
+    let second = tokio::time::timeout(Duration::from_secs(20), second)
+        .await
+        .expect("the second lock within 20 s")
+        .expect("the waiter's task")
+        .expect("the second lock");
+    assert!(second.into_inner().key.starts_with(b"jobs/"));
+}

@@ -387,8 +387,13 @@ impl Election for EtcdApi {
         // A malformed idempotency key is refused before anything is written.
         origin_of(&request)?;
         let principal = self.principal(&request, true)?;
+        let slot = self.waiter_slot(&request, principal.as_ref())?;
         let api = self.clone();
-        detached(move |gone| api.queue_for_election(request, principal, gone)).await
+        detached(move |gone| async move {
+            let _waiting = slot;
+            api.queue_for_election(request, principal, gone).await
+        })
+        .await
     }
 
     async fn proclaim(

@@ -202,6 +202,73 @@ pub(super) enum Unwaited {
 /// (it dropped the call).
 pub(super) type CallerGone = oneshot::Receiver<()>;
 
+/// Most Lock and Campaign calls one user (with authentication off: one
+/// source address) has waiting on a node at once: a quarter of the client
+/// port's default in-flight cap, so one caller's waits never hold every
+/// slot. One more is refused with `etcdserver: too many requests`
+/// before anything is written.
+pub const WAITERS_PER_USER_MAX: usize = 256;
+
+/// The Lock and Campaign calls waiting on this node, by caller.
+#[derive(Debug, Default)]
+pub(super) struct Waiters(std::sync::Mutex<std::collections::HashMap<String, usize>>);
+
+impl Waiters {
+    /// A place for one more waiting call of `caller`, unless it has
+    /// [`WAITERS_PER_USER_MAX`] already.
+    fn take(waiters: &std::sync::Arc<Waiters>, caller: String) -> Option<WaiterSlot> {
+        let mut counts = crate::sync::lock(&waiters.0);
+        let count = counts.entry(caller.clone()).or_insert(0);
+        if *count >= WAITERS_PER_USER_MAX {
+            return None;
+        }
+        *count += 1;
+        Some(WaiterSlot {
+            waiters: std::sync::Arc::clone(waiters),
+            caller,
+        })
+    }
+}
+
+/// One waiting call's place in [`Waiters`], given back when dropped.
+pub(super) struct WaiterSlot {
+    waiters: std::sync::Arc<Waiters>,
+    caller: String,
+}
+
+impl Drop for WaiterSlot {
+    fn drop(&mut self) {
+        let mut counts = crate::sync::lock(&self.waiters.0);
+        if let Some(count) = counts.get_mut(&self.caller) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                counts.remove(&self.caller);
+            }
+        }
+    }
+}
+
+impl EtcdApi {
+    /// A place for `request`'s wait among its caller's (`principal`, or
+    /// with authentication off its source address), or the refusal once
+    /// the caller has [`WAITERS_PER_USER_MAX`] waiting.
+    pub(super) fn waiter_slot<T>(
+        &self,
+        request: &tonic::Request<T>,
+        principal: Option<&Principal>,
+    ) -> Result<WaiterSlot, Status> {
+        let caller = match principal {
+            Some(principal) => format!("user {}", principal.0),
+            None => request.remote_addr().map_or_else(
+                || "unknown".to_string(),
+                |at| format!("address {}", at.ip()),
+            ),
+        };
+        Waiters::take(&self.waiters, caller)
+            .ok_or_else(|| EtcdError::TooManyRequests("lock and campaign waiters").into())
+    }
+}
+
 /// Runs `work` in a task of its own and answers with its result. A caller
 /// that goes away does not cut `work` short in the middle of a write
 /// (its outcome would be lost, and with it what to clean up): `work` runs
@@ -568,8 +635,13 @@ impl Lock for EtcdApi {
         // A malformed idempotency key is refused before anything is written.
         origin_of(&request)?;
         let principal = self.principal(&request, true)?;
+        let slot = self.waiter_slot(&request, principal.as_ref())?;
         let api = self.clone();
-        detached(move |gone| api.queue_for_lock(request, principal, gone)).await
+        detached(move |gone| async move {
+            let _waiting = slot;
+            api.queue_for_lock(request, principal, gone).await
+        })
+        .await
     }
 
     async fn unlock(
@@ -600,6 +672,23 @@ impl Lock for EtcdApi {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_caller_waits_in_at_most_its_share_of_places() {
+        let waiters = std::sync::Arc::new(Waiters::default());
+        let mut held: Vec<WaiterSlot> = (0..WAITERS_PER_USER_MAX)
+            .map(|_| Waiters::take(&waiters, "user alice".into()).expect("a place"))
+            .collect();
+        assert!(Waiters::take(&waiters, "user alice".into()).is_none());
+        // Another caller is not held up by alice's waits.
+        let bob = Waiters::take(&waiters, "user bob".into()).expect("bob's place");
+        // A wait that ends gives its place back.
+        held.pop();
+        assert!(Waiters::take(&waiters, "user alice".into()).is_some());
+        drop(held);
+        drop(bob);
+        assert!(crate::sync::lock(&waiters.0).is_empty());
+    }
 
     #[test]
     fn queue_keys_are_etcds() {

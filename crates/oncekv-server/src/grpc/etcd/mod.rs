@@ -73,6 +73,8 @@ pub struct EtcdApi {
     leaders: forward::LeaderChannels,
     /// The etcd version reported.
     version: Arc<str>,
+    /// The Lock and Campaign calls waiting here, by caller.
+    waiters: Arc<lock::Waiters>,
 }
 
 impl EtcdApi {
@@ -91,6 +93,7 @@ impl EtcdApi {
             message_bytes_max,
             leaders: forward::LeaderChannels::default(),
             version: Arc::from(ETCD_VERSION),
+            waiters: Arc::default(),
         }
     }
 

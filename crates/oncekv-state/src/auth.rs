@@ -485,6 +485,25 @@ impl AuthTable {
         self.users.get(name)
     }
 
+    /// Every user's name, in order (without copying the table).
+    pub fn user_names(&self) -> impl Iterator<Item = &str> {
+        self.users.keys().map(String::as_str)
+    }
+
+    /// Every role's name, the built-in admin role's first, then in order.
+    pub fn role_names(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(ADMIN_ROLE).chain(self.roles.keys().map(String::as_str))
+    }
+
+    /// What role `name` grants (nothing listed for the built-in admin
+    /// role, which grants everything), if it exists.
+    pub fn role_permissions(&self, name: &str) -> Option<&[Permission]> {
+        if name == ADMIN_ROLE {
+            return Some(&[]);
+        }
+        self.roles.get(name).map(|role| role.permissions.as_slice())
+    }
+
     /// The key that signs login tokens (set once authentication was first
     /// enabled; redrawn at each enable).
     pub fn token_key(&self) -> Option<&TokenKey> {
@@ -913,6 +932,37 @@ mod tests {
             table.apply(command, LogIndex(i as u64 + 1)).unwrap();
         }
         table
+    }
+
+    #[test]
+    fn names_and_one_roles_permissions_are_read_without_the_whole_view() {
+        let permission = Permission {
+            access: Access::Read,
+            key: b"app/".to_vec(),
+            prefix: true,
+        };
+        let table = table_with("alice", "app", permission.clone());
+        let view = table.view();
+        let users: Vec<&str> = table.user_names().collect();
+        assert_eq!(users, ["alice", "root"]);
+        assert_eq!(
+            users,
+            view.users
+                .iter()
+                .map(|u| u.name.as_str())
+                .collect::<Vec<_>>()
+        );
+        let roles: Vec<&str> = table.role_names().collect();
+        assert_eq!(
+            roles,
+            view.roles
+                .iter()
+                .map(|(r, _)| r.as_str())
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(table.role_permissions("app"), Some(&[permission][..]));
+        assert_eq!(table.role_permissions(ADMIN_ROLE), Some(&[][..]));
+        assert_eq!(table.role_permissions("nobody"), None);
     }
 
     #[test]

@@ -184,11 +184,7 @@ pub(super) fn check_password(password: &str) -> Result<(), EtcdError> {
 
 /// The permissions of the role named `name` (native), if it exists.
 pub(super) fn role_permissions(auth: &AuthTable, name: &str) -> Option<Vec<Permission>> {
-    auth.view()
-        .roles
-        .into_iter()
-        .find(|(role, _)| role == name)
-        .map(|(_, permissions)| permissions)
+    auth.role_permissions(name).map(<[Permission]>::to_vec)
 }
 
 impl EtcdApi {
@@ -511,12 +507,7 @@ impl Auth for EtcdApi {
             .read_auth(&request, |auth, principal| {
                 admin_only(auth, principal)?;
                 // By name, as the table keeps them.
-                Ok(auth
-                    .view()
-                    .users
-                    .into_iter()
-                    .map(|user| user.name)
-                    .collect())
+                Ok(auth.user_names().map(str::to_string).collect())
             })
             .await?;
         Ok(Response::new(AuthUserListResponse {
@@ -714,10 +705,8 @@ impl Auth for EtcdApi {
             .read_auth(&request, |auth, principal| {
                 admin_only(auth, principal)?;
                 let mut roles: Vec<String> = auth
-                    .view()
-                    .roles
-                    .iter()
-                    .map(|(role, _)| role_name_across(role).to_string())
+                    .role_names()
+                    .map(|role| role_name_across(role).to_string())
                     .collect();
                 roles.sort();
                 Ok(roles)
@@ -799,7 +788,7 @@ impl Auth for EtcdApi {
         self.check_manager(&request)?;
         let asked = request.get_ref();
         let role = holdable(role_name_across(&asked.role))
-            .filter(|role| self.with_auth(|auth| role_permissions(auth, role).is_some()))
+            .filter(|role| self.with_auth(|auth| auth.role_permissions(role).is_some()))
             .ok_or(EtcdError::RoleNotFound)?
             .to_string();
         // The root role grants nothing by name, and a range the native

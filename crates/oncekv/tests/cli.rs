@@ -298,3 +298,34 @@ async fn a_lease_is_granted_with_ttl_as_a_lock_is() {
         assert!(stderr.contains("--ttl"), "{args:?}: {stderr}");
     }
 }
+
+/// An alarm raised by hand holds writes that grow the store, not reads or
+/// deletes, until cleared; `alarm list` shows it meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_alarm_raised_by_hand_holds_writes_until_cleared() {
+    let _one = exclusive().await;
+    let (_cluster, cli) = Cli::one_node().await;
+    assert_eq!(cli.run(&["put", "k", "v"]).0, 0);
+    let (code, raised) = cli.run(&["alarm", "raise", "--member", "3"]);
+    assert_eq!(
+        (code, raised["changed"].as_bool()),
+        (0, Some(true)),
+        "{raised}"
+    );
+    let (code, listed) = cli.run_text(&["alarm", "list"]);
+    assert!(code == 0 && listed.contains("NOSPACE"), "{code}: {listed}");
+    let (code, refused) = cli.run(&["put", "k2", "v"]);
+    assert_ne!(code, 0, "{refused}");
+    let (code, read) = cli.run_text(&["get", "k"]);
+    assert_eq!((code, read.trim()), (0, "v"));
+    assert_eq!(cli.run(&["del", "k"]).0, 0);
+    let (code, cleared) = cli.run(&["alarm", "clear", "--member", "3"]);
+    assert_eq!(
+        (code, cleared["changed"].as_bool()),
+        (0, Some(true)),
+        "{cleared}"
+    );
+    let (code, listed) = cli.run_text(&["alarm", "list"]);
+    assert!(code == 0 && !listed.contains("NOSPACE"), "{code}: {listed}");
+    assert_eq!(cli.run(&["put", "k2", "v"]).0, 0);
+}

@@ -318,6 +318,26 @@ pub enum AlarmCommand {
         #[command(flatten)]
         once: Once,
     },
+    /// Raise a member's NOSPACE alarm by hand, as etcd's Alarm ACTIVATE
+    /// does: writes that grow the store are refused (reads and deletes
+    /// go on) until it is cleared or disarmed. Needs the admin role while
+    /// authentication is enforced.
+    Raise {
+        /// The member the alarm is of (0, as etcd's clients send by
+        /// default, names none in particular).
+        #[arg(long, default_value_t = 0)]
+        member: u64,
+        #[command(flatten)]
+        once: Once,
+    },
+    /// Clear a member's NOSPACE alarm raised by hand (and the quota's).
+    Clear {
+        /// The member the alarm is of.
+        #[arg(long, default_value_t = 0)]
+        member: u64,
+        #[command(flatten)]
+        once: Once,
+    },
 }
 
 /// Lease commands. A lease is its granter's: while the cluster enforces
@@ -645,6 +665,30 @@ pub async fn run(connection: &Connection, command: ClientCommand) -> anyhow::Res
         ClientCommand::Alarm(AlarmCommand::Disarm { once }) => finish(
             &printer,
             mutate(&client, &once, Command::AlarmDisarm).await?,
+        ),
+        ClientCommand::Alarm(AlarmCommand::Raise { member, once }) => finish(
+            &printer,
+            mutate(
+                &client,
+                &once,
+                Command::AlarmSet {
+                    member,
+                    raise: true,
+                },
+            )
+            .await?,
+        ),
+        ClientCommand::Alarm(AlarmCommand::Clear { member, once }) => finish(
+            &printer,
+            mutate(
+                &client,
+                &once,
+                Command::AlarmSet {
+                    member,
+                    raise: false,
+                },
+            )
+            .await?,
         ),
         ClientCommand::User(command) => auth::user(&client, &printer, command).await?,
         ClientCommand::Role(command) => auth::role(&client, &printer, command).await,

@@ -37,6 +37,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;
 
+/// How long a node given failing syncs is waited for to exit before it
+/// is started again (one that syncs nothing meanwhile keeps running).
+const SYNC_STOP_MAX: Duration = Duration::from_secs(3);
+
 /// A kind of fault the nemesis can inject.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Fault {
@@ -391,6 +395,20 @@ impl Nemesis {
                     _ => fiu_syncs(&lock(cluster), target, true),
                 }
                 sleep_or_stop(hold, stop).await;
+                if !matches!(fault, Fault::Kill | Fault::Pause) {
+                    fiu_syncs(&lock(cluster), target, false);
+                    // A node that failed a sync stops, which takes it a
+                    // moment: wait for its exit (a bounded while) so that
+                    // it is started again, not found still running.
+                    let exiting = tokio::time::Instant::now() + SYNC_STOP_MAX;
+                    while tokio::time::Instant::now() < exiting
+                        && lock(cluster)
+                            .node_mut(target)
+                            .is_some_and(|node| node.is_running())
+                    {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                }
                 let mut cluster = lock(cluster);
                 match fault {
                     Fault::Kill => {
@@ -398,7 +416,6 @@ impl Nemesis {
                     }
                     Fault::Pause => cluster.resume(target),
                     _ => {
-                        fiu_syncs(&cluster, target, false);
                         // A node that stopped on a failed sync starts again.
                         let _ = cluster.restart(target);
                     }

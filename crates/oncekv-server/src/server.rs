@@ -682,8 +682,12 @@ where
     let _ = stop.send(true);
     // Open calls get a grace period to end; the long-lived ones (a
     // leader's append stream, watches) never end on their own, so they
-    // are then dropped.
-    let grace = tokio::time::Instant::now() + CALLS_GRACE;
+    // are then dropped. A node whose consensus failed drops them at once:
+    // it stops as soon as it can, to be started again.
+    let grace = match fatal {
+        None => tokio::time::Instant::now() + CALLS_GRACE,
+        Some(_) => tokio::time::Instant::now(),
+    };
     let peer_result = ended_by(grace, peer).await;
     let client_result = ended_by(grace, client).await;
     let etcd_result = match etcd_only {

@@ -765,6 +765,7 @@ fn rejection_to_wire(rejection: &Rejection) -> v1::Rejection {
         }
         Rejection::TooManyKeys { max } => Kind::TooManyKeys(v1::Max { max: *max }),
         Rejection::TooManyLeases { max } => Kind::TooManyLeases(v1::Max { max: *max }),
+        Rejection::TooManyAlarms { max } => Kind::TooManyAlarms(v1::Max { max: *max }),
         other => match auth::rejection_to_wire(other).or_else(|| txn::rejection_to_wire(other)) {
             Some(kind) => kind,
             None => Kind::InvalidAuth(v1::Invalid {
@@ -818,6 +819,7 @@ fn rejection_from_wire(rejection: v1::Rejection) -> Result<Rejection> {
             },
             Kind::TooManyKeys(max) => Rejection::TooManyKeys { max: max.max },
             Kind::TooManyLeases(max) => Rejection::TooManyLeases { max: max.max },
+            Kind::TooManyAlarms(max) => Rejection::TooManyAlarms { max: max.max },
             other => match txn::rejection_from_wire(other.clone()) {
                 Some(rejection) => rejection,
                 None => auth::rejection_from_wire(other)

@@ -244,6 +244,7 @@ fn rejection() -> impl Strategy<Value = Rejection> {
         ),
         (any::<u64>(), any::<u64>())
             .prop_map(|(bytes, max)| Rejection::ReplyTooLarge { bytes, max }),
+        any::<u64>().prop_map(|max| Rejection::TooManyAlarms { max }),
     ]
 }
 

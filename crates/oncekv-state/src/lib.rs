@@ -95,7 +95,9 @@ pub use invariant::{BrokenInvariant, Table};
 pub use key_range::{KeyRange, KeyScope, prefix_end};
 pub use kv::{KeyValue, KvPairs, KvStore, RangePage, entry_weight_bytes};
 pub use lease::{Lease, Leases};
-pub use limits::{InvalidRequest, Limits, WINDOW_DEFAULT, WINDOW_MAX_ABSOLUTE};
+pub use limits::{
+    ALARMED_MEMBERS_MAX, InvalidRequest, Limits, WINDOW_DEFAULT, WINDOW_MAX_ABSOLUTE,
+};
 pub use machine::{StateMachine, Stats};
 pub use outcome::{LeaseInfo, Outcome, Reply};
 pub use overhead::{ENTRY_OVERHEAD_BYTES, KEY_ENTRY_OVERHEAD_BYTES, STORE_ENTRY_OVERHEAD_BYTES};

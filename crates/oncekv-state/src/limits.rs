@@ -84,6 +84,12 @@ impl Limits {
     }
 }
 
+/// The most members an alarm may be raised for at once
+/// ([`crate::Command::AlarmSet`]): well above any cluster's size, so that
+/// the set of alarms, kept in every snapshot, stays small whatever member
+/// ids a caller names. The same on every replica, as the log replays it.
+pub const ALARMED_MEMBERS_MAX: u64 = 64;
+
 /// The default in-flight window of a session (as RIFL).
 pub const WINDOW_DEFAULT: u32 = 128;
 

@@ -353,6 +353,13 @@ pub enum Rejection {
         /// The bound ([`crate::Limits::reply_bytes_max`]).
         max: u64,
     },
+    /// Raising an alarm for one more member would pass the number of
+    /// members an alarm may be raised for at once.
+    #[error("alarms are raised for {max} members already: clear one first")]
+    TooManyAlarms {
+        /// The bound ([`crate::ALARMED_MEMBERS_MAX`]).
+        max: u64,
+    },
 }
 
 impl Rejection {

@@ -321,7 +321,7 @@ fn checked_body(bytes: &[u8]) -> Result<(u32, &[u8]), SnapshotError> {
 mod tests {
     use super::*;
     use crate::command::{Command, Entry, Request};
-    use crate::{Outcome, Overload, Reply};
+    use crate::{Outcome, Overload, Rejection, Reply};
 
     fn machine() -> StateMachine {
         let mut machine = StateMachine::new(Limits::default());
@@ -548,6 +548,51 @@ mod tests {
             matches!(put_reply, Outcome::Applied(Reply::Put { .. })),
             "{put_reply:?}"
         );
+    }
+
+    #[test]
+    fn alarms_are_raised_for_at_most_alarmed_members_max_members() {
+        let limits = Limits::default();
+        let mut machine = StateMachine::new(limits.clone());
+        let set = |member, raise| Command::AlarmSet { member, raise };
+        let mut index = 0;
+        let mut next = || {
+            index += 1;
+            index
+        };
+        for member in 0..crate::ALARMED_MEMBERS_MAX {
+            let member = member * 1_000_003;
+            assert_eq!(
+                apply(&mut machine, next(), None, set(member, true)),
+                Outcome::Applied(Reply::AlarmSet { changed: true })
+            );
+        }
+        let refused = Outcome::Applied(Reply::Rejected(Rejection::TooManyAlarms {
+            max: crate::ALARMED_MEMBERS_MAX,
+        }));
+        assert_eq!(
+            apply(&mut machine, next(), None, set(u64::MAX, true)),
+            refused
+        );
+        // One raised already may be raised again; a cleared one frees a place.
+        assert_eq!(
+            apply(&mut machine, next(), None, set(0, true)),
+            Outcome::Applied(Reply::AlarmSet { changed: false })
+        );
+        assert_eq!(
+            apply(&mut machine, next(), None, set(0, false)),
+            Outcome::Applied(Reply::AlarmSet { changed: true })
+        );
+        assert_eq!(
+            apply(&mut machine, next(), None, set(u64::MAX, true)),
+            Outcome::Applied(Reply::AlarmSet { changed: true })
+        );
+        let restored = StateMachine::restore(&limits, &machine.snapshot()).unwrap();
+        assert_eq!(
+            restored.alarmed_members().len() as u64,
+            crate::ALARMED_MEMBERS_MAX
+        );
+        assert_eq!(restored, machine);
     }
 
     #[test]

@@ -12,6 +12,7 @@ use crate::history::Stamp;
 use crate::ids::{LogIndex, Principal, SessionId};
 use crate::key_range::KeyScope;
 use crate::kv::parse_counter;
+use crate::limits::ALARMED_MEMBERS_MAX;
 use crate::machine::StateMachine;
 use crate::outcome::{Outcome, Reply};
 use crate::overhead::ENTRY_OVERHEAD_BYTES;
@@ -105,6 +106,12 @@ impl StateMachine {
             }
             Command::AlarmSet { member, raise } => {
                 let changed = if *raise {
+                    let full = self.alarmed_members.len() as u64 >= ALARMED_MEMBERS_MAX;
+                    if full && !self.alarmed_members.contains(member) {
+                        return Outcome::Applied(Reply::Rejected(Rejection::TooManyAlarms {
+                            max: ALARMED_MEMBERS_MAX,
+                        }));
+                    }
                     self.alarmed_members.insert(*member)
                 } else {
                     let quota = std::mem::replace(&mut self.no_space_alarm, false);

@@ -345,6 +345,7 @@ impl EtcdError {
             Rejection::LeaseNotFound { .. } => EtcdError::LeaseNotFound,
             Rejection::LeaseExists { .. } => EtcdError::LeaseExists,
             Rejection::TooManyLeases { .. } => EtcdError::TooManyRequests("leases"),
+            Rejection::TooManyAlarms { .. } => EtcdError::TooManyRequests("alarms"),
             Rejection::KeyNotFound { .. } => EtcdError::KeyNotFound,
             Rejection::UserExists { .. } => EtcdError::UserExists,
             Rejection::UserNotFound { .. } => EtcdError::UserNotFound,

@@ -25,6 +25,12 @@ use tonic::transport::{Channel, Endpoint};
 /// The metadata entry on a call one member forwarded to another.
 pub(super) const FORWARDED_METADATA: &str = "oncekv-forwarded-by";
 
+/// The metadata entry naming the source address of a forwarded call's
+/// caller, so that the leader bounds what one caller has waiting (with
+/// authentication off, callers are told apart by address) by the caller
+/// and not by the member that forwarded it.
+pub(super) const FORWARDED_FOR_METADATA: &str = "oncekv-forwarded-for";
+
 /// Channels to the members' client ports, by address.
 #[derive(Clone, Debug, Default)]
 pub(super) struct LeaderChannels {
@@ -99,11 +105,20 @@ impl EtcdApi {
     }
 
     /// `request` as this node sends it on: the same message and metadata,
-    /// marked as forwarded.
+    /// marked as forwarded, with its caller's source address.
     pub(super) fn forwarded<T>(&self, request: tonic::Request<T>) -> tonic::Request<T> {
+        let caller = request.remote_addr();
         let (mut metadata, _, message) = request.into_parts();
         if let Ok(value) = self.node.id().to_string().parse() {
             metadata.insert(FORWARDED_METADATA, value);
+        }
+        match caller.map(|at| at.ip().to_string().parse()) {
+            Some(Ok(value)) => {
+                metadata.insert(FORWARDED_FOR_METADATA, value);
+            }
+            _ => {
+                metadata.remove(FORWARDED_FOR_METADATA);
+            }
         }
         tonic::Request::from_parts(metadata, tonic::Extensions::default(), message)
     }

@@ -36,7 +36,7 @@
 //! holders.
 
 use super::errors::{EtcdError, error_of};
-use super::forward::{Route, answered};
+use super::forward::{FORWARDED_FOR_METADATA, FORWARDED_METADATA, Route, answered};
 use super::{EtcdApi, origin_of, revision_from_wire, revision_to_wire};
 use crate::watch::{PROGRESS_INTERVAL_DEFAULT, WatchMessage, WatchSpec};
 use oncekv_proto::IDEMPOTENCY_KEY_METADATA;
@@ -250,22 +250,35 @@ impl Drop for WaiterSlot {
 
 impl EtcdApi {
     /// A place for `request`'s wait among its caller's (`principal`, or
-    /// with authentication off its source address), or the refusal once
-    /// the caller has [`WAITERS_PER_USER_MAX`] waiting.
+    /// with authentication off its source address: for a call a member
+    /// forwarded, the address it names), or the refusal once the caller
+    /// has [`WAITERS_PER_USER_MAX`] waiting.
     pub(super) fn waiter_slot<T>(
         &self,
         request: &tonic::Request<T>,
         principal: Option<&Principal>,
     ) -> Result<WaiterSlot, Status> {
-        let caller = match principal {
-            Some(principal) => format!("user {}", principal.0),
-            None => request.remote_addr().map_or_else(
-                || "unknown".to_string(),
-                |at| format!("address {}", at.ip()),
-            ),
-        };
-        Waiters::take(&self.waiters, caller)
+        Waiters::take(&self.waiters, waiting_caller(request, principal))
             .ok_or_else(|| EtcdError::TooManyRequests("lock and campaign waiters").into())
+    }
+}
+
+/// Whose waits `request` counts among: `principal`'s, or with
+/// authentication off its source address (for a call a member forwarded,
+/// the address the member names).
+fn waiting_caller<T>(request: &tonic::Request<T>, principal: Option<&Principal>) -> String {
+    let metadata = request.metadata();
+    let forwarded_for = metadata
+        .get(FORWARDED_FOR_METADATA)
+        .filter(|_| metadata.contains_key(FORWARDED_METADATA))
+        .and_then(|value| value.to_str().ok());
+    match (principal, forwarded_for) {
+        (Some(principal), _) => format!("user {}", principal.0),
+        (None, Some(address)) => format!("address {address}"),
+        (None, None) => request.remote_addr().map_or_else(
+            || "unknown".to_string(),
+            |at| format!("address {}", at.ip()),
+        ),
     }
 }
 
@@ -688,6 +701,23 @@ mod tests {
         drop(held);
         drop(bob);
         assert!(crate::sync::lock(&waiters.0).is_empty());
+    }
+
+    #[test]
+    fn a_forwarded_wait_counts_against_the_caller_the_member_names() {
+        let mut direct = tonic::Request::new(());
+        direct
+            .metadata_mut()
+            .insert(FORWARDED_FOR_METADATA, "10.0.0.7".parse().unwrap());
+        // Named by a caller itself, not by a forwarding member: not heeded.
+        assert_eq!(waiting_caller(&direct, None), "unknown");
+        let mut forwarded = direct;
+        forwarded
+            .metadata_mut()
+            .insert(FORWARDED_METADATA, "2".parse().unwrap());
+        assert_eq!(waiting_caller(&forwarded, None), "address 10.0.0.7");
+        let alice = Principal("alice".into());
+        assert_eq!(waiting_caller(&forwarded, Some(&alice)), "user alice");
     }
 
     #[test]

@@ -15,9 +15,12 @@
 //! - **Unsent bytes.** Each watcher's queue counts the bytes of the
 //!   events in it (keys, values, previous values when asked for, and an
 //!   overhead per event and message), towards the watcher's stream
-//!   ([`WATCH_STREAM_BYTES_MAX`]) and towards its user
-//!   ([`WATCH_USER_BYTES_MAX`], all the user's streams on this node). A
-//!   live change that would pass either, while the queue still holds
+//!   ([`WATCH_STREAM_BYTES_MAX`]), towards its user
+//!   ([`WATCH_USER_BYTES_MAX`], all the user's streams on this node: a
+//!   quarter of the node's) and towards the node ([`WATCH_NODE_BYTES_MAX`],
+//!   every client's streams, of which the last
+//!   [`WATCH_NODE_BYTES_ADMIN_RESERVE`] only admins' take). A
+//!   live change that would pass any, while the queue still holds
 //!   something, cancels the watcher: its queue is emptied (the memory
 //!   freed) and it is told why, naming the bound, and the revision to
 //!   resume from. A queue that is empty always takes the next message, so
@@ -49,7 +52,7 @@ use crate::sync::lock;
 use oncekv_state::{ClusterTime, Event, KeyScope, StateMachine, StoredValue};
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 use tokio::sync::{Notify, broadcast, mpsc};
@@ -76,8 +79,16 @@ pub const WATCHES_PER_STREAM_MAX: usize = 1024;
 /// watch, or an etcd stream with all its watches): 4 MiB.
 pub const WATCH_STREAM_BYTES_MAX: usize = 4 * 1024 * 1024;
 /// Most bytes of events queued unsent on all of one user's watch streams
-/// on one node: 64 MiB.
+/// on one node: 64 MiB, a quarter of [`WATCH_NODE_BYTES_MAX`].
 pub const WATCH_USER_BYTES_MAX: usize = 64 * 1024 * 1024;
+/// Most bytes of events queued unsent on all the clients' watch streams
+/// of one node: 256 MiB, so that many users (or, with authentication off,
+/// many source addresses) cannot together take a node's memory.
+pub const WATCH_NODE_BYTES_MAX: usize = 4 * WATCH_USER_BYTES_MAX;
+/// Of [`WATCH_NODE_BYTES_MAX`], what only admins' streams may fill (a
+/// tenth), so that an admin's watch goes on while other users' fill the
+/// rest.
+pub const WATCH_NODE_BYTES_ADMIN_RESERVE: usize = WATCH_NODE_BYTES_MAX / 10;
 /// The shortest progress interval a watcher may ask for.
 pub const PROGRESS_INTERVAL_MIN: Duration = Duration::from_millis(100);
 /// How often an idle watcher hears the revision it is up to, by default.
@@ -225,6 +236,7 @@ impl WatchHub {
         }
         for account in &accounts {
             account.watchers.fetch_add(1, Ordering::Relaxed);
+            account.admin.store(admin, Ordering::Relaxed);
         }
         registry.watchers += 1;
         metrics::gauge!("oncekv_watchers").set(registry.watchers as f64);
@@ -268,12 +280,29 @@ pub struct Account {
     holder: Holder,
     watchers: AtomicUsize,
     bytes: AtomicUsize,
+    /// Whether its last watcher started as an admin's (a user's role
+    /// changes rarely; a watch that loses its right ends anyway).
+    admin: AtomicBool,
+    /// The unsent bytes of every client's streams on the node.
+    node_bytes: Arc<AtomicUsize>,
 }
 
 impl Account {
     /// Bytes of events its queues hold unsent.
     pub fn bytes(&self) -> usize {
         self.bytes.load(Ordering::Relaxed)
+    }
+
+    /// Counts `bytes` queued (`added`) or taken out, towards this holder
+    /// and the node.
+    fn count(&self, bytes: usize, added: bool) {
+        for counter in [&self.bytes, &*self.node_bytes] {
+            if added {
+                counter.fetch_add(bytes, Ordering::Relaxed);
+            } else {
+                counter.fetch_sub(bytes, Ordering::Relaxed);
+            }
+        }
     }
 }
 
@@ -282,6 +311,8 @@ impl Account {
 #[derive(Debug, Default)]
 struct Registry {
     watchers: usize,
+    /// The unsent bytes of every client's streams ([`WATCH_NODE_BYTES_MAX`]).
+    node_bytes: Arc<AtomicUsize>,
     accounts: HashMap<Holder, Weak<Account>>,
     /// Accounts kept after the last sweep of the dead ones.
     kept: usize,
@@ -301,6 +332,8 @@ impl Registry {
             holder: holder.clone(),
             watchers: AtomicUsize::new(0),
             bytes: AtomicUsize::new(0),
+            admin: AtomicBool::new(false),
+            node_bytes: Arc::clone(&self.node_bytes),
         });
         self.accounts.insert(holder, Arc::downgrade(&account));
         account
@@ -544,6 +577,15 @@ pub enum Bound {
         /// The bytes its streams held.
         held: usize,
     },
+    /// The node's, over every client's streams: [`WATCH_NODE_BYTES_MAX`]
+    /// (less [`WATCH_NODE_BYTES_ADMIN_RESERVE`] for a user without the
+    /// admin role).
+    Node {
+        /// The bytes the node's streams held.
+        held: usize,
+        /// The bound that applied.
+        max: usize,
+    },
 }
 
 impl Bound {
@@ -560,6 +602,10 @@ impl Bound {
                 "watch canceled: its user's watch streams held {held} bytes of events unsent \
                  on this node, the bound is {WATCH_USER_BYTES_MAX} bytes per user (its \
                  clients do not read them fast enough)"
+            ),
+            Bound::Node { held, max } => format!(
+                "watch canceled: the node's watch streams held {held} bytes of events unsent, \
+                 the bound is {max} bytes (its clients do not read them fast enough)"
             ),
         }
     }
@@ -596,7 +642,7 @@ impl<T> Shared<T> {
     fn uncount(&self, state: &mut QueueState<T>, bytes: usize) {
         state.bytes = state.bytes.saturating_sub(bytes);
         if let Some(account) = &self.account {
-            account.bytes.fetch_sub(bytes, Ordering::Relaxed);
+            account.count(bytes, false);
         }
     }
 
@@ -614,6 +660,15 @@ impl<T> Shared<T> {
             if held.saturating_add(bytes) > WATCH_USER_BYTES_MAX {
                 return Err(Bound::User { held });
             }
+            let held = account.node_bytes.load(Ordering::Relaxed);
+            let max = if account.admin.load(Ordering::Relaxed) {
+                WATCH_NODE_BYTES_MAX
+            } else {
+                WATCH_NODE_BYTES_MAX - WATCH_NODE_BYTES_ADMIN_RESERVE
+            };
+            if held.saturating_add(bytes) > max {
+                return Err(Bound::Node { held, max });
+            }
         }
         Ok(())
     }
@@ -622,7 +677,7 @@ impl<T> Shared<T> {
         state.items.push_back((item, bytes));
         state.bytes = state.bytes.saturating_add(bytes);
         if let Some(account) = &self.account {
-            account.bytes.fetch_add(bytes, Ordering::Relaxed);
+            account.count(bytes, true);
         }
         self.readable.notify_one();
     }
@@ -632,7 +687,7 @@ impl<T> Drop for Shared<T> {
     fn drop(&mut self) {
         let state = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
         if let Some(account) = &self.account {
-            account.bytes.fetch_sub(state.bytes, Ordering::Relaxed);
+            account.count(state.bytes, false);
         }
     }
 }
@@ -1297,7 +1352,9 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use oncekv_state::{AuthCommand, ClusterTime, Command, Entry, Limits, LogIndex, Request};
+    use oncekv_state::{
+        AuthCommand, ClusterTime, Command, Entry, Limits, LogIndex, Proposal, Request,
+    };
 
     type Shared = Arc<Mutex<(StateMachine, WatchHub)>>;
 
@@ -1323,9 +1380,11 @@ mod tests {
         };
         machine.apply(&Entry {
             index: LogIndex(index),
-            time: ClusterTime(0),
-            principal: None,
-            request: Request::plain(command),
+            proposal: Proposal {
+                time: ClusterTime(0),
+                principal: None,
+                request: Request::plain(command),
+            },
         });
         hub.applied(machine, index);
     }
@@ -1479,6 +1538,62 @@ mod tests {
         until_watchers(&shared, 1).await;
     }
 
+    #[test]
+    fn the_nodes_streams_together_hold_at_most_its_bound_and_admins_keep_a_reserve() {
+        let hub = WatchHub::default();
+        let user = |name: &str| {
+            hub.owner(Some(Holder::User(name.into())), None)
+                .user
+                .expect("an account")
+        };
+        let users: Vec<Arc<Account>> = ["a", "b", "c", "d"].iter().map(|n| user(n)).collect();
+        let queues: Vec<_> = users
+            .iter()
+            .map(|account| queue::<u32>(usize::MAX, Some(Arc::clone(account))))
+            .collect();
+        // Three users fill their shares; each queue holds one message
+        // already, so that the bounds apply.
+        for (outbox, _) in &queues[..3] {
+            assert_eq!(outbox.try_send(0, 1), Ok(()));
+            assert_eq!(outbox.try_send(1, WATCH_USER_BYTES_MAX - 1), Ok(()));
+        }
+        // The fourth, within its own share, reaches the node's bound less
+        // the admins' reserve.
+        let others_max = WATCH_NODE_BYTES_MAX - WATCH_NODE_BYTES_ADMIN_RESERVE;
+        let room = others_max - 3 * WATCH_USER_BYTES_MAX;
+        let (fourth, _) = &queues[3];
+        assert_eq!(fourth.try_send(0, room), Ok(()));
+        assert_eq!(
+            fourth.try_send(1, 1),
+            Err(Refused::Full(Bound::Node {
+                held: others_max,
+                max: others_max
+            }))
+        );
+        // An admin's stream takes the reserve.
+        let admin = user("root");
+        admin.admin.store(true, Ordering::Relaxed);
+        let (outbox, _inbox) = queue::<u32>(usize::MAX, Some(Arc::clone(&admin)));
+        assert_eq!(outbox.try_send(0, 1), Ok(()));
+        assert_eq!(
+            outbox.try_send(1, WATCH_NODE_BYTES_ADMIN_RESERVE - 1),
+            Ok(())
+        );
+        assert_eq!(
+            outbox.try_send(2, 1),
+            Err(Refused::Full(Bound::Node {
+                held: WATCH_NODE_BYTES_MAX,
+                max: WATCH_NODE_BYTES_MAX
+            }))
+        );
+        // What a stream held is freed with it.
+        drop(queues);
+        assert_eq!(
+            admin.node_bytes.load(Ordering::Relaxed),
+            WATCH_NODE_BYTES_ADMIN_RESERVE
+        );
+    }
+
     #[tokio::test(flavor = "current_thread")]
     async fn a_queue_holds_its_bound_takes_one_message_when_empty_and_counts_its_user() {
         let account = WatchHub::default().owner(Some(Holder::User("u".into())), None);
@@ -1582,9 +1697,11 @@ mod tests {
             for (i, change) in changes.into_iter().enumerate() {
                 machine.apply(&Entry {
                     index: LogIndex(i as u64 + 1),
-                    time: ClusterTime(0),
-                    principal: None,
-                    request: Request::plain(Command::Auth(change)),
+                    proposal: Proposal {
+                        time: ClusterTime(0),
+                        principal: None,
+                        request: Request::plain(Command::Auth(change)),
+                    },
                 });
             }
             assert!(machine.auth().is_enabled());
@@ -1772,9 +1889,11 @@ mod tests {
             let (machine, hub) = &mut *guard;
             machine.apply(&Entry {
                 index: LogIndex(2),
-                time: ClusterTime(10),
-                principal: None,
-                request: Request::plain(Command::Tick),
+                proposal: Proposal {
+                    time: ClusterTime(10),
+                    principal: None,
+                    request: Request::plain(Command::Tick),
+                },
             });
             hub.applied(machine, 2);
         }
@@ -1809,13 +1928,15 @@ mod tests {
             let key = if index % 3 == 0 { "other" } else { "k" };
             machine.apply(&Entry {
                 index: LogIndex(index),
-                time: ClusterTime(0),
-                principal: None,
-                request: Request::plain(Command::Put {
-                    key: format!("{key}{index}").into_bytes(),
-                    value: b"v".to_vec(),
-                    lease: None,
-                }),
+                proposal: Proposal {
+                    time: ClusterTime(0),
+                    principal: None,
+                    request: Request::plain(Command::Put {
+                        key: format!("{key}{index}").into_bytes(),
+                        value: b"v".to_vec(),
+                        lease: None,
+                    }),
+                },
             });
         }
         let mut next = 1;

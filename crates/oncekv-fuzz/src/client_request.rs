@@ -32,7 +32,7 @@ use oncekv_proto::convert;
 use oncekv_proto::v1;
 use oncekv_state::{
     ClusterTime, Command, ENTRY_OVERHEAD_BYTES, Entry, IdempotencyKey, Limits, LogIndex, Outcome,
-    Reply, Request, Secret, StateMachine, entry_weight_bytes,
+    Proposal, Reply, Request, Secret, StateMachine, entry_weight_bytes,
 };
 use prost::Message;
 
@@ -75,9 +75,11 @@ pub fn applied_requests(data: &[u8]) -> u64 {
         index += 1;
         let entry = Entry {
             index: LogIndex(index),
-            time: ClusterTime(time),
-            principal: None,
-            request,
+            proposal: Proposal {
+                time: ClusterTime(time),
+                principal: None,
+                request,
+            },
         };
         let outcome = machine.apply(&entry);
         if let Err(broken) = machine.check_invariants() {

@@ -45,8 +45,8 @@ use oncekv_server::grpc::etcd::fuzzing::{Converted, EtcdRequest, Plan, convert};
 use oncekv_server::grpc::etcd::status_of;
 use oncekv_server::raft::consensus::WriteError;
 use oncekv_state::{
-    ClusterTime, Entry, KeyScope, Limits, LogIndex, Origin, Outcome, Query, Reply, Request,
-    StateMachine,
+    ClusterTime, Entry, KeyScope, Limits, LogIndex, Origin, Outcome, Proposal, Query, Reply,
+    Request, StateMachine,
 };
 use prost::Message;
 use tonic::{Code, Status};
@@ -236,9 +236,11 @@ fn propose(
     }
     let entry = Entry {
         index: LogIndex(index),
-        time: ClusterTime(time),
-        principal: None,
-        request,
+        proposal: Proposal {
+            time: ClusterTime(time),
+            principal: None,
+            request,
+        },
     };
     let outcome = machine.apply(&entry);
     if let Err(broken) = machine.check_invariants() {
@@ -253,7 +255,7 @@ fn propose(
             false
         }
         None => {
-            check_answer(plan, plan.answer(outcome), &entry.request);
+            check_answer(plan, plan.answer(outcome), &entry.proposal.request);
             true
         }
     }

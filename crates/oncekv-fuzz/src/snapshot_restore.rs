@@ -26,8 +26,8 @@
 
 use oncekv_state::{
     ClusterTime, Command, Entry, FORMAT_VERSION, IdempotencyKey, KeyRange, Limits, LogIndex,
-    Origin, Outcome, Query, Request, RequestHeader, RequestId, Secret, Seq, Session, SessionId,
-    SnapshotError, StateMachine, Txn, TxnOp, Update,
+    Origin, Outcome, Proposal, Query, Request, RequestHeader, RequestId, Secret, Seq, Session,
+    SessionId, SnapshotError, StateMachine, Txn, TxnOp, Update,
 };
 
 const MAGIC: &[u8; 8] = b"OKVSNAP\0";
@@ -162,9 +162,11 @@ impl Driver {
         self.time = self.time.saturating_add(advance_ms);
         let entry = Entry {
             index: LogIndex(self.index),
-            time: ClusterTime(self.time),
-            principal: None,
-            request: Request { origin, command },
+            proposal: Proposal {
+                time: ClusterTime(self.time),
+                principal: None,
+                request: Request { origin, command },
+            },
         };
         let outcome = self.machine.apply(&entry);
         if let Err(broken) = self.machine.check_invariants() {

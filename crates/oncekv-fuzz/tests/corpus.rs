@@ -30,10 +30,10 @@ use oncekv_proto::etcd::etcdserverpb::{
 use oncekv_proto::v1::{ExecuteBatchRequest, ExecuteRequest, RaftPayload, SnapshotChunk};
 use oncekv_server::grpc::etcd::fuzzing::EtcdRequest;
 use oncekv_server::raft::segment_log::SegmentLog;
-use oncekv_server::raft::type_config::{Proposal, TypeConfig};
+use oncekv_server::raft::type_config::TypeConfig;
 use oncekv_state::{
-    ClusterTime, Command, Entry, IdempotencyKey, Limits, LogIndex, Origin, Query, Request,
-    RequestHeader, RequestId, Secret, Seq, SessionId, StateMachine,
+    ClusterTime, Command, Entry, IdempotencyKey, Limits, LogIndex, Origin, Proposal, Query,
+    Request, RequestHeader, RequestId, Secret, Seq, SessionId, StateMachine,
 };
 use openraft::alias::{EntryOf, LogIdOf, OneshotOf, SnapshotMetaOf, StoredMembershipOf, VoteOf};
 use openraft::async_runtime::Oneshot;
@@ -367,11 +367,13 @@ fn machine_after(limits: Limits, requests: &[(u8, Origin, Command)]) -> StateMac
         time += u64::from(*step) * 32;
         machine.apply(&Entry {
             index: LogIndex(index as u64 + 1),
-            time: ClusterTime(time),
-            principal: None,
-            request: Request {
-                origin: origin.clone(),
-                command: command.clone(),
+            proposal: Proposal {
+                time: ClusterTime(time),
+                principal: None,
+                request: Request {
+                    origin: origin.clone(),
+                    command: command.clone(),
+                },
             },
         });
     }
@@ -750,9 +752,11 @@ fn machine_at(index: u64) -> Vec<u8> {
     let mut machine = StateMachine::new(Limits::default());
     machine.apply(&Entry {
         index: LogIndex(index),
-        time: ClusterTime(1_000),
-        principal: None,
-        request: Request::plain(put(b"snapshot", b"installed")),
+        proposal: Proposal {
+            time: ClusterTime(1_000),
+            principal: None,
+            request: Request::plain(put(b"snapshot", b"installed")),
+        },
     });
     machine.snapshot()
 }

@@ -12,11 +12,11 @@
 use crate::auth::{AuthError, Credentials, LoginError, issue_token, principal_of, verify_password};
 use crate::clock::LeaderClock;
 use crate::raft::consensus::{Consensus, RaftStatus, WriteError};
-use crate::raft::type_config::{Executed, NodeId, NodeInfo, Proposal};
+use crate::raft::type_config::{Executed, NodeId, NodeInfo};
 use crate::sync::lock;
 use oncekv_state::{
-    ClusterTime, Command, LogIndex, Origin, Principal, Query, Reply, Request, RequestId, Secret,
-    Stats, command_digest,
+    ClusterTime, Command, LogIndex, Origin, Principal, Proposal, Query, Reply, Request, RequestId,
+    Secret, Stats, command_digest,
 };
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

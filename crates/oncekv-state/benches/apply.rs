@@ -7,8 +7,8 @@
 //! change the size).
 
 use oncekv_state::{
-    ClusterTime, Command, Entry, IdempotencyKey, Limits, LogIndex, Origin, Outcome, Reply, Request,
-    RequestHeader, RequestId, Secret, Seq, SessionId, StateMachine,
+    ClusterTime, Command, Entry, IdempotencyKey, Limits, LogIndex, Origin, Outcome, Proposal,
+    Reply, Request, RequestHeader, RequestId, Secret, Seq, SessionId, StateMachine,
 };
 use std::time::Instant;
 
@@ -67,9 +67,11 @@ fn prepare(op: &str, mode: Mode, live: usize, ops: usize) -> (StateMachine, Vec<
         };
         let entry = Entry {
             index: LogIndex(index),
-            time: ClusterTime(0),
-            principal: None,
-            request: Request::plain(open),
+            proposal: Proposal {
+                time: ClusterTime(0),
+                principal: None,
+                request: Request::plain(open),
+            },
         };
         let Outcome::Applied(Reply::SessionOpened { session, .. }) = machine.apply(&entry) else {
             panic!("session not opened");
@@ -104,9 +106,11 @@ fn prepare(op: &str, mode: Mode, live: usize, ops: usize) -> (StateMachine, Vec<
         };
         entries.push(Entry {
             index: LogIndex(index),
-            time: ClusterTime(i as u64 / 1000),
-            principal: None,
-            request,
+            proposal: Proposal {
+                time: ClusterTime(i as u64 / 1000),
+                principal: None,
+                request,
+            },
         });
     }
     (machine, entries)

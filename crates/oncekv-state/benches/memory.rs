@@ -21,8 +21,8 @@
 
 use oncekv_state::{
     ClusterTime, Command, CompletionRecord, ENTRY_OVERHEAD_BYTES, Entry, IdempotencyKey, KeyRecord,
-    Limits, LogIndex, Origin, Outcome, Reply, Request, RequestHeader, RequestId, Secret, Seq,
-    Session, SessionId, StateMachine, StoredValue,
+    Limits, LogIndex, Origin, Outcome, Proposal, Reply, Request, RequestHeader, RequestId, Secret,
+    Seq, Session, SessionId, StateMachine, StoredValue,
 };
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 use std::alloc::System;
@@ -181,9 +181,11 @@ impl Driver {
         self.index += 1;
         Entry {
             index: LogIndex(self.index),
-            time: ClusterTime(self.index / 1000),
-            principal: None,
-            request: Request { origin, command },
+            proposal: Proposal {
+                time: ClusterTime(self.index / 1000),
+                principal: None,
+                request: Request { origin, command },
+            },
         }
     }
 

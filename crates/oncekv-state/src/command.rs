@@ -1,4 +1,5 @@
-//! What the replicated log carries: an [`Entry`] (index, cluster time and a
+//! What the replicated log carries: an [`Entry`] (its index and the
+//! [`Proposal`] a leader wrote there: cluster time, principal and a
 //! [`Request`]), the request's [`Origin`] (plain, on a session, or under an
 //! idempotency key) and the [`Command`] itself, with the command each
 //! transaction operation runs as ([`TxnOp::as_command`]).
@@ -10,19 +11,43 @@ use crate::ids::{
 use crate::key_range::{KeyRange, KeyScope};
 use crate::txn::{Txn, TxnOp};
 use serde::{Deserialize, Serialize};
+use std::fmt;
 
-/// One entry of the replicated log, as the state machine applies it.
+/// One entry of the replicated log, as the state machine applies it: the
+/// proposal, at the index the log gave it.
+///
+/// Postcard writes a struct as its fields one after the other, so an entry
+/// encodes as its index followed by its proposal's fields, as when they
+/// were all fields of the entry.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Entry {
     /// The entry's log index.
     pub index: LogIndex,
-    /// The cluster time the leader stamped on the entry.
+    /// What the leader wrote there.
+    pub proposal: Proposal,
+}
+
+/// What a leader proposes, and the log stores as it is: a request, the
+/// cluster time the leader stamped on it and who sent it.
+///
+/// The log's bytes are this struct's postcard encoding, field after field:
+/// reordering, removing or adding a field makes the logs already written
+/// unreadable.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Proposal {
+    /// The leader's cluster time when it proposed the entry.
     pub time: ClusterTime,
     /// Who sent the request, as the leader authenticated it (`None` while
     /// authentication is off, and for the leader's own ticks).
     pub principal: Option<Principal>,
-    /// The request it carries.
+    /// The request.
     pub request: Request,
+}
+
+impl fmt::Display for Proposal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}@{}ms", self.request.command.name(), self.time.0)
+    }
 }
 
 /// A request: how it is deduplicated, and what it does.
@@ -361,5 +386,67 @@ impl TxnOp {
                 return None;
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hex(bytes: &[u8]) -> String {
+        bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+    }
+
+    /// The bytes below were written by the server's own `Proposal`, before
+    /// it became this one: a log written then reads back the same, and a
+    /// proposal encodes to the same bytes again (a reordered field would
+    /// change them).
+    #[test]
+    fn a_proposal_encodes_as_the_log_wrote_it_before() {
+        let on_session = Proposal {
+            time: ClusterTime(1_700_000_000_123),
+            principal: Some(Principal("alice".into())),
+            request: Request {
+                origin: Origin::Session(RequestHeader {
+                    id: RequestId {
+                        session: SessionId(300),
+                        seq: Seq(2),
+                    },
+                    secret: Secret(0x0102),
+                    first_incomplete: Seq(1),
+                    attempt: 3,
+                }),
+                command: Command::Put {
+                    key: b"k".to_vec(),
+                    value: b"v1".to_vec(),
+                    lease: Some("l".into()),
+                },
+            },
+        };
+        let tick = Proposal {
+            time: ClusterTime(5),
+            principal: None,
+            request: Request::plain(Command::Tick),
+        };
+        for (proposal, written) in [
+            (
+                &on_session,
+                "fbd095ffbc310105616c69636501ac02028202010304016b02763101016c",
+            ),
+            (&tick, "05000003"),
+        ] {
+            let bytes = postcard::to_allocvec(proposal).unwrap();
+            assert_eq!(hex(&bytes), written);
+            assert_eq!(postcard::from_bytes::<Proposal>(&bytes).unwrap(), *proposal);
+            // An entry is its index, then its proposal.
+            let entry = Entry {
+                index: LogIndex(300),
+                proposal: proposal.clone(),
+            };
+            assert_eq!(
+                hex(&postcard::to_allocvec(&entry).unwrap()),
+                format!("ac02{written}")
+            );
+        }
     }
 }

@@ -1,13 +1,14 @@
 //! The pure, deterministic exactly-once state machine of oncekv.
 //!
-//! Every replica applies the same log [`Entry`]s through
-//! [`StateMachine::apply`] and gets the same [`Outcome`]s and the same
-//! snapshot bytes. Deduplication is decided here and nowhere else: requests
-//! on a session are applied once per [`RequestId`] and their
-//! [`CompletionRecord`] answers every retry; one-shot requests do the same
-//! under an [`IdempotencyKey`]. Once authentication is enabled
-//! ([`AuthTable`]), each entry's [`Principal`] must hold a permission on
-//! every key it touches, and sessions and keys belong to their principal.
+//! Every replica applies the same log [`Entry`]s (each a leader's
+//! [`Proposal`] at its index) through [`StateMachine::apply`] and gets the
+//! same [`Outcome`]s and the same snapshot bytes. Deduplication is decided
+//! here and nowhere else: requests on a session are applied once per
+//! [`RequestId`] and their [`CompletionRecord`] answers every retry;
+//! one-shot requests do the same under an [`IdempotencyKey`]. Once
+//! authentication is enabled ([`AuthTable`]), each entry's [`Principal`]
+//! must hold a permission on every key it touches, and sessions and keys
+//! belong to their principal.
 //!
 //! This crate does no I/O, reads no clock and draws no random numbers: its
 //! only time is the [`ClusterTime`] carried in each entry, and every
@@ -36,7 +37,8 @@
 //! let mut machine = StateMachine::new(Limits::default());
 //! let secret = Secret(7);
 //! let open = Command::OpenSession { ttl_ms: 60_000, window: 1, secret };
-//! let entry = Entry { index: LogIndex(1), time: ClusterTime(0), principal: None, request: Request::plain(open) };
+//! let proposal = Proposal { time: ClusterTime(0), principal: None, request: Request::plain(open) };
+//! let entry = Entry { index: LogIndex(1), proposal };
 //! let Outcome::Applied(Reply::SessionOpened { session, .. }) = machine.apply(&entry) else {
 //!     panic!("session not opened");
 //! };
@@ -50,8 +52,12 @@
 //!     origin: Origin::Session(header),
 //!     command: Command::Incr { key: b"c".to_vec(), by: 1 },
 //! };
-//! let first = machine.apply(&Entry { index: LogIndex(2), time: ClusterTime(5), principal: None, request: incr.clone() });
-//! let retry = machine.apply(&Entry { index: LogIndex(3), time: ClusterTime(9), principal: None, request: incr });
+//! let at = |index, time, request| Entry {
+//!     index: LogIndex(index),
+//!     proposal: Proposal { time: ClusterTime(time), principal: None, request },
+//! };
+//! let first = machine.apply(&at(2, 5, incr.clone()));
+//! let retry = machine.apply(&at(3, 9, incr));
 //! assert_eq!(first, Outcome::Applied(Reply::Incr { value: 1 }));
 //! assert_eq!(retry, Outcome::Replayed { reply: Reply::Incr { value: 1 }, applied_index: LogIndex(2) });
 //! ```
@@ -83,7 +89,7 @@ pub use auth::{
     PASSWORD_HASH_BYTES_MAX, Permission, REVOKED_CERTIFICATES_MAX, Role, SERIAL_BYTES_MAX, User,
     UserView, check_name, serial_hex,
 };
-pub use command::{Command, Entry, Origin, Query, Request, RequestHeader};
+pub use command::{Command, Entry, Origin, Proposal, Query, Request, RequestHeader};
 pub use digest::command_digest;
 pub use history::{EVENT_OVERHEAD_BYTES, Event, History, HistoryBounds, Stamp};
 pub use idempotency::{IdempotencyKeys, KeyBudget, KeyRecord};

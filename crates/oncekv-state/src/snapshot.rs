@@ -320,20 +320,22 @@ fn checked_body(bytes: &[u8]) -> Result<(u32, &[u8]), SnapshotError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::command::{Command, Entry, Request};
+    use crate::command::{Command, Entry, Proposal, Request};
     use crate::{Outcome, Overload, Rejection, Reply};
 
     fn machine() -> StateMachine {
         let mut machine = StateMachine::new(Limits::default());
         machine.apply(&Entry {
             index: LogIndex(1),
-            time: ClusterTime(5),
-            principal: None,
-            request: Request::plain(Command::Put {
-                key: b"k".to_vec(),
-                value: b"v".to_vec(),
-                lease: None,
-            }),
+            proposal: Proposal {
+                time: ClusterTime(5),
+                principal: None,
+                request: Request::plain(Command::Put {
+                    key: b"k".to_vec(),
+                    value: b"v".to_vec(),
+                    lease: None,
+                }),
+            },
         });
         machine
     }
@@ -396,9 +398,11 @@ mod tests {
     ) -> Outcome {
         machine.apply(&Entry {
             index: LogIndex(index),
-            time: ClusterTime(1000 + index),
-            principal: principal.map(|p| crate::ids::Principal(p.to_string())),
-            request: Request::plain(command),
+            proposal: Proposal {
+                time: ClusterTime(1000 + index),
+                principal: principal.map(|p| crate::ids::Principal(p.to_string())),
+                request: Request::plain(command),
+            },
         })
     }
 
@@ -457,9 +461,11 @@ mod tests {
         let at_5 = |machine: &mut StateMachine, index, command| {
             machine.apply(&Entry {
                 index: LogIndex(index),
-                time: ClusterTime(5),
-                principal: None,
-                request: Request::plain(command),
+                proposal: Proposal {
+                    time: ClusterTime(5),
+                    principal: None,
+                    request: Request::plain(command),
+                },
             })
         };
         let put = Command::Put {

@@ -608,7 +608,7 @@ impl TxnOp {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::command::{Command, Entry, Request};
+    use crate::command::{Command, Entry, Proposal, Request};
     use crate::ids::{ClusterTime, LogIndex};
     use crate::outcome::Reply;
 
@@ -683,9 +683,11 @@ mod tests {
     fn what_was_written_before_nested_transactions_reads_the_same() {
         let entry = Entry {
             index: LogIndex(42),
-            time: ClusterTime(7),
-            principal: None,
-            request: Request::plain(Command::Txn(every_earlier_op())),
+            proposal: Proposal {
+                time: ClusterTime(7),
+                principal: None,
+                request: Request::plain(Command::Txn(every_earlier_op())),
+            },
         };
         let written = bytes_of(
             "2a0700000f030161000001310002702f0104010001720201017303090208000161013201016c010162\

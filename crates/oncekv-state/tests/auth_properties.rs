@@ -6,7 +6,7 @@
 
 use oncekv_state::{
     ADMIN_ROLE, Access, AuthCommand, ClusterTime, Command, Entry, IdempotencyKey, Limits, LogIndex,
-    Origin, Outcome, Permission, Principal, Query, Request, StateMachine, TokenKey,
+    Origin, Outcome, Permission, Principal, Proposal, Query, Request, StateMachine, TokenKey,
 };
 use proptest::prelude::*;
 use std::collections::BTreeMap;
@@ -195,9 +195,11 @@ impl Replica {
         self.index += 1;
         self.machine.apply(&Entry {
             index: LogIndex(self.index),
-            time: ClusterTime(self.index),
-            principal,
-            request,
+            proposal: Proposal {
+                time: ClusterTime(self.index),
+                principal,
+                request,
+            },
         })
     }
 }

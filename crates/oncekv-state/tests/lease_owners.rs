@@ -9,8 +9,8 @@
 
 use oncekv_state::{
     ADMIN_ROLE, Access, AuthCommand, ClusterTime, Command, Entry, Limits, LogIndex, Outcome,
-    Permission, Principal, Query, Rejection, Reply, Request, StateMachine, TokenKey, Txn, TxnOp,
-    Update,
+    Permission, Principal, Proposal, Query, Rejection, Reply, Request, StateMachine, TokenKey, Txn,
+    TxnOp, Update,
 };
 use proptest::prelude::*;
 use std::collections::BTreeMap;
@@ -159,9 +159,11 @@ impl Replica {
         self.index += 1;
         self.machine.apply(&Entry {
             index: LogIndex(self.index),
-            time: ClusterTime(self.index),
-            principal,
-            request: Request::plain(command),
+            proposal: Proposal {
+                time: ClusterTime(self.index),
+                principal,
+                request: Request::plain(command),
+            },
         })
     }
 }

@@ -8,8 +8,8 @@
 
 use oncekv_state::{
     ClusterTime, Command, Compare, CompareOp, CompareTarget, Entry, IdempotencyKey, KeyRange,
-    KeyScope, KeyValue, Limits, LogIndex, Origin, Outcome, Query, Reply, Request, RequestHeader,
-    RequestId, Secret, Seq, SessionId, StateMachine, Txn, TxnOp, Update,
+    KeyScope, KeyValue, Limits, LogIndex, Origin, Outcome, Proposal, Query, Reply, Request,
+    RequestHeader, RequestId, Secret, Seq, SessionId, StateMachine, Txn, TxnOp, Update,
 };
 use proptest::prelude::*;
 use std::collections::BTreeMap;
@@ -262,9 +262,11 @@ fn holds_alone(machine: &StateMachine, compare: &Compare, index: LogIndex) -> bo
     };
     match probe.apply(&Entry {
         index,
-        time: machine.cluster_time(),
-        principal: None,
-        request: Request::plain(Command::Txn(txn)),
+        proposal: Proposal {
+            time: machine.cluster_time(),
+            principal: None,
+            request: Request::plain(Command::Txn(txn)),
+        },
     }) {
         Outcome::Applied(Reply::Txn { succeeded, .. }) => succeeded,
         other => panic!("a compare alone: {other:?}"),
@@ -391,9 +393,11 @@ fn entries(steps: &[Step]) -> Vec<Entry> {
         };
         out.push(Entry {
             index,
-            principal: None,
-            time: ClusterTime(time),
-            request,
+            proposal: Proposal {
+                time: ClusterTime(time),
+                principal: None,
+                request,
+            },
         });
     }
     out
@@ -478,7 +482,7 @@ proptest! {
         let mut machine = StateMachine::new(limits());
         for entry in &log {
             let mut ticked = machine.clone();
-            ticked.apply(&Entry { request: Request::plain(Command::Tick), ..entry.clone() });
+            ticked.apply(&Entry { index: entry.index, proposal: Proposal { request: Request::plain(Command::Tick), ..entry.proposal.clone() } });
             let outcome = machine.apply(entry);
             if !matches!(outcome, Outcome::Applied(_)) {
                 prop_assert_eq!(machine.kv(), ticked.kv(), "{:?} changed data", outcome);
@@ -512,14 +516,14 @@ proptest! {
         for entry in entries(&steps) {
             let outcome = machine.apply(&entry);
             let Outcome::Applied(_) = outcome else { continue };
-            match &entry.request.origin {
+            match &entry.proposal.request.origin {
                 Origin::Session(header) => {
                     let first = by_session.insert(header.id, entry.index);
                     prop_assert!(first.is_none(), "{} applied at {:?} and again at {:?}", header.id, first, entry.index);
                 }
                 Origin::Key(key) => {
-                    if let Some((at, index)) = by_key.insert(key.0.clone(), (entry.time.0, entry.index)) {
-                        prop_assert!(entry.time.0 > at + ttl_ms, "key {:?} applied at {:?} and again at {:?} within its ttl", key, index, entry.index);
+                    if let Some((at, index)) = by_key.insert(key.0.clone(), (entry.proposal.time.0, entry.index)) {
+                        prop_assert!(entry.proposal.time.0 > at + ttl_ms, "key {:?} applied at {:?} and again at {:?} within its ttl", key, index, entry.index);
                     }
                 }
                 Origin::Plain => {}
@@ -578,7 +582,7 @@ proptest! {
         let mut index = 0;
         let mut apply = |machine: &mut StateMachine, request: Request| {
             index += 1;
-            machine.apply(&Entry { index: LogIndex(index), time: ClusterTime(index), principal: None, request })
+            machine.apply(&Entry { index: LogIndex(index), proposal: Proposal { time: ClusterTime(index), principal: None, request } })
         };
         let mut clients: Vec<AppendClient> = Vec::new();
         for (i, window) in windows.iter().enumerate() {
@@ -673,9 +677,11 @@ proptest! {
         flattened(&before, &txn, index, &mut ops, &mut path);
         let at = |txn: Txn| Entry {
             index,
-            time: before.cluster_time(),
-            principal: None,
-            request: Request::plain(Command::Txn(txn)),
+            proposal: Proposal {
+                time: before.cluster_time(),
+                principal: None,
+                request: Request::plain(Command::Txn(txn)),
+            },
         };
         let mut nested = before.clone();
         let nested_outcome = nested.apply(&at(txn.clone()));
@@ -741,9 +747,9 @@ proptest! {
         recorded.insert(0, Vec::new());
         for entry in &log {
             let mut twin = machine.clone();
-            twin.apply(&Entry { request: Request::plain(Command::Tick), ..entry.clone() });
+            twin.apply(&Entry { index: entry.index, proposal: Proposal { request: Request::plain(Command::Tick), ..entry.proposal.clone() } });
             let outcome = machine.apply(entry);
-            if let (Command::Txn(_), Outcome::Applied(Reply::Rejected(_))) = (&entry.request.command, &outcome) {
+            if let (Command::Txn(_), Outcome::Applied(Reply::Rejected(_))) = (&entry.proposal.request.command, &outcome) {
                 prop_assert_eq!(twin.kv(), machine.kv());
                 prop_assert_eq!(twin.leases(), machine.leases());
             }

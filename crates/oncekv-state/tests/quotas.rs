@@ -13,8 +13,8 @@
 
 use oncekv_state::{
     ADMIN_ROLE, Access, AuthCommand, ClusterTime, Command, Entry, IdempotencyKey, Limits, LogIndex,
-    Origin, Outcome, Overload, Permission, Principal, Reply, Request, RequestHeader, RequestId,
-    Secret, Seq, SessionId, StateMachine, TokenKey, UserQuotas,
+    Origin, Outcome, Overload, Permission, Principal, Proposal, Reply, Request, RequestHeader,
+    RequestId, Secret, Seq, SessionId, StateMachine, TokenKey, UserQuotas,
 };
 use proptest::prelude::*;
 
@@ -140,9 +140,11 @@ impl Run {
         self.index += 1;
         self.machine.apply(&Entry {
             index: LogIndex(self.index),
-            time: ClusterTime(self.time),
-            principal: principal.cloned(),
-            request,
+            proposal: Proposal {
+                time: ClusterTime(self.time),
+                principal: principal.cloned(),
+                request,
+            },
         })
     }
 }

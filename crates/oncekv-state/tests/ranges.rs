@@ -6,8 +6,8 @@
 
 use oncekv_state::{
     Access, AuthCommand, ClusterTime, Command, Compare, CompareOp, Entry, KeyRange, KeyScope,
-    Limits, LogIndex, Outcome, Permission, Principal, Query, Reply, Request, StateMachine,
-    TokenKey, Txn, TxnOp,
+    Limits, LogIndex, Outcome, Permission, Principal, Proposal, Query, Reply, Request,
+    StateMachine, TokenKey, Txn, TxnOp,
 };
 use proptest::prelude::*;
 use std::collections::BTreeMap;
@@ -44,9 +44,11 @@ fn machine_with(contents: &BTreeMap<Vec<u8>, Vec<u8>>) -> (StateMachine, u64) {
 fn apply(machine: &mut StateMachine, index: u64, command: Command) -> Outcome {
     machine.apply(&Entry {
         index: LogIndex(index),
-        time: ClusterTime(0),
-        principal: None,
-        request: Request::plain(command),
+        proposal: Proposal {
+            time: ClusterTime(0),
+            principal: None,
+            request: Request::plain(command),
+        },
     })
 }
 

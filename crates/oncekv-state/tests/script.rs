@@ -45,8 +45,8 @@
 use oncekv_state::{
     Access, AuthCommand, ClusterTime, Command, Compare, CompareOp, CompareTarget, Entry,
     IdempotencyKey, KeyRange, KeyScope, Limits, LogIndex, Origin, Outcome, Permission, Principal,
-    Query, Reply, Request, RequestHeader, RequestId, Secret, Seq, SessionId, StateMachine,
-    TokenKey, Txn, TxnOp, Update, serial_hex,
+    Proposal, Query, Reply, Request, RequestHeader, RequestId, Secret, Seq, SessionId,
+    StateMachine, TokenKey, Txn, TxnOp, Update, serial_hex,
 };
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -82,9 +82,11 @@ impl Runner {
     fn apply(&mut self, request: Request) -> Outcome {
         let entry = Entry {
             index: LogIndex(self.next_index),
-            time: ClusterTime(self.time),
-            principal: self.principal.clone(),
-            request,
+            proposal: Proposal {
+                time: ClusterTime(self.time),
+                principal: self.principal.clone(),
+                request,
+            },
         };
         self.next_index += 1;
         self.machine.apply(&entry)

@@ -5,8 +5,9 @@
 //! Its answer when a write or read fails is [`WriteError`] (from [`super::write_error`]).
 
 use super::state_machine_store::{Raft, SharedState, StateMachineStore};
-use super::type_config::{Applied, Executed, NodeId, NodeInfo, Proposal, TypeConfig};
+use super::type_config::{Applied, Executed, NodeId, NodeInfo, TypeConfig};
 pub use super::write_error::WriteError;
+use oncekv_state::Proposal;
 use openraft::LinearizerOption;
 use openraft::alias::LogIdOf;
 use openraft::error::{

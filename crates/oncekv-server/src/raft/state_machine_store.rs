@@ -367,14 +367,10 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                         let bytes = proposal.request.command.payload_bytes();
                         state.bytes_since_snapshot =
                             state.bytes_since_snapshot.saturating_add(bytes);
-                        let applied = Entry {
-                            index,
-                            time: proposal.time,
-                            principal: proposal.principal,
-                            request: proposal.request,
-                        };
+                        let applied = Entry { index, proposal };
                         let outcome = state.machine.apply(&applied);
-                        if matches!(applied.request.command, oncekv_state::Command::Auth(_)) {
+                        let command = &applied.proposal.request.command;
+                        if matches!(command, oncekv_state::Command::Auth(_)) {
                             // Watchers check their right to read again.
                             state.watch.auth_changed();
                         }

@@ -1,8 +1,9 @@
 //! The openraft type configuration of oncekv: what a log entry carries
-//! ([`Proposal`]: a request stamped with cluster time), what applying it
-//! answers ([`Applied`]), and how a node is addressed ([`NodeInfo`]).
+//! (the state crate's [`Proposal`]: a request stamped with cluster time),
+//! what applying it answers ([`Applied`]), and how a node is addressed
+//! ([`NodeInfo`]).
 
-use oncekv_state::{ClusterTime, LogIndex, Outcome, Principal, Request};
+use oncekv_state::{LogIndex, Outcome, Proposal};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -25,25 +26,6 @@ impl fmt::Display for NodeInfo {
             "peer={} client={}",
             self.peer_address, self.client_address
         )
-    }
-}
-
-/// What a leader proposes: a request, the cluster time it stamped on it and
-/// who sent it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Proposal {
-    /// The leader's cluster time when it proposed the entry.
-    pub time: ClusterTime,
-    /// The user the leader authenticated (`None` while authentication is
-    /// off, and for the leader's own ticks).
-    pub principal: Option<Principal>,
-    /// The request.
-    pub request: Request,
-}
-
-impl fmt::Display for Proposal {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}@{}ms", self.request.command.name(), self.time.0)
     }
 }
 

@@ -232,8 +232,9 @@ impl StateMachine {
     /// of order means the log is broken, and a diverged replica is worse
     /// than a stopped one.
     pub fn apply(&mut self, entry: &Entry) -> Outcome {
-        self.advance(entry.index, entry.time);
-        let outcome = self.apply_request(&entry.request, entry.principal.as_ref(), entry.index);
+        let Entry { index, proposal } = entry;
+        self.advance(*index, proposal.time);
+        let outcome = self.apply_request(&proposal.request, proposal.principal.as_ref(), *index);
         let bounds = self.limits.history_bounds();
         self.kv.history_mut().enforce(bounds, self.clock);
         self.debug_check();

@@ -421,7 +421,7 @@ fn kv_hash(state: &StateMachine, asked: u64) -> Result<KvHash, oncekv_state::Rej
 #[cfg(test)]
 mod tests {
     use super::*;
-    use oncekv_state::{ClusterTime, Entry, Limits, LogIndex, Rejection, Request};
+    use oncekv_state::{ClusterTime, Entry, Limits, LogIndex, Proposal, Rejection, Request};
 
     #[test]
     fn a_digest_folds_to_32_bits() {
@@ -432,9 +432,11 @@ mod tests {
     fn apply(machine: &mut StateMachine, index: u64, command: Command) {
         machine.apply(&Entry {
             index: LogIndex(index),
-            time: ClusterTime(0),
-            principal: None,
-            request: Request::plain(command),
+            proposal: Proposal {
+                time: ClusterTime(0),
+                principal: None,
+                request: Request::plain(command),
+            },
         });
     }
 

@@ -484,9 +484,13 @@ impl Node {
         Ok((reply, applied))
     }
 
-    /// [`read_at`](Self::read_at), then `then` on the same applied state,
-    /// under the same lock: for what the reply does not carry (such as the
-    /// lease each read key is attached to).
+    /// [`read_at`](Self::read_at), then `then` on the same applied state:
+    /// for what the reply does not carry (such as the lease each read key
+    /// is attached to). A read that walks keys (a scan, a range and its
+    /// count, a read of the past) runs on a copy of the applied state
+    /// taken under the lock and read outside it, so writes apply
+    /// meanwhile; the copy shares the state's maps, so it costs the same
+    /// whatever their size.
     pub async fn read_then<R>(
         &self,
         query: &Query,
@@ -497,15 +501,31 @@ impl Node {
         if !serializable {
             self.inner.consensus.read_barrier().await?;
         }
-        self.inner.consensus.with_state(|state| {
-            state
-                .check_query(principal, query)
-                .map_err(WriteError::PermissionDenied)?;
+        let read = |state: &oncekv_state::StateMachine| {
             let applied = state.last_applied().map_or(0, |index| index.0);
             // A lease list names only the leases `principal` may use.
             let reply = state.read_as(principal, query);
             let more = then(state, &reply);
-            Ok((reply, applied, more))
+            (reply, applied, more)
+        };
+        let walks = matches!(
+            query,
+            Query::Scan { .. } | Query::Range { .. } | Query::At { .. }
+        );
+        if walks {
+            let copy = self.inner.consensus.with_state(|state| {
+                state
+                    .check_query(principal, query)
+                    .map_err(WriteError::PermissionDenied)?;
+                Ok::<_, WriteError>(state.clone())
+            })?;
+            return Ok(read(&copy));
+        }
+        self.inner.consensus.with_state(|state| {
+            state
+                .check_query(principal, query)
+                .map_err(WriteError::PermissionDenied)?;
+            Ok(read(state))
         })
     }
 

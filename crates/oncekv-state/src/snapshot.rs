@@ -29,6 +29,7 @@ use crate::quota::UserQuotas;
 use crate::session::{Session, SessionTable};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 const MAGIC: &[u8; 8] = b"OKVSNAP\0";
 /// The snapshot format this build writes (it reads this one, format 6
@@ -280,7 +281,7 @@ impl StateMachine {
             leases,
             no_space_alarm: body.no_space_alarm,
             alarmed_members: body.alarmed_members,
-            auth: body.auth,
+            auth: Arc::new(body.auth),
             dedup: true,
             cluster_id,
         };
@@ -404,6 +405,26 @@ mod tests {
                 request: Request::plain(command),
             },
         })
+    }
+
+    #[test]
+    fn a_copy_of_the_state_shares_the_auth_table_until_one_changes_it() {
+        let mut machine = StateMachine::new(Limits::default());
+        let add = |name: &str| {
+            Command::Auth(crate::auth::AuthCommand::UserAdd {
+                name: name.to_string(),
+                password_hash: None,
+            })
+        };
+        apply(&mut machine, 1, None, add("alice"));
+        let copy = machine.clone();
+        // A read's copy: the table is shared, not copied.
+        assert!(Arc::ptr_eq(&copy.auth, &machine.auth));
+        // A change while the copy lives changes the state alone.
+        apply(&mut machine, 2, None, add("bob"));
+        assert!(machine.auth().user("bob").is_some());
+        assert!(copy.auth().user("bob").is_none());
+        assert!(copy.auth().user("alice").is_some());
     }
 
     #[test]

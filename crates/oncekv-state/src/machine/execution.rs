@@ -19,6 +19,7 @@ use crate::overhead::ENTRY_OVERHEAD_BYTES;
 use crate::refusal::Rejection;
 use crate::session::SessionBudget;
 use crate::txn::{Txn, TxnOp};
+use std::sync::Arc;
 
 impl StateMachine {
     /// Runs any command: session control yields an outcome of its own, the
@@ -121,7 +122,7 @@ impl StateMachine {
             }
             Command::Auth(change) => match change
                 .check(self.limits.key_bytes_max)
-                .and_then(|()| self.auth.apply(change, index))
+                .and_then(|()| Arc::make_mut(&mut self.auth).apply(change, index))
             {
                 Ok(()) => Outcome::Applied(match change {
                     AuthCommand::UserDelete { name } => {

@@ -34,6 +34,7 @@ use crate::limits::Limits;
 use crate::outcome::Outcome;
 use crate::session::SessionTable;
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 /// Counts that describe the state, for status and metrics.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -72,7 +73,10 @@ pub struct StateMachine {
     pub(crate) sessions: SessionTable,
     pub(crate) keys: IdempotencyKeys,
     pub(crate) leases: Leases,
-    pub(crate) auth: AuthTable,
+    /// Shared between copies of the state until one changes it, so that
+    /// a copy (a read served outside the state's lock, a snapshot) costs
+    /// the same whatever the table's size, as the persistent maps do.
+    pub(crate) auth: Arc<AuthTable>,
     /// The `NOSPACE` alarm: raised by a write that would take the store
     /// past its byte quota; while raised, writes that grow the store are
     /// refused. Lowered by
@@ -104,7 +108,7 @@ impl StateMachine {
             sessions: SessionTable::default(),
             keys: IdempotencyKeys::default(),
             leases: Leases::default(),
-            auth: AuthTable::default(),
+            auth: Arc::default(),
             no_space_alarm: false,
             alarmed_members: BTreeSet::new(),
             dedup: true,

@@ -1,19 +1,20 @@
 //! [`Client`]: the connections to a cluster's nodes and the calls made
-//! through them. A request goes to the node believed to lead, through the
-//! one retry loop of [`crate::retry`]: `NotLeader` hints redirect it,
-//! unreachable nodes are skipped in turn, and transient failures are
-//! retried with jittered backoff until the deadline. Only requests that
-//! are deduplicated (on a session or under an idempotency key) or
-//! read-only are retried after they may have been sent.
+//! through them. Every call runs through the one retry engine of
+//! [`crate::retry`]: a request goes to the node believed to lead
+//! (`NotLeader` hints redirect it), a serializable read to any node, a
+//! node's status to each endpoint in turn; unreachable nodes are skipped,
+//! a node that shed the call is asked again over the same connection, and
+//! transient failures are retried with jittered backoff until the
+//! deadline. Only requests that are deduplicated (on a session or under an
+//! idempotency key) or read-only are retried after they may have been
+//! sent.
 
 use crate::auth::{AuthInterceptor, Credentials, TokenSlot};
 use crate::batch::Batcher;
 use crate::connector::{Connector, TcpConnector};
 use crate::error::ClientError;
 use crate::random::{OsRandom, RandomSource, key_hex};
-use crate::retry::{
-    Attempt, Backoff, EarlierSends, Policy, Route, call_failed, failed, refused_by_transport,
-};
+use crate::retry::{Attempt, Backoff, EarlierSends, Policy, Retrier, Route, call_failed, failed};
 use oncekv_proto::convert;
 use oncekv_proto::v1::kv_client::KvClient;
 use oncekv_proto::v1::{self, execute_response, read_response};
@@ -200,6 +201,11 @@ impl Client {
         ));
         batchers.insert(address.to_string(), Arc::clone(&batcher));
         batcher
+    }
+
+    /// The endpoints the client was given, in order.
+    pub(crate) fn endpoints(&self) -> &[String] {
+        &self.inner.endpoints
     }
 
     pub(crate) fn forget_channel(&self, address: &str) {
@@ -457,34 +463,28 @@ impl Client {
         )
     }
 
-    /// The status of one node (`address`), or of the first reachable
-    /// endpoint when `None`.
+    /// The status of one node (`address`), or of the first endpoint that
+    /// answers, in order, when `None`. Each node is asked once (one that
+    /// shed the call or is busy, again after a pause, until the
+    /// deadline); none answering is [`ClientError::Unreachable`], a
+    /// refused caller `PermissionDenied` or `Unauthenticated`.
     pub async fn status(&self, address: Option<&str>) -> Result<v1::StatusResponse, ClientError> {
-        let candidates: Vec<String> = match address {
-            Some(address) => vec![address.to_string()],
-            None => self.inner.endpoints.clone(),
-        };
-        let mut last = String::new();
-        if self.needs_login() {
-            self.login(Instant::now() + self.inner.options.deadline)
-                .await?;
+        let deadline = Instant::now() + self.inner.options.deadline;
+        let mut retrier = Retrier::new(self, Policy::read(Route::Each), Some(deadline));
+        if let Some(address) = address {
+            retrier = retrier.only(address);
         }
-        for address in candidates {
-            let mut rpc = self.rpc(&address).map_err(ClientError::Unreachable)?;
-            let mut message = tonic::Request::new(v1::StatusRequest {});
-            message.set_timeout(self.inner.options.attempt_timeout);
-            match rpc.status(message).await {
-                Ok(status) => return Ok(status.into_inner()),
-                Err(status) => match refused_by_transport(&status) {
-                    Some(
-                        denied @ (ClientError::PermissionDenied(_)
-                        | ClientError::Unauthenticated(_)),
-                    ) => return Err(denied),
-                    _ => last = format!("{address}: {}", status.message()),
-                },
-            }
-        }
-        Err(ClientError::Unreachable(last))
+        let (status, _) = self
+            .run_with(retrier, |mut rpc, _, timeout, _| async move {
+                let mut message = tonic::Request::new(v1::StatusRequest {});
+                message.set_timeout(timeout);
+                match rpc.status(message).await {
+                    Ok(status) => Attempt::Done(status.into_inner()),
+                    Err(status) => failed(status),
+                }
+            })
+            .await?;
+        Ok(status)
     }
 
     /// Asks the node at `address` whether it is serving (the standard

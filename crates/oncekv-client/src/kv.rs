@@ -1,10 +1,11 @@
 //! The key-value calls with plain values: `get`, `put`, `delete`,
-//! `append`, `incr`, `cas` and `scan`, on a [`Client`] (each mutation
-//! exactly once under a fresh idempotency key) and on a [`Session`] (each
-//! exactly once under the session's next sequence number; reads are
-//! linearizable reads). Every error says whether the request may have
-//! applied ([`ClientError::not_applied`]). Builders for the options are
-//! here too.
+//! `append`, `incr`, `cas`, `txn` and `scan`, on a [`Client`] (each
+//! mutation exactly once under a fresh idempotency key) and on a
+//! [`Session`] (each exactly once under the session's next sequence
+//! number; reads are linearizable reads). Each write has one body, for
+//! both: generic over what runs a command once (the private `RunsOnce`).
+//! Every error says whether the request may have applied
+//! ([`ClientError::not_applied`]). Builders for the options are here too.
 
 use crate::auth::Credentials;
 use crate::client::{Client, ClientOptions, Completed};
@@ -111,42 +112,93 @@ fn counter(reply: Reply) -> Result<i64, ClientError> {
     }
 }
 
-fn cas(reply: Reply) -> Result<CasOutcome, ClientError> {
+fn cas_outcome(reply: Reply) -> Result<CasOutcome, ClientError> {
     match reply {
         Reply::Cas { swapped, current } => Ok(CasOutcome { swapped, current }),
         other => unexpected(other),
     }
 }
 
-fn put(key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) -> Command {
-    Command::Put {
-        key: key.into(),
-        value: value.into(),
-        lease: None,
+/// What runs a command exactly once and says how: a [`Client`] under a
+/// fresh idempotency key, a [`Session`] under its next sequence number.
+/// The writes below have one body each, for both.
+trait RunsOnce {
+    fn complete(
+        &self,
+        command: Command,
+    ) -> impl Future<Output = Result<Completed, ClientError>> + Send;
+}
+
+impl RunsOnce for Client {
+    fn complete(
+        &self,
+        command: Command,
+    ) -> impl Future<Output = Result<Completed, ClientError>> + Send {
+        self.execute_once(command, None)
     }
 }
 
-fn cas_command(
-    key: impl Into<Vec<u8>>,
-    expected: Option<&[u8]>,
-    new: impl Into<Vec<u8>>,
-) -> Command {
-    Command::Cas {
-        key: key.into(),
-        expected: expected.map(<[u8]>::to_vec),
-        new: new.into(),
+impl RunsOnce for Session {
+    fn complete(
+        &self,
+        command: Command,
+    ) -> impl Future<Output = Result<Completed, ClientError>> + Send {
+        self.execute_completed(command)
     }
+}
+
+async fn put(
+    on: &impl RunsOnce,
+    key: Vec<u8>,
+    value: Vec<u8>,
+) -> Result<Written<Option<Vec<u8>>>, ClientError> {
+    let command = Command::Put {
+        key,
+        value,
+        lease: None,
+    };
+    written(on.complete(command).await?, previous)
+}
+
+async fn delete(on: &impl RunsOnce, key: Vec<u8>) -> Result<Written<Option<Vec<u8>>>, ClientError> {
+    written(on.complete(Command::Delete { key }).await?, previous)
+}
+
+async fn append(
+    on: &impl RunsOnce,
+    key: Vec<u8>,
+    value: Vec<u8>,
+) -> Result<Written<u64>, ClientError> {
+    written(on.complete(Command::Append { key, value }).await?, length)
+}
+
+async fn incr(on: &impl RunsOnce, key: Vec<u8>, by: i64) -> Result<Written<i64>, ClientError> {
+    written(on.complete(Command::Incr { key, by }).await?, counter)
+}
+
+async fn cas(
+    on: &impl RunsOnce,
+    key: Vec<u8>,
+    expected: Option<&[u8]>,
+    new: Vec<u8>,
+) -> Result<Written<CasOutcome>, ClientError> {
+    let command = Command::Cas {
+        key,
+        expected: expected.map(<[u8]>::to_vec),
+        new,
+    };
+    written(on.complete(command).await?, cas_outcome)
+}
+
+async fn txn(on: &impl RunsOnce, txn: Txn) -> Result<TxnOutcome, ClientError> {
+    txn_outcome(on.complete(Command::Txn(txn)).await?)
 }
 
 impl Client {
-    async fn once(&self, command: Command) -> Result<Completed, ClientError> {
-        self.execute_once(command, None).await
-    }
-
     /// Runs `txn` once (under a fresh idempotency key): a retry returns
     /// its original result.
     pub async fn txn(&self, txn: Txn) -> Result<TxnOutcome, ClientError> {
-        txn_outcome(self.execute_once(Command::Txn(txn), None).await?)
+        self::txn(self, txn).await
     }
 
     /// `key` with its value and revisions (linearizable), `None` if absent;
@@ -191,7 +243,7 @@ impl Client {
         key: impl Into<Vec<u8>>,
         value: impl Into<Vec<u8>>,
     ) -> Result<Written<Option<Vec<u8>>>, ClientError> {
-        written(self.once(put(key, value)).await?, previous)
+        put(self, key.into(), value.into()).await
     }
 
     /// Deletes `key`, once; returns the previous value and the revision.
@@ -199,10 +251,7 @@ impl Client {
         &self,
         key: impl Into<Vec<u8>>,
     ) -> Result<Written<Option<Vec<u8>>>, ClientError> {
-        written(
-            self.once(Command::Delete { key: key.into() }).await?,
-            previous,
-        )
+        delete(self, key.into()).await
     }
 
     /// Appends `value` to `key`, once; returns the new length and the
@@ -212,11 +261,7 @@ impl Client {
         key: impl Into<Vec<u8>>,
         value: impl Into<Vec<u8>>,
     ) -> Result<Written<u64>, ClientError> {
-        let command = Command::Append {
-            key: key.into(),
-            value: value.into(),
-        };
-        written(self.once(command).await?, length)
+        append(self, key.into(), value.into()).await
     }
 
     /// Adds `by` to the integer at `key` (absent is 0), once; returns the
@@ -226,11 +271,7 @@ impl Client {
         key: impl Into<Vec<u8>>,
         by: i64,
     ) -> Result<Written<i64>, ClientError> {
-        let command = Command::Incr {
-            key: key.into(),
-            by,
-        };
-        written(self.once(command).await?, counter)
+        incr(self, key.into(), by).await
     }
 
     /// Sets `key` to `new` if it holds `expected` (`None`: if it is
@@ -241,7 +282,7 @@ impl Client {
         expected: Option<&[u8]>,
         new: impl Into<Vec<u8>>,
     ) -> Result<Written<CasOutcome>, ClientError> {
-        written(self.once(cas_command(key, expected, new)).await?, cas)
+        cas(self, key.into(), expected, new.into()).await
     }
 
     /// The keys starting with `prefix` and their values, in order, at most
@@ -276,7 +317,7 @@ impl Session {
         key: impl Into<Vec<u8>>,
         value: impl Into<Vec<u8>>,
     ) -> Result<Written<Option<Vec<u8>>>, ClientError> {
-        written(self.execute_completed(put(key, value)).await?, previous)
+        put(self, key.into(), value.into()).await
     }
 
     /// Deletes `key` on this session; returns the previous value and the
@@ -285,8 +326,7 @@ impl Session {
         &self,
         key: impl Into<Vec<u8>>,
     ) -> Result<Written<Option<Vec<u8>>>, ClientError> {
-        let command = Command::Delete { key: key.into() };
-        written(self.execute_completed(command).await?, previous)
+        delete(self, key.into()).await
     }
 
     /// Appends `value` to `key` on this session; returns the new length and
@@ -296,11 +336,7 @@ impl Session {
         key: impl Into<Vec<u8>>,
         value: impl Into<Vec<u8>>,
     ) -> Result<Written<u64>, ClientError> {
-        let command = Command::Append {
-            key: key.into(),
-            value: value.into(),
-        };
-        written(self.execute_completed(command).await?, length)
+        append(self, key.into(), value.into()).await
     }
 
     /// Adds `by` to the integer at `key` on this session; returns the new
@@ -310,11 +346,7 @@ impl Session {
         key: impl Into<Vec<u8>>,
         by: i64,
     ) -> Result<Written<i64>, ClientError> {
-        let command = Command::Incr {
-            key: key.into(),
-            by,
-        };
-        written(self.execute_completed(command).await?, counter)
+        incr(self, key.into(), by).await
     }
 
     /// Compare-and-set on this session (see [`Client::cas`]).
@@ -324,17 +356,13 @@ impl Session {
         expected: Option<&[u8]>,
         new: impl Into<Vec<u8>>,
     ) -> Result<Written<CasOutcome>, ClientError> {
-        written(
-            self.execute_completed(cas_command(key, expected, new))
-                .await?,
-            cas,
-        )
+        cas(self, key.into(), expected, new.into()).await
     }
 
     /// Runs `txn` on this session: exactly once, and a retry returns its
     /// original result.
     pub async fn txn(&self, txn: Txn) -> Result<TxnOutcome, ClientError> {
-        txn_outcome(self.execute_completed(Command::Txn(txn)).await?)
+        self::txn(self, txn).await
     }
 
     /// A scan (see [`Client::scan`]).

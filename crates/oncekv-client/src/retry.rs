@@ -2,10 +2,14 @@
 //! transport's typed errors and the node's typed failures, never from
 //! their text; the backoff between attempts ([`Backoff`], jittered from an
 //! injected [`RandomSource`], so tests and simulations can make it
-//! deterministic); and the one loop every call of the client runs
-//! ([`Client::run`]): to the leader or to any node, following leader
-//! hints, skipping nodes that cannot be reached, pausing while a node is
-//! busy, logging in again once when a token expired, until the deadline.
+//! deterministic); and the one retry engine of the client: [`Retrier`]
+//! reads each attempt's [`Attempt`] ([`Retrier::step`]) and decides the
+//! next: following leader hints, skipping nodes that cannot be reached,
+//! pausing while a node is busy, staying on a node (and its connection)
+//! that shed the call, logging in again once when a token was refused,
+//! until the deadline. Every call runs it through [`Client::run`] (to the
+//! leader, to any node, to each node in turn: [`Route`]); the watcher
+//! runs it for its starts and breaks (`watch.rs`), with no deadline.
 //!
 //! What an attempt may have done is never forgotten. A request is
 //! *never sent* only when the client can prove it: the connection attempt
@@ -26,6 +30,7 @@ use crate::random::{RandomSource, fraction};
 use oncekv_proto::convert::{self, CallFailure};
 use oncekv_proto::v1;
 use oncekv_state::RequestId;
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
@@ -106,6 +111,13 @@ pub(crate) enum Route {
     Leader,
     /// To any node, from the one that answered the last such call.
     AnyNode,
+    /// To the endpoints in turn, from the known leader or the first, for
+    /// as long as it takes, remembering no node: a watch (served by any
+    /// node from its applied state).
+    Stream,
+    /// To each endpoint once, in order from the first (or to one given
+    /// node, [`Retrier::only`]), remembering no node: a node's status.
+    Each,
 }
 
 /// How a call is retried.
@@ -238,7 +250,7 @@ pub(crate) fn call_failed<T>(failure: v1::Failure) -> Attempt<T> {
 }
 
 /// A transport status that refuses the message itself or its caller.
-pub(crate) fn refused_by_transport(status: &tonic::Status) -> Option<ClientError> {
+fn refused_by_transport(status: &tonic::Status) -> Option<ClientError> {
     if shed_by_server(status).is_some() {
         // Not a refusal of the message: it is retried later.
         return None;
@@ -257,13 +269,261 @@ pub(crate) fn refused_by_transport(status: &tonic::Status) -> Option<ClientError
     }
 }
 
-/// The bookkeeping of one call's attempts.
-struct Tally {
+/// What [`Retrier::step`] decided after an attempt.
+pub(crate) enum Step<T> {
+    /// The attempt's answer: the call is done.
+    Done(T),
+    /// Try again: the retrier's target (the same node, another, or the
+    /// leader it was told of), after the pause it took.
+    Again,
+    /// The call ends with this error.
+    Stop(ClientError),
+}
+
+/// The bookkeeping of one call's attempts, or of a watch's starts: where
+/// the next attempt goes, and what the earlier ones learned. The one
+/// reading of an [`Attempt`] ([`Retrier::step`]): [`Client::run`] and the
+/// watcher both go through it, so both follow hints, skip nodes they
+/// cannot reach, pause with the injected [`Backoff`] and stay on a node
+/// (and its connection) that shed them.
+#[derive(Debug)]
+pub(crate) struct Retrier {
+    policy: Policy,
+    /// When the call gives up (`None`: never, as a watch; each login then
+    /// has the client's deadline).
+    deadline: Option<Instant>,
+    /// The node the next attempt goes to.
+    target: String,
+    /// With [`Route::Each`]: the nodes not yet tried, in order.
+    untried: VecDeque<String>,
     attempts: u32,
+    /// Pauses taken (since the stream last started, for a watch): the
+    /// backoff grows with them.
     retries: u32,
     maybe_delivered: bool,
     last_error: String,
     busy: Option<ClientError>,
+    /// Whether it logged in again after a refused token (once per call).
+    logged_in: bool,
+}
+
+impl Retrier {
+    /// The first attempt's target by `policy`'s route; until `deadline`.
+    pub(crate) fn new(client: &Client, policy: Policy, deadline: Option<Instant>) -> Retrier {
+        let (target, untried) = match policy.route {
+            Route::Leader | Route::Stream => (client.first_target(), VecDeque::new()),
+            Route::AnyNode => (client.read_target(), VecDeque::new()),
+            Route::Each => {
+                let mut nodes: VecDeque<String> = client.endpoints().iter().cloned().collect();
+                let first = nodes.pop_front().unwrap_or_default();
+                (first, nodes)
+            }
+        };
+        Retrier {
+            policy,
+            deadline,
+            target,
+            untried,
+            attempts: 0,
+            retries: 0,
+            maybe_delivered: policy.earlier == EarlierSends::MaybeDelivered,
+            last_error: String::new(),
+            busy: None,
+            logged_in: false,
+        }
+    }
+
+    /// Only to `node` (with [`Route::Each`]: that node alone).
+    pub(crate) fn only(mut self, node: &str) -> Retrier {
+        self.target = node.to_string();
+        self.untried.clear();
+        self
+    }
+
+    /// The node the next attempt goes to.
+    pub(crate) fn target(&self) -> &str {
+        &self.target
+    }
+
+    /// Logs in with the configured password if the client holds no token
+    /// (a policy that logs in, not the login call itself).
+    pub(crate) async fn log_in_if_needed(&mut self, client: &Client) -> Result<(), ClientError> {
+        if self.policy.logs_in && client.needs_login() {
+            client.login(self.login_deadline(client)).await?;
+        }
+        Ok(())
+    }
+
+    /// The start of an attempt: its number and its timeout, or the call's
+    /// end once the deadline passed.
+    fn begin_attempt(&mut self, client: &Client) -> Result<(u32, Duration), ClientError> {
+        let timeout = client.options().attempt_timeout;
+        let Some(deadline) = self.deadline else {
+            self.attempts = self.attempts.saturating_add(1);
+            return Ok((self.attempts, timeout));
+        };
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        if remaining.is_zero() {
+            return Err(if self.maybe_delivered {
+                ClientError::OutcomeUnknown {
+                    request_id: self.policy.request_id,
+                    attempts: self.attempts,
+                    last_answer: self.busy.take().map(Box::new),
+                }
+            } else if let Some(refusal) = self.busy.take() {
+                refusal
+            } else {
+                ClientError::Unreachable(std::mem::take(&mut self.last_error))
+            });
+        }
+        self.attempts = self.attempts.saturating_add(1);
+        Ok((self.attempts, timeout.min(remaining)))
+    }
+
+    /// What an attempt at [`Retrier::target`] learned decides what comes
+    /// next: done, refused for good, or another attempt (after logging in
+    /// again, after a pause, on this node or another).
+    pub(crate) async fn step<T>(&mut self, client: &Client, result: Attempt<T>) -> Step<T> {
+        let route = self.policy.route;
+        match result {
+            Attempt::Done(value) => {
+                self.answered(client, Some(self.target.clone()));
+                return Step::Done(value);
+            }
+            Attempt::Refused(error) => return Step::Stop(error),
+            Attempt::Unauthenticated(reason) => {
+                // A password logs in again once per call (the token
+                // expired or the password changed; a login before the
+                // first attempt, for want of a token, does not count);
+                // the login call itself never does.
+                let password = matches!(
+                    client.options().credentials,
+                    Some(Credentials::Password { .. })
+                );
+                if !password || !self.policy.logs_in || self.logged_in {
+                    return Step::Stop(ClientError::Unauthenticated(reason));
+                }
+                client.forget_token();
+                if let Err(error) = client.login(self.login_deadline(client)).await {
+                    return Step::Stop(error);
+                }
+                self.logged_in = true;
+            }
+            Attempt::Busy(refusal) => {
+                if route == Route::Leader {
+                    self.answered(client, Some(self.target.clone()));
+                }
+                self.busy = Some(refusal);
+                self.pause(client).await;
+            }
+            Attempt::Shed(reason) => {
+                // The node is there and turned the call away unhandled:
+                // the same node again, on the same connection.
+                self.last_error = format!("{}: {reason}", self.target);
+                self.pause(client).await;
+            }
+            Attempt::Redirect(hint) => {
+                self.last_error = format!("{} is not the leader", self.target);
+                self.answered(client, None);
+                match hint {
+                    Some(leader) if leader != self.target && route == Route::Leader => {
+                        self.target = leader;
+                    }
+                    _ => {
+                        self.pause(client).await;
+                        if let Err(error) = self.move_on(client) {
+                            return Step::Stop(error);
+                        }
+                    }
+                }
+            }
+            Attempt::NotSent(error) => {
+                self.last_error = format!("{}: {error}", self.target);
+                client.forget_channel(&self.target);
+                if route == Route::AnyNode {
+                    self.answered(client, None);
+                }
+                if let Err(error) = self.move_on(client) {
+                    return Step::Stop(error);
+                }
+                self.pause(client).await;
+            }
+            Attempt::MaybeSent(error) => {
+                self.maybe_delivered = true;
+                self.last_error = format!("{}: {error}", self.target);
+                if !self.policy.retry_safe {
+                    return Step::Stop(ClientError::OutcomeUnknown {
+                        request_id: self.policy.request_id,
+                        attempts: self.attempts,
+                        last_answer: None,
+                    });
+                }
+                client.forget_channel(&self.target);
+                self.answered(client, None);
+                if let Err(error) = self.move_on(client) {
+                    return Step::Stop(error);
+                }
+                self.pause(client).await;
+            }
+        }
+        Step::Again
+    }
+
+    /// The next node of the route: the next endpoint in turn, or with
+    /// [`Route::Each`] the next one not yet tried (none left: the call
+    /// ends, unreachable).
+    pub(crate) fn move_on(&mut self, client: &Client) -> Result<(), ClientError> {
+        if self.policy.route == Route::Each {
+            match self.untried.pop_front() {
+                Some(node) => self.target = node,
+                None => {
+                    return Err(ClientError::Unreachable(std::mem::take(
+                        &mut self.last_error,
+                    )));
+                }
+            }
+        } else {
+            self.target = client.next_target(&self.target);
+        }
+        Ok(())
+    }
+
+    /// A node answered and served (a stream started, or delivered
+    /// changes): the next pause is the shortest again.
+    pub(crate) fn served(&mut self) {
+        self.retries = 0;
+    }
+
+    /// Changes or progress were heard: a token refused from now on may be
+    /// logged in again once more.
+    pub(crate) fn heard(&mut self) {
+        self.logged_in = false;
+    }
+
+    /// Waits the backoff's next delay (never past the deadline).
+    async fn pause(&mut self, client: &Client) {
+        let options = client.options();
+        let delay = options.backoff.delay(self.retries, options.random.as_ref());
+        self.retries = self.retries.saturating_add(1);
+        let until = Instant::now() + delay;
+        tokio::time::sleep_until(self.deadline.map_or(until, |deadline| until.min(deadline))).await;
+    }
+
+    fn login_deadline(&self, client: &Client) -> Instant {
+        self.deadline
+            .unwrap_or_else(|| Instant::now() + client.options().deadline)
+    }
+
+    /// Remembers (or forgets, with `None`) the node that answered a call
+    /// of the route: the leader, or the node for the next read at any
+    /// node. The other routes remember nothing.
+    fn answered(&self, client: &Client, node: Option<String>) {
+        match self.policy.route {
+            Route::Leader => *lock(client.leader_slot()) = node,
+            Route::AnyNode => *lock(client.reader_slot()) = node,
+            Route::Stream | Route::Each => {}
+        }
+    }
 }
 
 impl Client {
@@ -282,38 +542,33 @@ impl Client {
         Fut: Future<Output = Attempt<T>>,
     {
         let deadline = Instant::now() + self.options().deadline;
-        self.run_until(policy, deadline, attempt).await
+        self.run_with(Retrier::new(self, policy, Some(deadline)), attempt)
+            .await
     }
 
-    async fn run_until<T, F, Fut>(
+    /// [`Client::run`] with attempts that start as `retrier` says (a
+    /// route to given nodes, a deadline).
+    pub(crate) async fn run_with<T, F, Fut>(
         &self,
-        policy: Policy,
-        deadline: Instant,
+        mut retrier: Retrier,
         attempt: F,
     ) -> Result<(T, Ran), ClientError>
     where
         F: FnMut(Rpc, &str, Duration, u32) -> Fut,
         Fut: Future<Output = Attempt<T>>,
     {
-        let mut tally = Tally {
-            attempts: 0,
-            retries: 0,
-            maybe_delivered: policy.earlier == EarlierSends::MaybeDelivered,
-            last_error: String::new(),
-            busy: None,
-        };
-        let result = self.attempts(policy, deadline, &mut tally, attempt).await;
+        let result = self.attempts(&mut retrier, attempt).await;
         let ran = Ran {
-            attempts: tally.attempts,
-            maybe_delivered: tally.maybe_delivered,
+            attempts: retrier.attempts,
+            maybe_delivered: retrier.maybe_delivered,
         };
         match result {
             Ok(value) => Ok((value, ran)),
             Err(error @ ClientError::OutcomeUnknown { .. }) => Err(error),
-            Err(error) if policy.mutating && tally.maybe_delivered => {
+            Err(error) if retrier.policy.mutating && retrier.maybe_delivered => {
                 Err(ClientError::OutcomeUnknown {
-                    request_id: policy.request_id,
-                    attempts: tally.attempts,
+                    request_id: retrier.policy.request_id,
+                    attempts: retrier.attempts,
                     last_answer: Some(Box::new(error)),
                 })
             }
@@ -323,111 +578,24 @@ impl Client {
 
     async fn attempts<T, F, Fut>(
         &self,
-        policy: Policy,
-        deadline: Instant,
-        tally: &mut Tally,
+        retrier: &mut Retrier,
         mut attempt: F,
     ) -> Result<T, ClientError>
     where
         F: FnMut(Rpc, &str, Duration, u32) -> Fut,
         Fut: Future<Output = Attempt<T>>,
     {
-        let options = self.options();
-        let password = matches!(options.credentials, Some(Credentials::Password { .. }));
-        // A password logs in again once per call (the token expired or
-        // the password changed); the login call itself never does.
-        let mut logged_in = !policy.logs_in;
-        if policy.logs_in && self.needs_login() {
-            self.login(deadline).await?;
-            logged_in = true;
-        }
-        let mut target = match policy.route {
-            Route::Leader => self.first_target(),
-            Route::AnyNode => self.read_target(),
-        };
+        retrier.log_in_if_needed(self).await?;
         loop {
-            let remaining = deadline.saturating_duration_since(Instant::now());
-            if remaining.is_zero() {
-                return Err(if tally.maybe_delivered {
-                    ClientError::OutcomeUnknown {
-                        request_id: policy.request_id,
-                        attempts: tally.attempts,
-                        last_answer: tally.busy.take().map(Box::new),
-                    }
-                } else if let Some(refusal) = tally.busy.take() {
-                    refusal
-                } else {
-                    ClientError::Unreachable(std::mem::take(&mut tally.last_error))
-                });
-            }
-            tally.attempts = tally.attempts.saturating_add(1);
-            let timeout = options.attempt_timeout.min(remaining);
-            let result = match self.rpc(&target) {
-                Ok(rpc) => attempt(rpc, &target, timeout, tally.attempts).await,
+            let (number, timeout) = retrier.begin_attempt(self)?;
+            let result = match self.rpc(retrier.target()) {
+                Ok(rpc) => attempt(rpc, retrier.target(), timeout, number).await,
                 Err(error) => Attempt::NotSent(error),
             };
-            match result {
-                Attempt::Done(value) => {
-                    self.answered(policy.route, Some(target));
-                    return Ok(value);
-                }
-                Attempt::Refused(error) => return Err(error),
-                Attempt::Unauthenticated(reason) => {
-                    if !password || logged_in {
-                        return Err(ClientError::Unauthenticated(reason));
-                    }
-                    self.forget_token();
-                    self.login(deadline).await?;
-                    logged_in = true;
-                }
-                Attempt::Busy(refusal) => {
-                    if policy.route == Route::Leader {
-                        self.answered(Route::Leader, Some(target.clone()));
-                    }
-                    tally.busy = Some(refusal);
-                    self.pause(&mut tally.retries, deadline).await;
-                }
-                Attempt::Shed(reason) => {
-                    // The node is there and turned the call away unhandled:
-                    // the same node again, on the same connection.
-                    tally.last_error = format!("{target}: {reason}");
-                    self.pause(&mut tally.retries, deadline).await;
-                }
-                Attempt::Redirect(hint) => {
-                    tally.last_error = format!("{target} is not the leader");
-                    self.answered(policy.route, None);
-                    target = match hint {
-                        Some(leader) if leader != target && policy.route == Route::Leader => leader,
-                        _ => {
-                            self.pause(&mut tally.retries, deadline).await;
-                            self.next_target(&target)
-                        }
-                    };
-                }
-                Attempt::NotSent(error) => {
-                    tally.last_error = format!("{target}: {error}");
-                    self.forget_channel(&target);
-                    if policy.route == Route::AnyNode {
-                        self.answered(Route::AnyNode, None);
-                    }
-                    target = self.next_target(&target);
-                    self.pause(&mut tally.retries, deadline).await;
-                }
-                Attempt::MaybeSent(error) => {
-                    tally.maybe_delivered = true;
-                    tally.last_error = format!("{target}: {error}");
-                    if !policy.retry_safe {
-                        return Err(ClientError::OutcomeUnknown {
-                            request_id: policy.request_id,
-                            attempts: tally.attempts,
-                            last_answer: None,
-                        });
-                    }
-                    self.forget_channel(&target);
-                    self.answered(policy.route, None);
-                    target = self.next_target(&target);
-                    self.pause(&mut tally.retries, deadline).await;
-                }
+            match retrier.step(self, result).await {
+                Step::Done(value) => return Ok(value),
+                Step::Stop(error) => return Err(error),
+                Step::Again => {}
             }
         }
     }
@@ -451,8 +619,9 @@ impl Client {
                 user: user.clone(),
                 password: password.clone(),
             };
+            let retrier = Retrier::new(self, policy, Some(deadline));
             let logged_in = self
-                .run_until(policy, deadline, |mut rpc, _, timeout, _| {
+                .run_with(retrier, |mut rpc, _, timeout, _| {
                     let mut message = tonic::Request::new(request.clone());
                     message.set_timeout(timeout);
                     async move {
@@ -484,22 +653,6 @@ impl Client {
                 Err(other) => Err(ClientError::Unreachable(format!("login: {other}"))),
             }
         })
-    }
-
-    async fn pause(&self, retries: &mut u32, deadline: Instant) {
-        let options = self.options();
-        let delay = options.backoff.delay(*retries, options.random.as_ref());
-        *retries = retries.saturating_add(1);
-        tokio::time::sleep_until((Instant::now() + delay).min(deadline)).await;
-    }
-
-    /// Remembers (or forgets, with `None`) the node that answered a call
-    /// of `route`: the leader, or the node for the next read at any node.
-    fn answered(&self, route: Route, node: Option<String>) {
-        match route {
-            Route::Leader => *lock(self.leader_slot()) = node,
-            Route::AnyNode => *lock(self.reader_slot()) = node,
-        }
     }
 }
 

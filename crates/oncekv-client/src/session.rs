@@ -3,7 +3,9 @@
 //! acknowledgement watermark, keeps up to `window` requests in flight from
 //! any number of tasks, retries each with its own sequence number until it
 //! completes or its deadline passes, keeps itself alive every `ttl/3`, and
-//! closes itself when its last handle is dropped.
+//! closes itself when its last handle is dropped. Its keep-alive and close
+//! share one body (`about_itself`); its key-value calls are `kv.rs`'s,
+//! shared with [`Client`].
 
 use crate::client::{Client, Completed, completed};
 use crate::error::ClientError;
@@ -202,21 +204,15 @@ impl Session {
 
     /// Keeps the session alive once.
     pub async fn keep_alive(&self) -> Result<(), ClientError> {
-        let command = Command::KeepAlive {
-            session: self.inner.id,
-            secret: self.inner.secret,
-        };
-        let (outcome, index, attempts) = self
-            .inner
-            .client
-            .execute_request(Request::plain(command))
-            .await?;
-        match completed(outcome, index, attempts) {
+        match self
+            .about_itself(|session, secret| Command::KeepAlive { session, secret })
+            .await
+        {
             Err(ClientError::SessionExpired) => {
                 self.inner.expired.store(true, Ordering::SeqCst);
                 Err(ClientError::SessionExpired)
             }
-            result => result.map(|_| ()),
+            result => result,
         }
     }
 
@@ -226,15 +222,19 @@ impl Session {
         if let Some(task) = crate::client::lock(&self.inner.keep_alive).take() {
             task.abort();
         }
-        let command = Command::CloseSession {
-            session: self.inner.id,
-            secret: self.inner.secret,
-        };
-        let (outcome, index, attempts) = self
-            .inner
-            .client
-            .execute_request(Request::plain(command))
-            .await?;
+        self.about_itself(|session, secret| Command::CloseSession { session, secret })
+            .await
+    }
+
+    /// Sends a command about the session itself (a keep-alive, a close),
+    /// made from its id and secret, as a plain request: it is not one of
+    /// the session's numbered requests.
+    async fn about_itself(
+        &self,
+        command: fn(SessionId, Secret) -> Command,
+    ) -> Result<(), ClientError> {
+        let request = Request::plain(command(self.inner.id, self.inner.secret));
+        let (outcome, index, attempts) = self.inner.client.execute_request(request).await?;
         completed(outcome, index, attempts).map(|_| ())
     }
 

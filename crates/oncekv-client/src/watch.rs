@@ -6,23 +6,31 @@
 //! change is lost or repeated. A start revision the history no longer
 //! reaches is `Rejected(Compacted)`.
 //!
+//! This module owns the stream: its messages, the next revision, what is
+//! delivered. Its starts and breaks are retried by the client's one retry
+//! engine ([`crate::retry::Retrier`], route `Stream`, no deadline): the
+//! same reading of a start's error and of a `Failure` as every call's,
+//! the injected backoff between failed starts (back to the shortest once
+//! a stream starts or delivers changes), and the login.
+//!
 //! A node ends a watch whose user loses the right to it: a revoked role or
 //! permission is `PermissionDenied`; a token the node no longer accepts
-//! (expired, or its user's password changed) is logged in again once when
-//! the client holds a password, and `Unauthenticated` otherwise (or when
-//! that login fails). A node refuses a watch past a cap on watchers (per
-//! connection, per user) as `Invalid`, naming the cap; a node serving its
-//! most watchers is tried again later, or another one.
+//! (expired, or its user's password changed) is logged in again once
+//! (once more after changes or progress were heard) when the client holds
+//! a password, and `Unauthenticated` otherwise (or when that login fails).
+//! A node refuses a watch past a cap on watchers (per connection, per
+//! user) as `Invalid`, naming the cap; a node serving its most watchers
+//! sheds the start, which is tried again on that node, over the same
+//! connection, after a pause.
 
 use crate::client::Client;
 use crate::error::ClientError;
-use crate::retry::Attempt;
+use crate::retry::{Attempt, Policy, Retrier, Route, Step, call_failed, failed};
 use oncekv_proto::convert;
 use oncekv_proto::v1::{self, watch_response};
 use oncekv_state::{KeyMeta, Rejection};
 use std::collections::VecDeque;
 use std::time::Duration;
-use tokio::time::Instant;
 
 /// What to watch.
 #[derive(Clone, Debug, Default)]
@@ -111,14 +119,13 @@ pub struct Watcher {
     options: WatchOptions,
     /// The next revision to deliver; 0 until the first start.
     next: u64,
-    target: String,
     stream: Option<tonic::Streaming<v1::WatchResponse>>,
     pending: VecDeque<WatchUpdate>,
-    /// Consecutive failed starts, for the pause between them.
-    failures: u32,
-    /// Whether it logged in again since it last heard of a change (a
-    /// token refused once more is the caller's to know).
-    logged_in_again: bool,
+    /// The client's retry engine for the starts: the node the stream runs
+    /// on, the pause after consecutive failed starts, and whether it
+    /// logged in again since it last heard of a change (a token refused
+    /// once more is the caller's to know).
+    retrier: Retrier,
 }
 
 impl Client {
@@ -130,11 +137,9 @@ impl Client {
             key: key.into(),
             next: options.start_revision,
             options,
-            target: self.first_target(),
             stream: None,
             pending: VecDeque::new(),
-            failures: 0,
-            logged_in_again: false,
+            retrier: Retrier::new(self, Policy::read(Route::Stream), None),
         }
     }
 }
@@ -158,19 +163,27 @@ impl Watcher {
                 self.start().await?;
                 continue;
             };
-            match stream.message().await {
-                Ok(Some(message)) => self.take(message)?,
-                Ok(None) | Err(_) => self.broken().await,
-            }
+            let step = match stream.message().await {
+                Ok(Some(message)) => {
+                    self.take(message).await?;
+                    continue;
+                }
+                // The stream broke (a node stopped, a leader changed):
+                // resumed on the next endpoint after a pause. Never a
+                // refusal: the node had accepted the watch.
+                Ok(None) => Attempt::<()>::MaybeSent("the watch stream ended".to_string()),
+                Err(status) => {
+                    Attempt::MaybeSent(format!("the watch stream broke: {}", status.message()))
+                }
+            };
+            self.stream = None;
+            self.step(step).await?;
         }
     }
 
-    /// Starts (or resumes) the stream on the current target.
+    /// Starts (or resumes) the stream on the retrier's target.
     async fn start(&mut self) -> Result<(), ClientError> {
-        if self.client.needs_login() {
-            let deadline = Instant::now() + self.client.options().deadline;
-            self.client.login(deadline).await?;
-        }
+        self.retrier.log_in_if_needed(&self.client).await?;
         let request = v1::WatchRequest {
             key: self.key.clone(),
             prefix: self.options.prefix,
@@ -180,40 +193,44 @@ impl Watcher {
                 .unwrap_or(u32::MAX),
             range_end: None,
         };
-        let mut rpc = match self.client.rpc(&self.target) {
-            Ok(rpc) => rpc,
-            Err(_) => {
-                self.broken().await;
-                return Ok(());
-            }
-        };
-        match rpc.watch(request).await {
-            Ok(response) => {
-                self.stream = Some(response.into_inner());
-                Ok(())
-            }
-            // Refused, not shed: a cap on the caller's own watchers.
-            Err(status) => match crate::retry::refused_by_transport(&status) {
-                Some(error) => Err(error),
-                None => {
-                    self.broken().await;
-                    Ok(())
-                }
+        // A start is an attempt as any call's: refused for good (a cap on
+        // the caller's own watchers) ends the watch; a node that shed it
+        // is asked again after a pause, over the same connection; one
+        // that cannot be reached is skipped.
+        let started = match self.client.rpc(self.retrier.target()) {
+            Ok(mut rpc) => match rpc.watch(request).await {
+                Ok(response) => Attempt::Done(response.into_inner()),
+                Err(status) => failed(status),
             },
+            Err(error) => Attempt::NotSent(error),
+        };
+        if let Some(stream) = self.step(started).await? {
+            self.stream = Some(stream);
+        }
+        Ok(())
+    }
+
+    /// Hands an attempt's lesson to the retrier: its value when done,
+    /// `None` to try again (it paused, moved on or logged in as needed).
+    async fn step<T>(&mut self, attempt: Attempt<T>) -> Result<Option<T>, ClientError> {
+        match self.retrier.step(&self.client, attempt).await {
+            Step::Done(value) => Ok(Some(value)),
+            Step::Again => Ok(None),
+            Step::Stop(error) => Err(error),
         }
     }
 
     /// Handles one message from the node.
-    fn take(&mut self, message: v1::WatchResponse) -> Result<(), ClientError> {
+    async fn take(&mut self, message: v1::WatchResponse) -> Result<(), ClientError> {
         use watch_response::Kind;
         match message.kind {
             Some(Kind::Started(started)) => {
-                self.failures = 0;
+                self.retrier.served();
                 self.next = self.next.max(started.revision.saturating_add(1));
             }
             Some(Kind::Events(events)) => {
-                self.failures = 0;
-                self.logged_in_again = false;
+                self.retrier.served();
+                self.retrier.heard();
                 let mut current: Option<(u64, Vec<Event>)> = None;
                 for wire in events.events {
                     // A revision already delivered (never expected) is
@@ -244,7 +261,7 @@ impl Watcher {
                 }
             }
             Some(Kind::Progress(revision)) => {
-                self.logged_in_again = false;
+                self.retrier.heard();
                 if revision.saturating_add(1) > self.next {
                     self.next = revision.saturating_add(1);
                 }
@@ -259,45 +276,21 @@ impl Watcher {
                     }));
                 }
                 // Resumed from `next` at once, on the next endpoint.
-                self.target = self.client.next_target(&self.target);
+                self.retrier.move_on(&self.client)?;
             }
             Some(Kind::Failure(failure)) => {
                 self.stream = None;
-                // Read as every call's failure is: refused for good (the
-                // user may not read the keys, or the watch is invalid)
-                // ends the watch; anything else resumes elsewhere.
-                match crate::retry::call_failed::<()>(failure) {
-                    Attempt::Refused(error) => return Err(error),
-                    Attempt::Unauthenticated(reason) => {
-                        let password = matches!(
-                            self.client.options().credentials,
-                            Some(crate::auth::Credentials::Password { .. })
-                        );
-                        if !password || self.logged_in_again {
-                            return Err(ClientError::Unauthenticated(reason));
-                        }
-                        // The token expired (or was voided): log in again
-                        // and resume, on the same node.
-                        self.client.forget_token();
-                        self.logged_in_again = true;
-                    }
-                    _ => self.target = self.client.next_target(&self.target),
-                }
+                // Read as every call's failure is, and retried as every
+                // call is: refused for good (the user may not read the
+                // keys, or the watch is invalid) ends the watch; a refused
+                // token is logged in again once and the watch resumed on
+                // the same node; shed, the same node after a pause; any
+                // other, elsewhere.
+                self.step(call_failed::<()>(failure)).await?;
             }
             None => {}
         }
         Ok(())
-    }
-
-    /// The stream broke or could not start: the next endpoint, after a
-    /// pause that grows with consecutive failures.
-    async fn broken(&mut self) {
-        self.stream = None;
-        self.client.forget_channel(&self.target);
-        self.target = self.client.next_target(&self.target);
-        self.failures = self.failures.saturating_add(1);
-        let pause = Duration::from_millis(50u64.saturating_mul(u64::from(self.failures.min(20))));
-        tokio::time::sleep(pause).await;
     }
 }
 

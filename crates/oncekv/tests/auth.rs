@@ -466,3 +466,67 @@ async fn the_command_line_manages_users_and_roles_and_exits_13_when_denied() {
     ok(run(&["auth", "disable", "--user", "root:root-pw"], ""));
     ok(run(&["put", "other/x", "1"], ""));
 }
+
+/// A permission refusal exits 13 however many endpoints are asked: a
+/// non-admin's `status` with several endpoints (a table, as `endpoint
+/// status`) and `endpoint status`, with `--cluster` too, are refused by
+/// every node, so they exit 13 as a single refused call does. A failure of
+/// another kind among them (a node down) makes it 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_of_several_endpoints_refused_to_a_non_admin_exits_13() {
+    let _one = exclusive().await;
+    let mut cluster = Cluster::start(3, FAST);
+    cluster.leader(ELECTION).await;
+    let addresses: Vec<String> = cluster.nodes.iter().map(|n| n.client.clone()).collect();
+    let all = addresses.join(",");
+    let two = addresses[..2].join(",");
+    let run = |args: &[&str], endpoints: &str| {
+        let mut full = args.to_vec();
+        full.extend(["--endpoints", endpoints, "--timeout", "5s"]);
+        support::oncekv_cli(&full, &[])
+    };
+    let ok = |(code, text): (i32, String)| {
+        assert_eq!(code, 0, "{text}");
+        text
+    };
+    ok(run(&["user", "add", "root", "--password", "root-pw"], &all));
+    ok(run(&["user", "grant-role", "root", "admin"], &all));
+    ok(run(
+        &["user", "add", "alice", "--password", "alice-pw"],
+        &all,
+    ));
+    ok(run(&["auth", "enable"], &all));
+    // Each node enforces authentication once it has applied the enable.
+    for address in &addresses {
+        eventually(ELECTION, "every node enforcing authentication", || async {
+            (run(&["status"], address).0 == 13).then_some(())
+        })
+        .await;
+    }
+
+    let alice = ["--user", "alice:alice-pw"];
+    for (args, endpoints) in [
+        (&["status"][..], all.as_str()),
+        (&["status"], two.as_str()),
+        (&["endpoint", "status"], all.as_str()),
+        (&["endpoint", "status", "--cluster"], two.as_str()),
+    ] {
+        let args = [args, &alice[..]].concat();
+        let (code, text) = run(&args, endpoints);
+        assert_eq!(code, 13, "{args:?} at {endpoints}: {text}");
+        assert!(text.contains("permission denied"), "{text}");
+    }
+    // No user at all: unauthenticated, 13 as well.
+    let (code, text) = run(&["endpoint", "status"], &all);
+    assert_eq!(code, 13, "{text}");
+    assert!(text.contains("unauthenticated"), "{text}");
+    // The admin is answered by each.
+    let table = ok(run(&["status", "--user", "root:root-pw"], &all));
+    assert_eq!(table.lines().count(), 4, "a header and a row each: {table}");
+
+    // A node down: its failure is not a refusal, so the table exits 1.
+    cluster.node(3).kill();
+    let (code, text) = run(&["status", "--user", "alice:alice-pw"], &all);
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("permission denied"), "{text}");
+}

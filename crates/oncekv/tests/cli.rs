@@ -6,7 +6,7 @@ mod support;
 use serde_json::Value;
 use std::io::Write as _;
 use std::process::{Command as Process, Stdio};
-use support::{Cluster, FAST, exclusive};
+use support::{Cluster, FAST, eventually, exclusive};
 
 struct Cli {
     endpoint: String,
@@ -263,6 +263,88 @@ async fn a_retry_by_hand_of_an_unknown_request_stays_unknown_while_the_cluster_i
     let file: Value =
         serde_json::from_slice(&std::fs::read(&path).expect("the session file")).expect("JSON");
     assert_eq!(file["pending"], serde_json::json!([]), "{file}");
+}
+
+/// The lesson's resend of `--seq 1`, once its session has expired: the
+/// first send applied, so the resend cannot be told "not applied"; the
+/// session's records are gone, so nothing can tell, and the outcome is
+/// unknown (exit 5). A new number on the expired session never reached
+/// the cluster before, so it alone is told "session expired" (exit 4).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resend_after_its_session_expired_is_unknown_not_refused() {
+    let _one = exclusive().await;
+    let (_cluster, cli) = Cli::one_node().await;
+    // A short TTL (the cluster allows 100 ms and up by default), long
+    // enough for the first send to land within it.
+    let (code, opened) = cli.run(&[
+        "session",
+        "open",
+        "--ttl",
+        "2s",
+        "--window",
+        "1",
+        "--session-file",
+        "s.json",
+    ]);
+    assert_eq!(code, 0, "{opened}");
+    let put = [
+        "put",
+        "x",
+        "hello",
+        "--session-file",
+        "s.json",
+        "--seq",
+        "1",
+    ];
+    let (code, first) = cli.run(&put);
+    assert_eq!(
+        (code, first["outcome"].as_str()),
+        (0, Some("applied")),
+        "{first}"
+    );
+    eventually(
+        std::time::Duration::from_secs(30),
+        "the session to expire",
+        || async {
+            let (code, status) = cli.run(&["status"]);
+            (code == 0 && status["sessions"] == 0).then_some(())
+        },
+    )
+    .await;
+
+    let (code, resend) = cli.run(&put);
+    assert_eq!(
+        (code, resend["outcome"].as_str()),
+        (5, Some("unknown")),
+        "the resend of a number that applied: {resend}"
+    );
+    let said = resend["error"].as_str().unwrap_or_default();
+    assert!(said.contains("outcome unknown"), "{said}");
+    assert!(said.contains("may have applied"), "{said}");
+    assert!(said.contains("session has expired"), "{said}");
+    assert!(!said.contains("not applied"), "{said}");
+    assert_eq!(resend["last_answer"], "session_expired", "{resend}");
+    // The file still awaits the number: a later resend is unknown too.
+    let (code, again) = cli.run(&put);
+    assert_eq!(
+        (code, again["outcome"].as_str()),
+        (5, Some("unknown")),
+        "{again}"
+    );
+
+    // A number never sent before: nothing of it can have applied.
+    let (code, fresh) = cli.run(&["put", "x", "later", "--session-file", "s.json"]);
+    assert_eq!(
+        (code, fresh["outcome"].as_str()),
+        (4, Some("session_expired")),
+        "{fresh}"
+    );
+    let (code, value) = cli.run(&["get", "x"]);
+    assert_eq!(
+        (code, value["value"].as_str()),
+        (0, Some("hello")),
+        "{value}"
+    );
 }
 
 /// `lease grant` takes its time-to-live as `--ttl`, as `lock`, `elect` and

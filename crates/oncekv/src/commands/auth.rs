@@ -32,9 +32,11 @@ pub enum UserCommand {
     /// Free what user NAME holds of the cluster's quotas: close its
     /// sessions and forget its idempotency keys. The user stays. Its
     /// clients' retries of earlier requests are no longer deduplicated:
-    /// a retry on a closed session is told "session expired" (the outcome
-    /// unknown), and one under a forgotten key is applied again. NAME
-    /// need not be a user (records of a deleted one are freed too).
+    /// on a closed session, a retry of a number sent before (`--seq`) is
+    /// told the outcome is unknown (exit 5: the earlier send may have
+    /// applied, and no record says), a new request "session expired"
+    /// (exit 4); one under a forgotten key is applied again. NAME need
+    /// not be a user (records of a deleted one are freed too).
     Purge { name: String },
     /// Change the password of user NAME (its tokens stop working at once).
     Passwd {

@@ -2,26 +2,31 @@
 //! `--cluster`, every member) asked on its own, in a table, as `etcdctl
 //! endpoint health/status` prints them.
 
-use super::output::Printer;
+use super::output::{Printer, outcome_of};
 use super::{EXIT_ERROR, EXIT_OK};
 use clap::Subcommand;
-use oncekv_client::Client;
+use oncekv_client::{Client, ClientError};
 use serde_json::{Map, Value, json};
 use std::process::ExitCode;
 use std::time::Instant;
 
-/// Endpoint commands.
+/// Endpoint commands. Each exits 0 when every endpoint answered; 13 when
+/// every one that did not was refused for the caller (not authenticated,
+/// or not permitted); 1 otherwise.
 #[derive(Debug, Subcommand)]
 pub enum EndpointCommand {
     /// Whether each endpoint is serving (knows a leader and has applied
-    /// what it knows committed); exit 1 if any is not.
+    /// what it knows committed); exit 1 if any is not (13 if each that is
+    /// not refused the caller).
     Health {
         /// Ask every member the cluster lists, not only --endpoints.
         #[arg(long)]
         cluster: bool,
     },
     /// Each endpoint's id, leader, term, indexes and sizes (the admin role
-    /// once authentication is enabled).
+    /// once authentication is enabled): exit 13 if every endpoint that
+    /// failed refused the caller (not authenticated or not permitted), 1
+    /// if any failed otherwise.
     Status {
         /// Ask every member the cluster lists, not only --endpoints.
         #[arg(long)]
@@ -62,6 +67,35 @@ fn table(rows: &[Vec<String>]) -> String {
         .join("\n")
 }
 
+/// What endpoints that did not answer add up to.
+#[derive(Default)]
+struct Failures {
+    any: bool,
+    /// Some failed for another reason than a refusal of the caller.
+    other: bool,
+}
+
+impl Failures {
+    /// One endpoint's failure: `Some(error)` if the call failed, `None`
+    /// if it answered but not as hoped (not serving).
+    fn add(&mut self, error: Option<&ClientError>) {
+        self.any = true;
+        let denied = error.is_some_and(|e| outcome_of(e).1 == crate::exit::DENIED);
+        self.other |= !denied;
+    }
+
+    /// The exit code: 0 when none failed, 13 when every failure was a
+    /// refusal of the caller (as a single call refused so would exit),
+    /// else 1.
+    fn code(&self) -> u8 {
+        match (self.any, self.other) {
+            (false, _) => EXIT_OK,
+            (true, false) => crate::exit::DENIED,
+            (true, true) => EXIT_ERROR,
+        }
+    }
+}
+
 /// Runs an `endpoint` command.
 pub(super) async fn endpoint(
     client: &Client,
@@ -78,17 +112,19 @@ pub(super) async fn endpoint(
                 "ERROR".into(),
             ]];
             let mut list = Vec::new();
-            let mut all = true;
+            let mut failures = Failures::default();
             for address in targets(client, endpoints, cluster).await {
                 let started = Instant::now();
                 let answer = client.health(&address).await;
                 let took = format!("{:.1?}", started.elapsed());
-                let (healthy, error) = match answer {
+                let (healthy, error) = match &answer {
                     Ok(true) => (true, String::new()),
                     Ok(false) => (false, "not serving: no leader, or applying".to_string()),
                     Err(error) => (false, error.to_string()),
                 };
-                all &= healthy;
+                if !healthy {
+                    failures.add(answer.as_ref().err());
+                }
                 list.push(
                     json!({"endpoint": address, "health": healthy, "took": took, "error": error}),
                 );
@@ -97,7 +133,7 @@ pub(super) async fn endpoint(
             let mut fields = Map::new();
             fields.insert("endpoints".into(), Value::Array(list));
             printer.emit(fields, table(&rows));
-            ExitCode::from(if all { EXIT_OK } else { EXIT_ERROR })
+            ExitCode::from(failures.code())
         }
         EndpointCommand::Status { cluster } => {
             let mut rows = vec![
@@ -109,7 +145,7 @@ pub(super) async fn endpoint(
                 .to_vec(),
             ];
             let mut list = Vec::new();
-            let mut all = true;
+            let mut failures = Failures::default();
             for address in targets(client, endpoints, cluster).await {
                 match client.status(Some(&address)).await {
                     Ok(s) => {
@@ -141,8 +177,11 @@ pub(super) async fn endpoint(
                         ]);
                     }
                     Err(error) => {
-                        all = false;
-                        list.push(json!({"endpoint": address, "error": error.to_string()}));
+                        failures.add(Some(&error));
+                        list.push(json!({
+                            "endpoint": address, "outcome": outcome_of(&error).0,
+                            "error": error.to_string(),
+                        }));
                         let mut row = vec![address];
                         row.extend(std::iter::repeat_n("-".to_string(), 8));
                         row.push(error.to_string());
@@ -153,7 +192,7 @@ pub(super) async fn endpoint(
             let mut fields = Map::new();
             fields.insert("endpoints".into(), Value::Array(list));
             printer.emit(fields, table(&rows));
-            ExitCode::from(if all { EXIT_OK } else { EXIT_ERROR })
+            ExitCode::from(failures.code())
         }
     }
 }

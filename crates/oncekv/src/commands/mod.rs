@@ -127,9 +127,10 @@ pub struct Once {
     pub session_file: Option<PathBuf>,
 
     /// With --session-file: send exactly this sequence number (to retry a
-    /// specific request by hand). A number whose earlier run ended
-    /// unknown (exit 5) may have applied, so its retry ends with the
-    /// original answer or unknown again, never "not applied".
+    /// specific request by hand). A number the file has used before may
+    /// have applied, so its retry ends with the original answer or
+    /// unknown (exit 5), never "not applied" (also when the session has
+    /// expired since: its records are gone, so only reading can tell).
     #[arg(long, requires = "session_file")]
     pub seq: Option<u64>,
 
@@ -260,8 +261,11 @@ pub enum ClientCommand {
     /// Sessions saved in files, for exactly-once across invocations.
     #[command(subcommand)]
     Session(SessionCommand),
-    /// This node's view of the cluster; with several --endpoints, each
-    /// endpoint's status in a table (as `endpoint status`).
+    /// This node's view of the cluster (the admin role once
+    /// authentication is enabled); with several --endpoints, each
+    /// endpoint's status in a table (as `endpoint status`: exit 13 if
+    /// every endpoint that failed refused the caller, 1 if any failed
+    /// otherwise).
     Status,
     /// Cluster membership.
     #[command(subcommand)]
@@ -433,18 +437,25 @@ async fn mutate(
     };
     let session = saved_session_handle(client, path)?;
     if let Some(seq) = once.seq {
-        // A number whose earlier send ended unknown (it is still pending
-        // in the file) may have applied: this retry then ends with its
-        // reply or unknown, never "not applied".
-        let pending = SessionFile::read(path)?.pending;
-        let earlier = if pending.contains(&seq) {
-            EarlierSends::MaybeDelivered
-        } else {
-            EarlierSends::None
-        };
-        // Numbers still awaited stay unacknowledged, so their records are
-        // kept for their own retries.
-        let first_incomplete = pending.first().map_or(seq, |lowest| seq.min(*lowest));
+        // A number the file says was used (below its next number, or
+        // still awaited) is a resend: an earlier send may have applied, so
+        // this one ends with its reply or unknown, never "not applied"
+        // (whatever it meets: a session expired since, a freed record, a
+        // cluster it cannot reach). Only a number never used before may
+        // be told "not applied". It is awaited from now on, so that a
+        // concurrent resend of it knows so too; numbers still awaited stay
+        // unacknowledged, so their records are kept for their own retries.
+        let (earlier, first_incomplete) = SessionFile::update(path, |file| {
+            let used = seq < file.next_seq || file.pending.contains(&seq);
+            file.pending.insert(seq);
+            let first_incomplete = file.pending.first().copied().unwrap_or(seq);
+            let earlier = if used {
+                EarlierSends::MaybeDelivered
+            } else {
+                EarlierSends::None
+            };
+            Ok((earlier, first_incomplete))
+        })?;
         let result = session
             .execute_seq(seq, Some(first_incomplete), command, earlier)
             .await;

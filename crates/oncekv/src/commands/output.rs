@@ -53,25 +53,11 @@ impl Printer {
 
     /// Prints an error outcome and returns its exit code.
     pub(super) fn error(&self, error: &ClientError) -> ExitCode {
-        let (outcome, code) = match error {
-            ClientError::Rejected(_) => ("rejected", EXIT_REJECTED),
-            ClientError::SessionExpired => ("session_expired", EXIT_SESSION),
-            ClientError::Unauthorized => ("unauthorized", EXIT_SESSION),
-            ClientError::Stale { .. } => ("stale", EXIT_SESSION),
-            ClientError::SequenceGap { .. } => ("sequence_gap", EXIT_SESSION),
-            ClientError::RequestMismatch => ("request_mismatch", EXIT_SESSION),
-            ClientError::Malformed(_) => ("malformed", EXIT_SESSION),
-            ClientError::OutcomeUnknown { .. } => ("unknown", EXIT_UNKNOWN),
-            ClientError::Invalid(_) => ("invalid", EXIT_ERROR),
-            ClientError::Unreachable(_) => ("unreachable", EXIT_ERROR),
-            ClientError::Config(_) => ("error", EXIT_ERROR),
-            ClientError::Overloaded(_) => ("overloaded", EXIT_OVERLOADED),
-            ClientError::Unauthenticated(_) => ("unauthenticated", crate::exit::DENIED),
-            ClientError::PermissionDenied(_) => ("permission_denied", crate::exit::DENIED),
-        };
+        let (outcome, code) = outcome_of(error);
         let mut fields = Map::new();
         fields.insert("outcome".into(), json!(outcome));
-        fields.insert("error".into(), json!(error.to_string()));
+        let text = error_text(error);
+        fields.insert("error".into(), json!(text));
         match error {
             ClientError::SequenceGap { expected } => {
                 fields.insert("expected".into(), json!(expected));
@@ -86,7 +72,7 @@ impl Printer {
             } => {
                 fields.insert("attempts".into(), json!(attempts));
                 if let Some(answer) = last_answer {
-                    fields.insert("last_answer".into(), json!(answer.to_string()));
+                    fields.insert("last_answer".into(), json!(outcome_of(answer).0));
                 }
                 if let Some(id) = request_id {
                     fields.insert("request_id".into(), json!(id.to_string()));
@@ -96,7 +82,7 @@ impl Printer {
         }
         match self.output {
             Output::Json => sayln!("{}", Value::Object(fields)),
-            Output::Text => eprintln!("{outcome}: {error}"),
+            Output::Text => eprintln!("{outcome}: {text}"),
         }
         ExitCode::from(code)
     }
@@ -125,6 +111,66 @@ impl Printer {
         self.emit(fields, human);
         ExitCode::from(code)
     }
+}
+
+/// An error's outcome (the `outcome` field of `-o json`) and exit code.
+pub(super) fn outcome_of(error: &ClientError) -> (&'static str, u8) {
+    match error {
+        ClientError::Rejected(_) => ("rejected", EXIT_REJECTED),
+        ClientError::SessionExpired => ("session_expired", EXIT_SESSION),
+        ClientError::Unauthorized => ("unauthorized", EXIT_SESSION),
+        ClientError::Stale { .. } => ("stale", EXIT_SESSION),
+        ClientError::SequenceGap { .. } => ("sequence_gap", EXIT_SESSION),
+        ClientError::RequestMismatch => ("request_mismatch", EXIT_SESSION),
+        ClientError::Malformed(_) => ("malformed", EXIT_SESSION),
+        ClientError::OutcomeUnknown { .. } => ("unknown", EXIT_UNKNOWN),
+        ClientError::Invalid(_) => ("invalid", EXIT_ERROR),
+        ClientError::Unreachable(_) => ("unreachable", EXIT_ERROR),
+        ClientError::Config(_) => ("error", EXIT_ERROR),
+        ClientError::Overloaded(_) => ("overloaded", EXIT_OVERLOADED),
+        ClientError::Unauthenticated(_) => ("unauthenticated", crate::exit::DENIED),
+        ClientError::PermissionDenied(_) => ("permission_denied", crate::exit::DENIED),
+    }
+}
+
+/// What the command line says of `error`. An unknown outcome is told in
+/// its own words: the refusal its last attempt met is named without the
+/// "not applied" it carries on its own (true of that attempt, but not of
+/// the request, which an earlier send may have applied).
+fn error_text(error: &ClientError) -> String {
+    let ClientError::OutcomeUnknown {
+        request_id,
+        attempts,
+        last_answer: Some(answer),
+    } = error
+    else {
+        return error.to_string();
+    };
+    let request = request_id
+        .map(|id| format!(" of request {id}"))
+        .unwrap_or_default();
+    let refusal = match &**answer {
+        ClientError::SessionExpired => "the session has expired".to_string(),
+        ClientError::Unauthorized => "unauthorized: wrong session secret".to_string(),
+        ClientError::Overloaded(full) => format!("overloaded: {full}"),
+        ClientError::Unauthenticated(why) => format!("unauthenticated: {why}"),
+        ClientError::PermissionDenied(why) => format!("permission denied: {why}"),
+        other => other.to_string(),
+    };
+    let mut text = format!(
+        "outcome unknown after {attempts} attempt(s){request}: this send was refused \
+         ({refusal}), but an earlier send of the same request may have applied"
+    );
+    match &**answer {
+        ClientError::SessionExpired => text.push_str(
+            "; the session can no longer tell, so read the key to see, and open a new session",
+        ),
+        ClientError::Stale { .. } => {
+            text.push_str("; its record was freed, so the cluster can no longer tell")
+        }
+        _ => {}
+    }
+    text
 }
 
 /// Adds a reply's result fields; returns the human line and exit code.

@@ -305,7 +305,14 @@ pub(crate) struct Retrier {
     busy: Option<ClientError>,
     /// Whether it logged in again after a refused token (once per call).
     logged_in: bool,
+    /// Answers in a row from [`Retrier::target`] that shed the call.
+    sheds_here: u32,
 }
+
+/// Sheds in a row after which a call any node may serve (a watch, a read
+/// from any node) goes to the next node instead: a node that stays full
+/// (at its cap on watchers, say) is left for one with room.
+pub(crate) const SHEDS_BEFORE_ANOTHER_NODE: u32 = 8;
 
 impl Retrier {
     /// The first attempt's target by `policy`'s route; until `deadline`.
@@ -328,6 +335,7 @@ impl Retrier {
             retries: 0,
             maybe_delivered: policy.earlier == EarlierSends::MaybeDelivered,
             last_error: String::new(),
+            sheds_here: 0,
             busy: None,
             logged_in: false,
         }
@@ -418,8 +426,16 @@ impl Retrier {
             }
             Attempt::Shed(reason) => {
                 // The node is there and turned the call away unhandled:
-                // the same node again, on the same connection.
+                // the same node again, on the same connection; a call any
+                // node may serve leaves a node that keeps shedding it.
                 self.last_error = format!("{}: {reason}", self.target);
+                self.sheds_here = self.sheds_here.saturating_add(1);
+                let anywhere = matches!(route, Route::Stream | Route::AnyNode);
+                if anywhere && self.sheds_here >= SHEDS_BEFORE_ANOTHER_NODE {
+                    if let Err(error) = self.move_on(client) {
+                        return Step::Stop(error);
+                    }
+                }
                 self.pause(client).await;
             }
             Attempt::Redirect(hint) => {
@@ -473,6 +489,7 @@ impl Retrier {
     /// [`Route::Each`] the next one not yet tried (none left: the call
     /// ends, unreachable).
     pub(crate) fn move_on(&mut self, client: &Client) -> Result<(), ClientError> {
+        self.sheds_here = 0;
         if self.policy.route == Route::Each {
             match self.untried.pop_front() {
                 Some(node) => self.target = node,

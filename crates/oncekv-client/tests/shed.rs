@@ -5,7 +5,9 @@
 //!
 //! Two in-process `Kv` nodes on free loopback ports: the first sheds the
 //! first calls of each method, then answers; the second answers anything
-//! but must never be asked.
+//! but must never be asked. A watch start that a node keeps shedding (a
+//! node at its cap on watchers) goes to the next node after
+//! [`SHEDS_BEFORE_ANOTHER_NODE`] in a row.
 
 use oncekv_client::{
     Backoff, Client, ClientOptions, KeyMeta, Outcome, Reply, WatchOptions, WatchUpdate,
@@ -20,6 +22,10 @@ use tonic::{Request, Response, Status};
 
 /// How many calls of each method the shedding node turns away first.
 const SHED: usize = 3;
+
+/// Sheds in a row after which a watch goes to another node (the
+/// client's own constant).
+const SHEDS_BEFORE_ANOTHER_NODE: usize = 8;
 
 /// A node that sheds the first `shed` calls of each method and records
 /// every call with the connection it came on.
@@ -208,8 +214,14 @@ async fn serve(node: Arc<Node>) -> String {
 /// A shedding node first, an answering one second, and a client of both
 /// with short pauses.
 async fn cluster() -> (Arc<Node>, Arc<Node>, Client) {
+    cluster_shedding(SHED).await
+}
+
+/// [`cluster`] whose first node sheds the first `shed` calls of each
+/// method.
+async fn cluster_shedding(shed: usize) -> (Arc<Node>, Arc<Node>, Client) {
     let shedding = Arc::new(Node {
-        shed: SHED,
+        shed,
         ..Node::default()
     });
     let other = Arc::new(Node::default());
@@ -284,4 +296,24 @@ async fn a_shed_watch_start_is_retried_on_the_same_node_and_connection() {
     }
     assert_eq!(watcher.next_revision(), 6);
     retried_in_place(&shedding, &other, "watch");
+}
+
+#[tokio::test]
+async fn a_watch_start_a_node_keeps_shedding_goes_to_another_node() {
+    let (shedding, other, client) = cluster_shedding(usize::MAX).await;
+    let mut watcher = client.watch("k", WatchOptions::default());
+    let update = tokio::time::timeout(Duration::from_secs(20), watcher.next())
+        .await
+        .expect("an update in time")
+        .expect("the watch starts on the other node");
+    assert!(
+        matches!(update, WatchUpdate::Changes { revision: 5, .. }),
+        "{update:?}"
+    );
+    assert_eq!(
+        shedding.calls_of("watch").len(),
+        SHEDS_BEFORE_ANOTHER_NODE,
+        "the full node is tried that many times in a row"
+    );
+    assert_eq!(other.calls_of("watch").len(), 1);
 }

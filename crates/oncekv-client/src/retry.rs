@@ -431,10 +431,11 @@ impl Retrier {
                 self.last_error = format!("{}: {reason}", self.target);
                 self.sheds_here = self.sheds_here.saturating_add(1);
                 let anywhere = matches!(route, Route::Stream | Route::AnyNode);
-                if anywhere && self.sheds_here >= SHEDS_BEFORE_ANOTHER_NODE {
-                    if let Err(error) = self.move_on(client) {
-                        return Step::Stop(error);
-                    }
+                if anywhere
+                    && self.sheds_here >= SHEDS_BEFORE_ANOTHER_NODE
+                    && let Err(error) = self.move_on(client)
+                {
+                    return Step::Stop(error);
                 }
                 self.pause(client).await;
             }

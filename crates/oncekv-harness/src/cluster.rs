@@ -357,6 +357,8 @@ pub struct Slot {
     pub peer_proxy: Option<SocketAddr>,
     /// The node there now (0: none), as its peer proxy knows it.
     occupant: Arc<AtomicU64>,
+    /// The host it is on, on the netns topology.
+    host: Option<NodeId>,
 }
 
 impl Slot {
@@ -457,9 +459,8 @@ pub enum JoinError {
     /// A node with that id is in the cluster already.
     #[error("node {0} is in the cluster already")]
     Exists(NodeId),
-    /// Joining nodes run on loopback without TLS (no namespace or
-    /// certificate is made for them).
-    #[error("a node joins only a loopback cluster without TLS")]
+    /// Joining nodes run without TLS (no certificate is made for them).
+    #[error("a node joins only a cluster without TLS")]
     Unsupported,
     /// The process could not be started.
     #[error("starting node {id}: {source}")]
@@ -707,6 +708,7 @@ impl Cluster {
                 peer,
                 peer_proxy: proxy,
                 occupant: Arc::new(AtomicU64::new(id)),
+                host: network.as_ref().map(|_| id),
             };
             let mut node = template.node(id, &slot, Some(initial.as_str()));
             node.netns_exec = network
@@ -800,15 +802,28 @@ impl Cluster {
     }
 
     /// Reserves `count` more slots (on loopback: free ports, and a peer
-    /// proxy for each when the cluster has them), where nodes can join
+    /// proxy for each when the cluster has them; between namespaces: a
+    /// host of its own for each on the bridge), where nodes can join
     /// later ([`Cluster::join`]). Needs a tokio runtime when the cluster
     /// has peer proxies.
     pub async fn reserve_slots(&mut self, count: usize) -> Result<(), ClusterError> {
-        if self.network.is_some() {
-            return Err(io("reserving a slot")(std::io::Error::new(
-                std::io::ErrorKind::Unsupported,
-                "slots are reserved on the loopback topology only",
-            )));
+        if let Some(network) = &self.network {
+            // A host of its own for each, on the bridge.
+            for _ in 0..count {
+                let host = network.hosts().into_iter().max().unwrap_or(0) + 1;
+                network
+                    .add_node_host(host)
+                    .map_err(io("making a host for a slot"))?;
+                let ip = std::net::IpAddr::V4(netns::node_ip(host));
+                self.slots.push(Slot {
+                    client: SocketAddr::new(ip, netns::CLIENT_PORT).to_string(),
+                    peer: SocketAddr::new(ip, netns::PEER_PORT),
+                    peer_proxy: None,
+                    occupant: Arc::new(AtomicU64::new(0)),
+                    host: Some(host),
+                });
+            }
+            return Ok(());
         }
         let proxied = self.slots.iter().any(|slot| slot.peer_proxy.is_some());
         for _ in 0..count {
@@ -829,6 +844,7 @@ impl Cluster {
                 peer,
                 peer_proxy,
                 occupant,
+                host: None,
             });
         }
         Ok(())
@@ -858,7 +874,7 @@ impl Cluster {
     /// `client`, with a data directory of its own, waiting to be added
     /// (`--join`): it joins once a member adds it.
     pub fn join(&mut self, id: NodeId, client: &str) -> Result<(), JoinError> {
-        if self.network.is_some() || self.tls.is_some() {
+        if self.tls.is_some() {
             return Err(JoinError::Unsupported);
         }
         if self.nodes.iter().any(|node| node.id == id) {
@@ -871,6 +887,11 @@ impl Cluster {
             .slot(client)
             .ok_or_else(|| JoinError::NoSuchSlot(client.to_string()))?;
         let mut node = self.template.node(id, slot, None);
+        if let (Some(network), Some(host)) = (&self.network, slot.host) {
+            // On the slot's host: reached at its address, cut by its links.
+            network.place(id, host);
+            node.netns_exec = network.exec_prefix(id);
+        }
         slot.occupant.store(id, Ordering::Relaxed);
         node.start()
             .map_err(|source| JoinError::Start { id, source })?;
@@ -895,6 +916,32 @@ impl Cluster {
         }
         let _ = std::fs::remove_dir_all(&node.data_dir);
         true
+    }
+
+    /// Cuts node `target` off from `others`, both ways: through the peer
+    /// proxies on loopback, in the network between namespaces. A cut that
+    /// cannot be made is logged (the run records what it did).
+    pub fn isolate(&self, target: NodeId, others: &[NodeId]) {
+        match &self.network {
+            Some(network) => {
+                if let Err(error) = network.split(&[target], others) {
+                    eprintln!("cutting node {target} off: {error}");
+                }
+            }
+            None => self.partitions.split(&[target], others),
+        }
+    }
+
+    /// Ends the cuts [`Cluster::isolate`] made.
+    pub fn heal_isolation(&self) {
+        match &self.network {
+            Some(network) => {
+                if let Err(error) = network.heal() {
+                    eprintln!("healing the network: {error}");
+                }
+            }
+            None => self.partitions.heal(),
+        }
     }
 
     /// The peer-link partitions (they cut links only between nodes started

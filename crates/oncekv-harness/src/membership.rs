@@ -797,11 +797,11 @@ impl Changes<'_> {
         let detail = format!("{kind}: follower {target} removed (MemberRemove){how}");
         self.recorded(FaultKind::Other, target, detail, async {
             if isolated {
-                lock(self.cluster).partitions().split(&[target], &others);
+                lock(self.cluster).isolate(target, &others);
             }
             let removed = self.remove(kind, target).await;
             if isolated {
-                lock(self.cluster).partitions().heal();
+                lock(self.cluster).heal_isolation();
             }
             removed
         })

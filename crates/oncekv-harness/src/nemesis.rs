@@ -15,7 +15,7 @@
 //! at the end of each fault's window; a failure to make or heal one is
 //! kept in [`Nemesis::failures`].
 //!
-//! Asked for by name, on loopback, the membership changes
+//! Asked for by name, on either topology, the membership changes
 //! ([`crate::membership`]): leadership handed over, a learner added and
 //! promoted, a follower or the leader removed, a member replaced, the
 //! cluster grown by two and shrunk back, a rolling restart. Each runs its
@@ -141,7 +141,7 @@ impl Fault {
     }
 
     /// Whether it changes the cluster's membership or leadership on
-    /// purpose ([`crate::membership`]; loopback clusters only).
+    /// purpose ([`crate::membership`]).
     pub fn changes_membership(self) -> bool {
         crate::membership::KINDS.contains(&self)
     }

@@ -229,12 +229,17 @@ pub fn remove_leftovers() -> std::io::Result<Vec<String>> {
 /// The networks this process has made, for their run ids.
 static RUNS: AtomicU32 = AtomicU32::new(0);
 
-/// One run's hosts: a bridge, a namespace per node and one for the
-/// clients. Removed when dropped.
+/// One run's hosts: a bridge, a namespace per host and one for the
+/// clients. Removed when dropped. Host `h` has address [`node_ip`]`(h)`;
+/// node `h` runs on host `h` unless it was [placed](Network::place) on
+/// another (a member that joined on a host another member left).
 #[derive(Debug)]
 pub struct Network {
     tag: String,
-    nodes: Vec<NodeId>,
+    /// The hosts, by number.
+    hosts: Mutex<Vec<NodeId>>,
+    /// The nodes placed on a host of another number, as (node, host).
+    placed: Mutex<std::collections::BTreeMap<NodeId, NodeId>>,
     /// Links cut, as (from, to): packets from `from` to `to` are dropped.
     cuts: Mutex<BTreeSet<(NodeId, NodeId)>>,
     /// Nodes whose link is down.
@@ -268,7 +273,8 @@ impl Network {
             .ok_or_else(|| std::io::Error::other("256 networks of this process are live"))?;
         let network = Network {
             tag,
-            nodes: nodes.to_vec(),
+            hosts: Mutex::new(nodes.to_vec()),
+            placed: Mutex::new(std::collections::BTreeMap::new()),
             cuts: Mutex::new(BTreeSet::new()),
             down: Mutex::new(BTreeSet::new()),
         };
@@ -286,10 +292,42 @@ impl Network {
         ip(&["-n", &bridge, "link", "add", &bridge, "type", "bridge"])?;
         ip(&["-n", &bridge, "link", "set", &bridge, "up"])?;
         self.add_host(&self.client_namespace(), CLIENT_HOST, false)?;
-        for &id in &self.nodes {
-            self.add_host(&self.namespace(id), node_ip(id), true)?;
+        for id in self.hosts() {
+            self.add_host(&self.host_namespace(id), node_ip(id), true)?;
         }
         Ok(())
+    }
+
+    /// Makes host `host` (for a member that joins later), unless it
+    /// exists.
+    pub fn add_node_host(&self, host: NodeId) -> std::io::Result<()> {
+        if host == 0 || host > NODES_MAX as NodeId {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("host {host}: a network's hosts run from 1 to {NODES_MAX}"),
+            ));
+        }
+        if self.hosts().contains(&host) {
+            return Ok(());
+        }
+        self.add_host(&self.host_namespace(host), node_ip(host), true)?;
+        lock(&self.hosts).push(host);
+        Ok(())
+    }
+
+    /// Node `node` runs on host `host` from now on.
+    pub fn place(&self, node: NodeId, host: NodeId) {
+        let mut placed = lock(&self.placed);
+        if node == host {
+            placed.remove(&node);
+        } else {
+            placed.insert(node, host);
+        }
+    }
+
+    /// The host node `node` runs on.
+    pub fn host_of(&self, node: NodeId) -> NodeId {
+        lock(&self.placed).get(&node).copied().unwrap_or(node)
     }
 
     /// Makes host namespace `name` with address `address` on the bridge;
@@ -321,9 +359,10 @@ impl Network {
         &self.tag
     }
 
-    /// The nodes it has hosts for.
-    pub fn nodes(&self) -> &[NodeId] {
-        &self.nodes
+    /// Its hosts' numbers (node `h` runs on host `h` unless placed
+    /// elsewhere).
+    pub fn hosts(&self) -> Vec<NodeId> {
+        lock(&self.hosts).clone()
     }
 
     /// The bridge's namespace (and the bridge's name in it).
@@ -336,15 +375,20 @@ impl Network {
         format!("{}-cl", self.tag)
     }
 
-    /// Node `id`'s namespace (and its veth's name).
+    /// The namespace of the host node `id` runs on (and its veth's name).
     pub fn namespace(&self, id: NodeId) -> String {
-        format!("{}-n{id:x}", self.tag)
+        self.host_namespace(self.host_of(id))
+    }
+
+    /// Host `host`'s namespace (and its veth's name).
+    fn host_namespace(&self, host: NodeId) -> String {
+        format!("{}-n{host:x}", self.tag)
     }
 
     /// Every namespace of this network.
     pub fn namespaces(&self) -> Vec<String> {
         let mut names = vec![self.bridge_namespace(), self.client_namespace()];
-        names.extend(self.nodes.iter().map(|&id| self.namespace(id)));
+        names.extend(self.hosts().into_iter().map(|id| self.host_namespace(id)));
         names
     }
 
@@ -437,7 +481,7 @@ impl Network {
             "pref",
             &CUT_RULE_PRIORITY.to_string(),
             "from",
-            &node_ip(from).to_string(),
+            &node_ip(self.host_of(from)).to_string(),
             "iif",
             &receiver,
             "blackhole",

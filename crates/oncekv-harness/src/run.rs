@@ -654,10 +654,6 @@ fn runnable_faults(config: &RunConfig) -> (Vec<Fault>, Vec<String>) {
             skipped.push(format!(
                 "{fault}: needs the nodes' processes; skipped with --endpoints"
             ));
-        } else if fault.changes_membership() && topology != Some(Topology::Loopback) {
-            skipped.push(format!(
-                "{fault}: membership changes run on the loopback topology only; skipped"
-            ));
         } else if fault.needs_namespaces() && topology != Some(Topology::Netns) {
             skipped.push(format!(
                 "{fault}: needs hosts of their own (--topology netns); skipped"

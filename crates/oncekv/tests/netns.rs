@@ -4,8 +4,10 @@
 //! cluster elects a leader and serves writes; the leader's link goes down
 //! and a new leader is elected while writes go on; its link comes up and
 //! it rejoins, catching up. Then a short `oncekv verify --topology netns`
-//! run under the network faults passes every checker. After each, no
-//! namespace of the run is left.
+//! run under the network faults passes every checker, and one that
+//! changes the membership (members join on hosts of their own, a member
+//! is replaced on its host, a joined member's link goes down). After each,
+//! no namespace of the run is left.
 //!
 //! Needs root and `ip netns`: without them each test says so through
 //! `missing_dependency` (a failure under `CI=true`). No packet goes
@@ -265,5 +267,54 @@ fn a_short_verify_run_between_five_hosts_passes() {
     }
     let partitioned = (1..=5).any(|n| history.contains(&format!("\"detail\":\"{n} | [")));
     assert!(partitioned, "no partition of one node in the history");
+    assert_eq!(left_by(pid), Vec::<String>::new());
+}
+
+#[test]
+fn membership_changes_between_hosts_pass_verify() {
+    let test = "netns::membership_changes_between_hosts_pass_verify";
+    if !namespaces_available(test) {
+        return;
+    }
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let out = tempfile::tempdir().expect("a temporary folder");
+    let child = Process::new(BINARY)
+        .args(["verify", "--topology", "netns", "--nodes", "3"])
+        .args(["--duration", "30s", "--seed", "9603", "--clients", "2"])
+        .args(["--faults", "grow-shrink,replace,link-down"])
+        .args(["-o", "json", "--out"])
+        .arg(out.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("oncekv verify starts");
+    let pid = child.id();
+    let output = child.wait_with_output().expect("oncekv verify runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let json: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|error| {
+        panic!("not one JSON object ({error}):\n{stdout}\nstderr:\n{stderr}")
+    });
+    assert_eq!(output.status.code(), Some(0), "expected PASS: {json:#}");
+    assert_eq!(json["verdict"], "PASS", "{json:#}");
+    assert_eq!(json["nemesis_failures"], serde_json::json!([]), "{json:#}");
+    assert_eq!(json["skipped"], serde_json::json!([]), "{json:#}");
+    for checker in json["checkers"].as_array().expect("checkers") {
+        assert_eq!(checker["status"], "pass", "{json:#}");
+    }
+    let history = std::fs::read_to_string(out.path().join("history.jsonl")).expect("history");
+    for detail in [
+        // A member joins on a host of its own, on the bridge.
+        "a learner added at 10.77.0.",
+        "promoted to voter",
+        "replace: node",
+        "removed (MemberRemove)",
+        "link of node",
+    ] {
+        assert!(
+            history.contains(detail),
+            "no `{detail}` in the history:\n{history}"
+        );
+    }
     assert_eq!(left_by(pid), Vec::<String>::new());
 }

@@ -4,7 +4,7 @@ It numbers requests, sends the lowest sequence number still awaited as the
 acknowledgement watermark (``first_incomplete``), keeps up to ``window``
 requests in flight from any number of threads, retries each with its own
 sequence number until it completes or its deadline passes, and keeps itself
-alive every ``ttl/3`` in a background thread. A port of the Rust client's
+alive every ``ttl/4`` in a background thread. A port of the Rust client's
 ``crates/oncekv-client/src/session.rs``.
 """
 
@@ -129,11 +129,11 @@ class Session:
     # Keep-alive and close.
 
     def start_keep_alive(self) -> None:
-        """Sends keep-alives every ``ttl/3`` (at least 50 ms) in a daemon
+        """Sends keep-alives every ``ttl/4`` (at least 50 ms) in a daemon
         thread until the session is closed, dropped or reported expired."""
         if self._keep_alive_thread is not None:
             return
-        period = max(self.ttl_ms / 3000.0, 0.05)
+        period = max(self.ttl_ms / 4000.0, 0.05)
         thread = threading.Thread(
             target=_keep_alive_loop,
             args=(weakref.ref(self), self._stop, period),

@@ -54,13 +54,13 @@ impl Client {
         Ok(self.execute_once(command, None).await?.reply)
     }
 
-    /// Renews lease `name` every `ttl / 3` in the background until the
+    /// Renews lease `name` every `ttl / 4` in the background until the
     /// returned keeper is dropped, or the lease is gone or not this
     /// user's.
     pub fn keep_lease_alive(&self, name: &str, ttl: Duration) -> LeaseKeeper {
         let client = self.clone();
         let name = name.to_string();
-        let period = (ttl / 3).max(Duration::from_millis(20));
+        let period = (ttl / 4).max(Duration::from_millis(20));
         let task = tokio::spawn(async move {
             loop {
                 tokio::time::sleep(period).await;

@@ -2,7 +2,7 @@
 //! requests, sends the lowest sequence number still awaited as the
 //! acknowledgement watermark, keeps up to `window` requests in flight from
 //! any number of tasks, retries each with its own sequence number until it
-//! completes or its deadline passes, keeps itself alive every `ttl/3`, and
+//! completes or its deadline passes, keeps itself alive every `ttl/4`, and
 //! closes itself when its last handle is dropped. Its keep-alive and close
 //! share one body (`about_itself`); its key-value calls are `kv.rs`'s,
 //! shared with [`Client`].
@@ -182,11 +182,11 @@ impl Session {
         self.inner.expired.load(Ordering::SeqCst)
     }
 
-    /// Sends keep-alives every `ttl/3` until the session is dropped or
-    /// reported expired.
+    /// Sends keep-alives every `ttl/4` (three lost in a row still leave
+    /// it alive) until the session is dropped or reported expired.
     pub fn start_keep_alive(&self) {
         let weak = Arc::downgrade(&self.inner);
-        let period = (self.inner.ttl / 3).max(Duration::from_millis(50));
+        let period = (self.inner.ttl / 4).max(Duration::from_millis(50));
         let task = tokio::spawn(async move {
             loop {
                 tokio::time::sleep(period).await;

@@ -146,7 +146,8 @@ async fn an_expired_session_is_reported_not_reexecuted() {
         .await
         .map(value_of);
     assert_eq!(value, Ok(Some(b"1".to_vec())));
-    // Kept alive, a session outlives its ttl.
+    // Kept alive (every ttl/4: a margin of 4x), a session outlives its
+    // ttl.
     let kept = client
         .open_session(SessionOptions {
             ttl: Duration::from_millis(1_500),

@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
 # Runs the Python client's tests against real oncekv nodes (what
-# `cargo xtask verify` runs after the Rust tests):
-#   1. a virtual environment in <target>/python-venv, made if missing;
-#   2. the package and its test extras installed from PyPI (again only when
-#      pyproject.toml changed);
-#   3. the gRPC stubs generated from crates/oncekv-proto/proto;
-#   4. the oncekv binary: ONCEKV_BIN, else <target>/debug/oncekv, built
+# `cargo xtask verify` runs after the Rust tests), on the package as users
+# get it:
+#   1. a virtual environment in <target>/python-venv, made if missing, with
+#      the package's dependencies and test extras from PyPI (installed again
+#      only when pyproject.toml changed);
+#   2. a wheel built by pip from this folder (setup.py generates the gRPC
+#      stubs from crates/oncekv-proto/proto, grpcio-tools a build
+#      requirement), installed into that environment in place of any
+#      earlier one;
+#   3. the oncekv binary: ONCEKV_BIN, else <target>/debug/oncekv, built
 #      with `cargo build -p oncekv --locked` only if missing;
-#   5. pytest; any failure, error or skipped test fails the script;
-#   6. the package as users get it: a wheel built by pip from this folder
-#      (setup.py generates the stubs, grpcio-tools a build requirement),
-#      installed in a fresh virtual environment, imported from elsewhere.
+#   4. pytest on a copy of tests/ outside the source tree, so that `import
+#      oncekv` is the installed wheel; any failure, error or skipped test
+#      fails the script;
+#   5. the wheel installed in a fresh virtual environment and imported
+#      from elsewhere.
 # <target> is CARGO_TARGET_DIR, else <repo>/target. Extra arguments go to
 # pytest (for example -k leader).
 set -euo pipefail
@@ -29,8 +34,8 @@ fi
 stamp="$venv/.oncekv-installed"
 wanted="$(sha256sum "$here/pyproject.toml" | cut -d' ' -f1)"
 if [ "$(cat "$stamp" 2>/dev/null || true)" != "$wanted" ]; then
-    echo "==> python: installing the package with its test extras"
-    if ! "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e "$here[test]" \
+    echo "==> python: installing the package's dependencies and test extras"
+    if ! "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "$here[test]" \
         > "$venv/pip-install.log" 2>&1; then
         cat "$venv/pip-install.log"
         echo "==> python: pip install failed" >&2
@@ -38,7 +43,22 @@ if [ "$(cat "$stamp" 2>/dev/null || true)" != "$wanted" ]; then
     fi
     echo "$wanted" > "$stamp"
 fi
-"$venv/bin/python" "$here/generate.py"
+
+echo "==> python: a wheel from pip"
+scratch="$(mktemp -d)"
+trap 'rm -rf "$scratch"' EXIT
+"$venv/bin/python" -m pip wheel --quiet --disable-pip-version-check --no-deps \
+    -w "$scratch/dist" "$here" > "$scratch/build.log" 2>&1 || {
+    cat "$scratch/build.log"
+    echo "==> python: pip wheel failed" >&2
+    exit 1
+}
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
+    --force-reinstall "$scratch"/dist/*.whl > "$scratch/install.log" 2>&1 || {
+    cat "$scratch/install.log"
+    echo "==> python: installing the wheel failed" >&2
+    exit 1
+}
 
 if [ -n "${ONCEKV_BIN:-}" ]; then
     bin="$ONCEKV_BIN"
@@ -54,27 +74,24 @@ else
     fi
 fi
 
-echo "==> python: pytest against $bin"
-cd "$here"
-ONCEKV_BIN="$bin" ONCEKV_NO_SKIP=1 "$venv/bin/python" -m pytest tests -p no:cacheprovider -ra "$@"
+echo "==> python: pytest against $bin, on the installed wheel"
+cp -r "$here/tests" "$scratch/tests"
+(cd "$scratch" && "$venv/bin/python" -c '
+import oncekv
+assert "site-packages" in oncekv.__file__, oncekv.__file__
+')
+(cd "$scratch" && ONCEKV_BIN="$bin" ONCEKV_NO_SKIP=1 "$venv/bin/python" -m pytest tests \
+    -p no:cacheprovider -ra --rootdir "$scratch" "$@")
 
-echo "==> python: a wheel from pip, installed in a fresh virtual environment"
-wheel="$(mktemp -d)"
-trap 'rm -rf "$wheel"' EXIT
-"$venv/bin/python" -m pip wheel --quiet --disable-pip-version-check --no-deps \
-    -w "$wheel/dist" "$here" > "$wheel/build.log" 2>&1 || {
-    cat "$wheel/build.log"
-    echo "==> python: pip wheel failed" >&2
-    exit 1
-}
-"$python" -m venv "$wheel/venv"
-"$wheel/venv/bin/python" -m pip install --quiet --disable-pip-version-check "$wheel"/dist/*.whl \
-    > "$wheel/install.log" 2>&1 || {
-    cat "$wheel/install.log"
+echo "==> python: the wheel in a fresh virtual environment"
+"$python" -m venv "$scratch/venv"
+"$scratch/venv/bin/python" -m pip install --quiet --disable-pip-version-check "$scratch"/dist/*.whl \
+    > "$scratch/fresh-install.log" 2>&1 || {
+    cat "$scratch/fresh-install.log"
     echo "==> python: installing the wheel failed" >&2
     exit 1
 }
-(cd "$wheel" && "$wheel/venv/bin/python" -c '
+(cd "$scratch" && "$scratch/venv/bin/python" -c '
 import oncekv, oncekv._proto.kv_pb2_grpc as stubs
 assert "site-packages" in oncekv.__file__, oncekv.__file__
 assert hasattr(stubs, "KvStub")

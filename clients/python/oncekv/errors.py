@@ -39,7 +39,7 @@ class SessionExpired(OncekvError):
     may have applied, the client raises :class:`OutcomeUnknown` instead.)"""
 
     def __init__(self):
-        super().__init__("session expired: the request was not applied")
+        super().__init__("session expired: this send of the request was not applied")
 
 
 class Unauthorized(OncekvError):

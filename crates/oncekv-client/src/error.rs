@@ -15,7 +15,7 @@ pub enum ClientError {
     /// with an unknown outcome, that one may still have applied before the
     /// session went; within one call the client reports such a case as
     /// [`ClientError::OutcomeUnknown`].) Open a new session.
-    #[error("session expired: the request was not applied")]
+    #[error("session expired: this send of the request was not applied")]
     SessionExpired,
     /// The session secret was wrong: not applied.
     #[error("unauthorized: wrong session secret, not applied")]

@@ -2,7 +2,8 @@
 //! bodies. The body is wrapped in a valid header (magic `OKVSNAP\0`, format
 //! version, FNV-1a 64 of the body; `crates/oncekv-state/src/snapshot.rs`),
 //! so the fuzzer gets past the checksum to the decoding and the consistency
-//! checks.
+//! checks. `restore` is the streaming `restore_from` over the bytes, so
+//! this fuzzes the decoder that reads snapshot files in bounded pieces.
 //!
 //! Input: `[flags u8][body]`. Bit 0 of `flags` picks the limits to restore
 //! under: clear, the limits the body itself names (its first field and
@@ -16,8 +17,9 @@
 //!
 //! - `restore` returns `Ok` or a typed [`SnapshotError`], never panics;
 //! - a restored machine holds `check_invariants()`, its snapshot restores
-//!   to an equal machine with the same bytes, and its state digest is the
-//!   checksum of those bytes;
+//!   to an equal machine with the same bytes (also when read a few bytes
+//!   at a time, and when written through `write_snapshot`), and its state
+//!   digest is the checksum of those bytes;
 //! - commands built from the restored state (requests on its sessions with
 //!   their secrets, replays, keep-alives, closes, its leases and keys,
 //!   new sessions, idempotency keys, ticks that expire everything up to the
@@ -129,11 +131,37 @@ fn check_restored(machine: &StateMachine) {
         again.snapshot() == bytes,
         "the same state gives other snapshot bytes"
     );
+    let mut written = std::io::Cursor::new(Vec::new());
+    machine
+        .write_snapshot(&mut written)
+        .unwrap_or_else(|e| panic!("a snapshot does not write to memory: {e}"));
+    assert!(
+        written.into_inner() == bytes,
+        "write_snapshot writes other bytes than snapshot"
+    );
+    let in_pieces = StateMachine::restore_from(machine.limits(), SmallReads(&bytes))
+        .unwrap_or_else(|e| panic!("a snapshot read in small pieces does not restore: {e}"));
+    assert!(
+        in_pieces == again,
+        "a snapshot read in small pieces restores to another machine"
+    );
     assert_eq!(
         machine.state_digest(),
         fnv64(body(&bytes)),
         "the state digest is not the checksum of the snapshot body"
     );
+}
+
+/// Hands out at most 7 bytes per read.
+struct SmallReads<'a>(&'a [u8]);
+
+impl std::io::Read for SmallReads<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let count = buf.len().min(self.0.len()).min(7);
+        buf[..count].copy_from_slice(&self.0[..count]);
+        self.0 = &self.0[count..];
+        Ok(count)
+    }
 }
 
 /// A session's secret. Not exposed by `Session`; its encoding starts with

@@ -67,6 +67,7 @@ impl<'a> Extend<&'a u8> for CommandHasher {
 }
 
 /// FNV-1a 64 of `bytes` (the snapshot checksum).
+#[cfg(test)]
 pub(crate) fn fnv64(bytes: &[u8]) -> u64 {
     let mut hasher = Fnv64::default();
     hasher.extend(bytes);

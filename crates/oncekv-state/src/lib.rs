@@ -10,7 +10,9 @@
 //! must hold a permission on every key it touches, and sessions and keys
 //! belong to their principal.
 //!
-//! This crate does no I/O, reads no clock and draws no random numbers: its
+//! This crate does no I/O of its own (a snapshot is written to, and read
+//! from, a `std::io` writer or reader its caller gives), reads no clock
+//! and draws no random numbers: its
 //! only time is the [`ClusterTime`] carried in each entry, and every
 //! replicated collection is ordered, so iteration is deterministic.
 //!
@@ -22,7 +24,7 @@
 //! 2. `quota`, `history`, `auth`, `txn`
 //! 3. `kv`, `command`
 //! 4. `outcome`, `digest`, `limits`
-//! 5. `lease`, `session`
+//! 5. `lease`, `session`, `stream`
 //! 6. `idempotency`
 //! 7. `machine` (and its submodules)
 //! 8. `snapshot`
@@ -81,6 +83,7 @@ mod quota;
 mod refusal;
 mod session;
 mod snapshot;
+mod stream;
 mod txn;
 mod value;
 

@@ -2,6 +2,14 @@
 //! state gives the same bytes on every replica), a magic and format version,
 //! a checksum, and a restore that checks everything it reads.
 //!
+//! Both directions stream in bounded memory (pieces of
+//! [`crate::stream::CHUNK_BYTES`]): [`StateMachine::write_snapshot`] encodes
+//! to any `Write + Seek` (the checksum is computed as the body goes out and
+//! filled into the header after it), and [`StateMachine::restore_from`]
+//! decodes from any `Read`, checksumming as it reads and judging the
+//! checksum before the decoded state. [`StateMachine::snapshot`] and
+//! [`StateMachine::restore`] are the same over bytes in memory.
+//!
 //! Layout: `b"OKVSNAP\0"`, format version (u32 LE), FNV-1a 64 of what
 //! follows (u64 LE), then the body in postcard, then, once the cluster's id
 //! is recorded, that id (a postcard `u64`). A snapshot without the id (one
@@ -17,7 +25,7 @@
 //! anyone's to use, as every lease was when it was written.
 
 use crate::auth::AuthTable;
-use crate::digest::{Fnv64, fnv64};
+use crate::digest::Fnv64;
 use crate::idempotency::{IdempotencyKeys, KeyRecord};
 use crate::ids::{ClusterTime, LogIndex};
 use crate::invariant::{BrokenInvariant, Table};
@@ -27,8 +35,10 @@ use crate::limits::Limits;
 use crate::machine::StateMachine;
 use crate::quota::UserQuotas;
 use crate::session::{Session, SessionTable};
+use crate::stream::{CHUNK_BYTES, Sink, Source};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
+use std::io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::sync::Arc;
 
 const MAGIC: &[u8; 8] = b"OKVSNAP\0";
@@ -74,6 +84,9 @@ pub enum SnapshotError {
     /// The decoded state breaks an invariant.
     #[error("snapshot state is inconsistent: {0}")]
     Inconsistent(#[from] crate::invariant::BrokenInvariant),
+    /// The snapshot could not be read.
+    #[error("reading the snapshot: {0}")]
+    Io(#[from] io::Error),
 }
 
 /// The body as written: borrowed from the machine, so taking a snapshot or
@@ -165,26 +178,86 @@ impl From<BodyNoOwners> for Body {
     }
 }
 
-/// Decodes a body of format `version` and what follows it.
-fn take_body(version: u32, encoded: &[u8]) -> Result<(Body, &[u8]), SnapshotError> {
+/// Decodes a body of format `version` from `source`.
+fn take_body<R: Read>(version: u32, source: &mut Source<R>) -> Result<Body, SnapshotError> {
     if version == FORMAT_VERSION_NO_OWNERS {
-        let (body, after): (BodyNoOwners, &[u8]) = postcard::take_from_bytes(encoded)?;
-        return Ok((body.into(), after));
+        return Ok(source.decode::<BodyNoOwners>()?.into());
     }
-    let (mut body, after): (Body, &[u8]) = postcard::take_from_bytes(encoded)?;
+    let mut body: Body = source.decode()?;
     if version == FORMAT_VERSION_NO_QUOTAS {
-        return Ok((body, after));
+        return Ok(body);
     }
-    let ((quotas, revoked), after): ((UserQuotas, BTreeSet<Vec<u8>>), &[u8]) =
-        postcard::take_from_bytes(after)?;
+    let (quotas, revoked): (UserQuotas, BTreeSet<Vec<u8>>) = source.decode()?;
     body.limits.quotas = quotas;
     body.auth = body.auth.with_revoked(revoked);
     if version == FORMAT_VERSION_NO_ALARMS {
-        return Ok((body, after));
+        return Ok(body);
     }
-    let (alarmed_members, after): (BTreeSet<u64>, &[u8]) = postcard::take_from_bytes(after)?;
-    body.alarmed_members = alarmed_members;
-    Ok((body, after))
+    body.alarmed_members = source.decode()?;
+    Ok(body)
+}
+
+/// What follows the body: nothing, or the cluster's id and nothing more.
+fn take_cluster_id<R: Read>(source: &mut Source<R>) -> Result<Option<u64>, SnapshotError> {
+    if source.at_end() {
+        return Ok(None);
+    }
+    let id = source.decode::<u64>()?;
+    if !source.at_end() {
+        return Err(SnapshotError::TrailingBytes);
+    }
+    Ok(Some(id))
+}
+
+/// A snapshot read through: its body, and its cluster id (or why what
+/// follows the body is refused).
+struct Decoded {
+    body: Body,
+    cluster_id: Result<Option<u64>, SnapshotError>,
+}
+
+/// Reads a snapshot from `input` in pieces of [`CHUNK_BYTES`], checking
+/// its magic and format, then decoding while checksumming. The checksum
+/// is judged before anything decoded is: whatever the decoding met, the
+/// rest of the input is read through, and bytes that do not match their
+/// checksum are [`SnapshotError::ChecksumMismatch`] (corrupt or
+/// truncated), as when the whole snapshot was checked up front.
+fn read_snapshot(input: impl Read) -> Result<Decoded, SnapshotError> {
+    let mut input = BufReader::with_capacity(CHUNK_BYTES, input);
+    let mut header = [0u8; HEADER_BYTES];
+    match input.read_exact(&mut header) {
+        Ok(()) => {}
+        Err(error) if error.kind() == io::ErrorKind::UnexpectedEof => {
+            return Err(SnapshotError::BadMagic);
+        }
+        Err(error) => return Err(SnapshotError::Io(error)),
+    }
+    if &header[..8] != MAGIC {
+        return Err(SnapshotError::BadMagic);
+    }
+    let version = u32::from_le_bytes([header[8], header[9], header[10], header[11]]);
+    if ![
+        FORMAT_VERSION,
+        FORMAT_VERSION_NO_ALARMS,
+        FORMAT_VERSION_NO_QUOTAS,
+        FORMAT_VERSION_NO_OWNERS,
+    ]
+    .contains(&version)
+    {
+        return Err(SnapshotError::UnsupportedVersion { found: version });
+    }
+    let mut checksum = [0u8; 8];
+    checksum.copy_from_slice(&header[12..HEADER_BYTES]);
+    let mut source = Source::new(input);
+    let decoded = take_body(version, &mut source).map(|body| Decoded {
+        cluster_id: take_cluster_id(&mut source),
+        body,
+    });
+    source.drain();
+    if source.finish()? != u64::from_le_bytes(checksum) {
+        return Err(SnapshotError::ChecksumMismatch);
+    }
+    decoded
 }
 
 impl StateMachine {
@@ -205,25 +278,42 @@ impl StateMachine {
         }
     }
 
-    /// The state as snapshot bytes: the body is encoded once, sized first,
-    /// straight after the header (no second buffer), then its checksum is
-    /// filled in.
-    pub fn snapshot(&self) -> Vec<u8> {
-        let body = self.body();
-        let size =
-            postcard::experimental::serialized_size(&body).expect("the state always encodes");
-        // The cluster's id after it takes at most 10 bytes.
-        let mut bytes = Vec::with_capacity(HEADER_BYTES.saturating_add(size).saturating_add(10));
-        bytes.extend_from_slice(MAGIC);
-        bytes.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-        bytes.extend_from_slice(&[0; 8]);
-        let mut bytes = postcard::to_extend(&body, bytes).expect("the state always encodes");
+    /// Writes the state as snapshot bytes to `out` in pieces of
+    /// [`CHUNK_BYTES`] (never a buffer as large as the state): the header
+    /// with room for the checksum, then the body, checksummed as it goes
+    /// out, then back to fill in the checksum, and on to the end. Starts
+    /// at `out`'s position, leaves it after the snapshot, and says how many
+    /// bytes that is. The bytes are [`StateMachine::snapshot`]'s.
+    pub fn write_snapshot<W: Write + Seek>(&self, mut out: W) -> io::Result<u64> {
+        let start = out.stream_position()?;
+        let mut header = [0u8; HEADER_BYTES];
+        header[..8].copy_from_slice(MAGIC);
+        header[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        out.write_all(&header)?;
+        let mut sink = Sink::new(BufWriter::with_capacity(CHUNK_BYTES, &mut out));
+        sink.encode(&self.body())?;
         if let Some(id) = self.cluster_id {
-            bytes = postcard::to_extend(&id, bytes).expect("an id always encodes");
+            sink.encode(&id)?;
         }
-        let checksum = fnv64(&bytes[HEADER_BYTES..]);
-        bytes[HEADER_BYTES - 8..HEADER_BYTES].copy_from_slice(&checksum.to_le_bytes());
-        bytes
+        let (checksum, body_bytes) = sink.finish()?;
+        out.seek(SeekFrom::Start(start.saturating_add(12)))?;
+        out.write_all(&checksum.to_le_bytes())?;
+        let length = (HEADER_BYTES as u64).saturating_add(body_bytes);
+        out.seek(SeekFrom::Start(start.saturating_add(length)))?;
+        Ok(length)
+    }
+
+    /// The state as snapshot bytes, in memory ([`StateMachine::write_snapshot`]
+    /// into a buffer sized first, so it is not grown as it fills).
+    pub fn snapshot(&self) -> Vec<u8> {
+        let size = postcard::experimental::serialized_size(&self.body())
+            .expect("the state always encodes");
+        // The cluster's id after it takes at most 10 bytes.
+        let bytes = Vec::with_capacity(HEADER_BYTES.saturating_add(size).saturating_add(10));
+        let mut cursor = io::Cursor::new(bytes);
+        self.write_snapshot(&mut cursor)
+            .expect("writing to memory cannot fail");
+        cursor.into_inner()
     }
 
     /// A digest of the state (FNV-1a 64 of the snapshot body, streamed
@@ -238,22 +328,28 @@ impl StateMachine {
     /// The limits snapshot bytes were taken under (after checking their
     /// magic, format and checksum), so a new node can be started with them.
     pub fn snapshot_limits(bytes: &[u8]) -> Result<Limits, SnapshotError> {
-        let (version, encoded) = checked_body(bytes)?;
-        let (body, _) = take_body(version, encoded)?;
-        Ok(body.limits)
+        StateMachine::snapshot_limits_from(bytes)
+    }
+
+    /// [`StateMachine::snapshot_limits`] of a snapshot read from `input`
+    /// in bounded pieces.
+    pub fn snapshot_limits_from(input: impl Read) -> Result<Limits, SnapshotError> {
+        Ok(read_snapshot(input)?.body.limits)
     }
 
     /// Restores a state machine from snapshot bytes taken under `limits`.
     pub fn restore(limits: &Limits, bytes: &[u8]) -> Result<StateMachine, SnapshotError> {
-        let (version, encoded) = checked_body(bytes)?;
-        let (body, after) = take_body(version, encoded)?;
-        let cluster_id = match after {
-            [] => None,
-            after => match postcard::take_from_bytes::<u64>(after)? {
-                (id, []) => Some(id),
-                (_, _) => return Err(SnapshotError::TrailingBytes),
-            },
-        };
+        StateMachine::restore_from(limits, bytes)
+    }
+
+    /// Restores a state machine from a snapshot taken under `limits`, read
+    /// from `input` in pieces of [`CHUNK_BYTES`] (never whole in memory):
+    /// the checksum is computed as the bytes are read and checked at the
+    /// end, before the decoded state is judged; a truncated, corrupt or
+    /// unreadable input is an error.
+    pub fn restore_from(limits: &Limits, input: impl Read) -> Result<StateMachine, SnapshotError> {
+        let Decoded { body, cluster_id } = read_snapshot(input)?;
+        let cluster_id = cluster_id?;
         if body.limits != *limits {
             return Err(SnapshotError::LimitsMismatch);
         }
@@ -292,36 +388,11 @@ impl StateMachine {
     }
 }
 
-/// The format and body of snapshot bytes, after checking magic, format
-/// and checksum.
-fn checked_body(bytes: &[u8]) -> Result<(u32, &[u8]), SnapshotError> {
-    if bytes.len() < HEADER_BYTES || &bytes[..8] != MAGIC {
-        return Err(SnapshotError::BadMagic);
-    }
-    let version = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
-    if ![
-        FORMAT_VERSION,
-        FORMAT_VERSION_NO_ALARMS,
-        FORMAT_VERSION_NO_QUOTAS,
-        FORMAT_VERSION_NO_OWNERS,
-    ]
-    .contains(&version)
-    {
-        return Err(SnapshotError::UnsupportedVersion { found: version });
-    }
-    let mut checksum = [0u8; 8];
-    checksum.copy_from_slice(&bytes[12..HEADER_BYTES]);
-    let encoded = &bytes[HEADER_BYTES..];
-    if fnv64(encoded) != u64::from_le_bytes(checksum) {
-        return Err(SnapshotError::ChecksumMismatch);
-    }
-    Ok((version, encoded))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::command::{Command, Entry, Proposal, Request};
+    use crate::digest::fnv64;
     use crate::{Outcome, Overload, Rejection, Reply};
 
     fn machine() -> StateMachine {
@@ -694,5 +765,275 @@ mod tests {
             StateMachine::restore(&limits, &other),
             Err(SnapshotError::UnsupportedVersion { found: 3 })
         ));
+    }
+
+    /// A state with something in every table: keys (one on a lease),
+    /// a session with a completion record, an idempotency key, a user, a
+    /// revoked certificate, an alarm raised by hand and the cluster's id.
+    fn rich_machine() -> StateMachine {
+        let mut machine = StateMachine::new(Limits::default());
+        let mut index = 0;
+        let mut next = |machine: &mut StateMachine, origin: crate::command::Origin, command| {
+            index += 1;
+            machine.apply(&Entry {
+                index: LogIndex(index),
+                proposal: Proposal {
+                    time: ClusterTime(1000 + index),
+                    principal: None,
+                    request: Request { origin, command },
+                },
+            })
+        };
+        use crate::command::Origin;
+        let plain = || Origin::Plain;
+        next(
+            &mut machine,
+            plain(),
+            Command::LeaseGrant {
+                name: "lease".into(),
+                ttl_ms: 60_000,
+            },
+        );
+        for key in 0..200u32 {
+            let lease = (key % 7 == 0).then(|| "lease".to_string());
+            let put = Command::Put {
+                key: format!("key/{key:05}").into_bytes(),
+                value: vec![key as u8; 100 + key as usize],
+                lease,
+            };
+            next(&mut machine, plain(), put);
+        }
+        let opened = next(
+            &mut machine,
+            plain(),
+            Command::OpenSession {
+                ttl_ms: 60_000,
+                window: 4,
+                secret: crate::ids::Secret(9),
+            },
+        );
+        let Outcome::Applied(Reply::SessionOpened { session, .. }) = opened else {
+            panic!("no session: {opened:?}");
+        };
+        let header = crate::command::RequestHeader {
+            id: crate::ids::RequestId {
+                session,
+                seq: crate::ids::Seq(1),
+            },
+            secret: crate::ids::Secret(9),
+            first_incomplete: crate::ids::Seq(1),
+            attempt: 1,
+        };
+        let incr = Command::Incr {
+            key: b"n".to_vec(),
+            by: 3,
+        };
+        next(&mut machine, Origin::Session(header), incr);
+        let append = Command::Append {
+            key: b"k".to_vec(),
+            value: b"x".to_vec(),
+        };
+        let once = Origin::Key(crate::ids::IdempotencyKey(b"once-key".to_vec()));
+        next(&mut machine, once, append);
+        let user = crate::auth::AuthCommand::UserAdd {
+            name: "alice".into(),
+            password_hash: Some("$argon2id$v=19$m=19456,t=2,p=1$c2FsdA$aGFzaA".into()),
+        };
+        next(&mut machine, plain(), Command::Auth(user));
+        let revoke = crate::auth::AuthCommand::CertificateRevoke {
+            serial: vec![1, 2, 3],
+        };
+        next(&mut machine, plain(), Command::Auth(revoke));
+        next(
+            &mut machine,
+            plain(),
+            Command::AlarmSet {
+                member: 3,
+                raise: true,
+            },
+        );
+        machine.record_cluster_id(0xfeed_beef);
+        machine
+    }
+
+    /// The bytes as `snapshot()` made them before it streamed: the whole
+    /// body in one buffer, then its checksum filled in.
+    fn snapshot_in_one_buffer(machine: &StateMachine) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        bytes.extend_from_slice(MAGIC);
+        bytes.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        bytes.extend_from_slice(&[0; 8]);
+        let mut bytes = postcard::to_extend(&machine.body(), bytes).unwrap();
+        if let Some(id) = machine.cluster_id {
+            bytes = postcard::to_extend(&id, bytes).unwrap();
+        }
+        resealed(bytes)
+    }
+
+    #[test]
+    fn streaming_writes_the_same_bytes_as_one_buffer_did() {
+        let machine = rich_machine();
+        let bytes = snapshot_in_one_buffer(&machine);
+        assert!(bytes.len() > crate::stream::CHUNK_BYTES, "{}", bytes.len());
+        assert_eq!(machine.snapshot(), bytes);
+        // Written after other bytes, it starts where the writer was and
+        // leaves it after the snapshot.
+        let mut out = io::Cursor::new(b"prefix".to_vec());
+        out.set_position(6);
+        let length = machine.write_snapshot(&mut out).unwrap();
+        assert_eq!(length, bytes.len() as u64);
+        assert_eq!(out.position(), 6 + length);
+        out.write_all(b"suffix").unwrap();
+        let written = out.into_inner();
+        assert_eq!(&written[..6], b"prefix");
+        assert_eq!(&written[6..6 + bytes.len()], bytes.as_slice());
+        assert_eq!(&written[6 + bytes.len()..], b"suffix");
+        // And the state digest is still the checksum of the body less the id.
+        let plain = {
+            let mut plain = machine.clone();
+            plain.cluster_id = None;
+            plain.snapshot()
+        };
+        assert_eq!(machine.state_digest(), fnv64(&plain[HEADER_BYTES..]));
+    }
+
+    /// Hands out at most one byte per read.
+    struct OneByte<'a>(&'a [u8]);
+
+    impl Read for OneByte<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let Some((first, rest)) = self.0.split_first() else {
+                return Ok(0);
+            };
+            let Some(slot) = buf.first_mut() else {
+                return Ok(0);
+            };
+            *slot = *first;
+            self.0 = rest;
+            Ok(1)
+        }
+    }
+
+    #[test]
+    fn restoring_from_a_reader_equals_restoring_from_bytes_even_a_byte_at_a_time() {
+        let machine = rich_machine();
+        let limits = Limits::default();
+        let bytes = machine.snapshot();
+        let from_bytes = StateMachine::restore(&limits, &bytes).unwrap();
+        assert_eq!(from_bytes, machine);
+        let from_reader =
+            StateMachine::restore_from(&limits, io::BufReader::new(bytes.as_slice())).unwrap();
+        assert_eq!(from_reader, from_bytes);
+        let byte_at_a_time = StateMachine::restore_from(&limits, OneByte(&bytes)).unwrap();
+        assert_eq!(byte_at_a_time, from_bytes);
+        assert_eq!(byte_at_a_time.snapshot(), bytes);
+        assert_eq!(
+            StateMachine::snapshot_limits_from(OneByte(&bytes)).unwrap(),
+            limits
+        );
+        // The formats before still restore through a reader.
+        for old in [FORMAT_4, FORMAT_5, FORMAT_6] {
+            let old = unhex(old);
+            assert_eq!(
+                StateMachine::restore_from(&limits, OneByte(&old)).unwrap(),
+                StateMachine::restore(&limits, &old).unwrap()
+            );
+        }
+    }
+
+    #[test]
+    fn a_truncated_or_corrupted_stream_is_refused_with_an_error() {
+        let machine = rich_machine();
+        let limits = Limits::default();
+        let bytes = machine.snapshot();
+        // Cut anywhere (every byte of the head, then every 389th; some a
+        // byte at a time).
+        let cuts = (0..bytes.len())
+            .filter(|at| *at < 64 || at % 389 == 0)
+            .chain([bytes.len() - 1]);
+        for at in cuts {
+            let refused = if at % 7 == 0 {
+                StateMachine::restore_from(&limits, OneByte(&bytes[..at]))
+            } else {
+                StateMachine::restore_from(&limits, &bytes[..at])
+            };
+            match refused {
+                Err(SnapshotError::BadMagic) => assert!(at < HEADER_BYTES),
+                Err(SnapshotError::ChecksumMismatch) => assert!(at >= HEADER_BYTES),
+                other => panic!("cut at {at}: {other:?}"),
+            }
+        }
+        // A byte changed anywhere after the magic and format.
+        for at in (12..bytes.len()).step_by(353) {
+            let mut corrupt = bytes.clone();
+            corrupt[at] ^= 0x24;
+            let refused = StateMachine::restore_from(&limits, corrupt.as_slice());
+            assert!(
+                matches!(refused, Err(SnapshotError::ChecksumMismatch)),
+                "changed at {at}: {refused:?}"
+            );
+        }
+        // A byte too many.
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert!(matches!(
+            StateMachine::restore_from(&limits, longer.as_slice()),
+            Err(SnapshotError::ChecksumMismatch)
+        ));
+    }
+
+    /// Reads `good` bytes, then fails.
+    struct FailsAfter<'a>(&'a [u8]);
+
+    impl Read for FailsAfter<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            if self.0.is_empty() {
+                return Err(io::Error::other("the disk is gone"));
+            }
+            self.0.read(buf)
+        }
+    }
+
+    /// Takes `room` bytes, then fails.
+    struct FullAfter(usize, io::Cursor<Vec<u8>>);
+
+    impl Write for FullAfter {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            let room = self.0.saturating_sub(self.1.get_ref().len());
+            if room == 0 {
+                return Err(io::Error::other("no space left"));
+            }
+            self.1.write(&buf[..buf.len().min(room)])
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Seek for FullAfter {
+        fn seek(&mut self, to: SeekFrom) -> io::Result<u64> {
+            self.1.seek(to)
+        }
+    }
+
+    #[test]
+    fn a_failing_reader_or_writer_is_an_error_not_a_panic() {
+        let machine = rich_machine();
+        let bytes = machine.snapshot();
+        for at in [5, HEADER_BYTES, bytes.len() / 2, bytes.len()] {
+            let refused = StateMachine::restore_from(&Limits::default(), FailsAfter(&bytes[..at]));
+            assert!(
+                matches!(&refused, Err(SnapshotError::Io(error)) if error.to_string() == "the disk is gone"),
+                "failed at {at}: {refused:?}"
+            );
+        }
+        for room in [3, HEADER_BYTES + 1, bytes.len() / 2] {
+            let failed = machine.write_snapshot(FullAfter(room, io::Cursor::new(Vec::new())));
+            assert_eq!(
+                failed.map_err(|error| error.to_string()),
+                Err("no space left".to_string())
+            );
+        }
     }
 }

@@ -36,6 +36,11 @@ const FORBIDDEN: &[(&str, &str)] = &[
     ("eprintln!", "the state machine does no I/O"),
 ];
 
+/// The files that may name `std::io`: a snapshot is written to a
+/// `std::io::Write` and read from a `std::io::Read` its caller gives (and
+/// opens); the crate itself still opens no file and no socket.
+const IO_TRAITS_ALLOWED: &[&str] = &["snapshot.rs", "stream.rs"];
+
 fn crate_dir() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
@@ -184,7 +189,12 @@ fn sources_use_no_clock_randomness_io_or_hash_iteration() {
         for (number, line) in text.lines().enumerate() {
             let code = code(line);
             for (token, why) in FORBIDDEN {
-                if code.contains(token) {
+                let io_traits = *token == "std::io"
+                    && path
+                        .file_name()
+                        .and_then(|name| name.to_str())
+                        .is_some_and(|name| IO_TRAITS_ALLOWED.contains(&name));
+                if code.contains(token) && !io_traits {
                     violations.push(format!(
                         "{}:{}: `{token}`: {why}",
                         path.display(),

@@ -337,7 +337,10 @@ impl Consensus {
     where
         LS: RaftLogStorage<TypeConfig>,
         N: RaftNetworkFactory<TypeConfig>,
-        N::Network: openraft::network::NetSnapshot<TypeConfig, SnapshotData = Vec<u8>>,
+        N::Network: openraft::network::NetSnapshot<
+                TypeConfig,
+                SnapshotData = super::snapshot_file::SnapshotFile,
+            >,
     {
         let config = Config {
             cluster_name: "oncekv".into(),

@@ -10,6 +10,7 @@ pub mod peer_token;
 pub mod runtime;
 pub mod seed;
 pub mod segment_log;
+pub mod snapshot_file;
 pub mod state_machine_store;
 pub mod storage_failure;
 pub mod type_config;

@@ -1,7 +1,8 @@
 //! The peer network, client side: openraft's RPCs to other nodes over the
 //! `RaftPeer` gRPC service. Raft messages travel as postcard bytes inside
-//! protobuf envelopes; snapshots are streamed in chunks cut as they are
-//! sent (the receiver spools them to disk, see `peer_service`). Every call
+//! protobuf envelopes; snapshots are streamed in chunks read from their
+//! file as they are sent, one chunk in memory at a time (the receiver
+//! spools them to disk, see `peer_service`). Every call
 //! has a deadline, HTTP/2 keep-alives detect dead connections, and a
 //! timed-out connection is dropped and redialled on the next call. How a
 //! channel reaches a peer is a [`PeerConnector`]: TCP unless one is
@@ -23,6 +24,7 @@
 //! `AppendEntries` per round from then on, as [`PeerAppend::Unary`] does.
 
 use super::peer_token::PeerToken;
+use super::snapshot_file::SnapshotFile;
 use super::type_config::{NodeId, NodeInfo, TypeConfig};
 use crate::tls::PeerTls;
 use futures_util::StreamExt;
@@ -361,7 +363,7 @@ impl AppendReplies {
 }
 
 impl RaftNetworkV2<TypeConfig> for PeerClient {
-    type SnapshotData = Vec<u8>;
+    type SnapshotData = SnapshotFile;
 
     async fn append_entries(
         &mut self,
@@ -443,7 +445,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
     async fn full_snapshot(
         &mut self,
         vote: VoteOf<TypeConfig>,
-        snapshot: SnapshotOf<TypeConfig, Vec<u8>>,
+        snapshot: SnapshotOf<TypeConfig, SnapshotFile>,
         cancel: impl Future<Output = ReplicationClosed> + Send + 'static,
         option: RPCOption,
     ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
@@ -453,15 +455,23 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         let vote = encode(&vote).map_err(|e| stream_error(&e))?;
         let meta = encode(&snapshot.meta).map_err(|e| stream_error(&e))?;
         let data = snapshot.snapshot;
-        let total_bytes = u64::try_from(data.len()).map_err(|e| stream_error(&e))?;
-        // Chunks are cut as the stream is sent, not copied out up front.
-        let pieces = data.len().div_ceil(SNAPSHOT_CHUNK_BYTES).max(1);
+        let total_bytes = data.len();
+        // Chunks are read from the file as the stream is sent (a bounded
+        // positional read each), never the whole snapshot at once. A read
+        // that fails ends the stream short, which the receiver refuses.
+        let pieces = total_bytes.div_ceil(SNAPSHOT_CHUNK_BYTES as u64).max(1);
         let mut first = Some((vote, meta));
-        let chunks = (0..pieces).map(move |piece| {
-            let start = piece.saturating_mul(SNAPSHOT_CHUNK_BYTES).min(data.len());
-            let end = start.saturating_add(SNAPSHOT_CHUNK_BYTES).min(data.len());
+        let chunks = (0..pieces).map_while(move |piece| {
+            let start = piece.saturating_mul(SNAPSHOT_CHUNK_BYTES as u64);
+            let data = match data.read_piece(start, SNAPSHOT_CHUNK_BYTES) {
+                Ok(data) => data,
+                Err(error) => {
+                    tracing::warn!(%error, "cannot read the snapshot being sent");
+                    return None;
+                }
+            };
             let mut chunk = SnapshotChunk {
-                data: data[start..end].to_vec(),
+                data,
                 ..SnapshotChunk::default()
             };
             if let Some((vote, meta)) = first.take() {
@@ -469,7 +479,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
                 chunk.meta = meta;
                 chunk.total_bytes = total_bytes;
             }
-            chunk
+            Some(chunk)
         });
         let mut message = self.request(tokio_stream::iter(chunks));
         message.set_timeout(option.hard_ttl().max(Duration::from_secs(30)));

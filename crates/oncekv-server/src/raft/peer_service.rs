@@ -10,15 +10,17 @@
 //! created, so a refused sender costs no disk; then the chunks are
 //! written to a file in the spool directory (`<data dir>/snapshot-incoming/`)
 //! as they arrive, not held in memory; and a stream that ends short of, or
-//! runs past, the size it announced is refused (INVALID_ARGUMENT). openraft
-//! takes a full snapshot as one buffer (`install_full_snapshot` with our
-//! `SnapshotData = Vec<u8>`), so a complete spool file is read back whole
-//! for the install: installing needs memory for one snapshot, which the cap
-//! bounds, receiving needs none. Before it is handed to consensus, the
-//! snapshot must restore (under this node's limits, to the index it
-//! claims): consensus treats a failed install as a storage failure and
-//! stops the node, so bytes that do not restore are refused here
-//! (INVALID_ARGUMENT, logged) instead. The spool file is removed whatever happens:
+//! runs past, the size it announced is refused (INVALID_ARGUMENT). The
+//! complete spool file is handed to openraft as it is (our `SnapshotData`
+//! is a [`SnapshotFile`], a handle on the file), never read into one
+//! buffer: receiving needs no memory for the snapshot, and the bytes are
+//! decoded from the file in bounded pieces. Before it is handed to
+//! consensus, the snapshot must restore (under this node's limits, to the
+//! index it claims): consensus treats a failed install as a storage
+//! failure and stops the node, so bytes that do not restore are refused
+//! here (INVALID_ARGUMENT, logged) instead. The state they restored to
+//! rides along to the install, which takes it instead of decoding again:
+//! the node holds one restored copy beside its current state, never two. The spool file is removed whatever happens:
 //! on a refusal, when the sender goes away (the handler is dropped), and
 //! after the install. Leftovers of a crash are removed when the spool
 //! opens.
@@ -43,6 +45,7 @@
 
 use super::network::{VoteKind, decode, encode};
 use super::peer_checks::{self, PeerMessageRefused, PeerNotAllowed};
+use super::snapshot_file::SnapshotFile;
 use super::state_machine_store::Raft;
 use super::type_config::{NodeId, TypeConfig};
 use crate::transport::{is_malformed_message, overloaded};
@@ -108,24 +111,25 @@ impl SnapshotSpool {
     }
 
     /// Checks that `data` restores under this node's limits to the index
-    /// `meta` claims, off the async task unless `inline_io`; gives the data
-    /// back.
+    /// `meta` claims (decoding it from its file in bounded pieces), off the
+    /// async task unless `inline_io`; gives the data back with the state it
+    /// restored to, for the install.
     async fn check(
         &self,
         meta: &SnapshotMetaOf<TypeConfig>,
-        data: Vec<u8>,
-    ) -> Result<Vec<u8>, SnapshotRefused> {
+        data: SnapshotFile,
+    ) -> Result<SnapshotFile, SnapshotRefused> {
         let limits = self.limits.clone();
         let claimed = meta.last_log_id.as_ref().map(|id| LogIndex(id.index));
         let check = move || {
-            let verdict = match StateMachine::restore(&limits, &data) {
+            let verdict = match StateMachine::restore_from(&limits, data.reader()) {
                 Err(error) => Err(format!("does not restore: {error}")),
                 Ok(machine) if machine.last_applied() != claimed => Err(format!(
                     "restores to index {:?}, not the {:?} it claims",
                     machine.last_applied().map(|index| index.0),
                     claimed.map(|index| index.0)
                 )),
-                Ok(_) => Ok(()),
+                Ok(machine) => Ok(machine),
             };
             (verdict, data)
         };
@@ -137,7 +141,7 @@ impl SnapshotSpool {
                 .map_err(|error| SnapshotRefused::Spool(io::Error::other(error)))?
         };
         match verdict {
-            Ok(()) => Ok(data),
+            Ok(machine) => Ok(data.with_restored(machine)),
             Err(reason) => {
                 let refused = SnapshotRefused::Invalid(reason);
                 tracing::warn!("{refused}");
@@ -183,16 +187,11 @@ impl SpoolFile {
         Ok(())
     }
 
-    /// Reads the whole file back (openraft installs one buffer).
-    async fn read_all(&mut self) -> io::Result<Vec<u8>> {
+    /// The bytes received, as a handle on the file (which stays readable
+    /// through it after this is dropped and the file removed).
+    fn snapshot(&mut self) -> io::Result<SnapshotFile> {
         drop(self.file.take());
-        if self.inline_io {
-            return std::fs::read(&self.path);
-        }
-        let path = self.path.clone();
-        tokio::task::spawn_blocking(move || std::fs::read(path))
-            .await
-            .map_err(io::Error::other)?
+        SnapshotFile::whole(std::fs::File::open(&self.path)?)
     }
 }
 
@@ -270,8 +269,8 @@ struct Received {
     meta: SnapshotMetaOf<TypeConfig>,
     /// Dropped (removed) before the slot below is given back.
     file: SpoolFile,
-    /// The spool's one slot, held until the install is over: one snapshot
-    /// in memory at most.
+    /// The spool's one slot, held until the install is over: one received
+    /// state restored at most.
     slot: OwnedSemaphorePermit,
 }
 
@@ -684,13 +683,9 @@ impl RaftPeer for PeerService {
         // Judged again: the membership or the committed log may have
         // changed while the bytes came.
         self.admit_snapshot(&caller, &received.vote, &received.meta)?;
-        let data = received
-            .file
-            .read_all()
-            .await
-            .map_err(SnapshotRefused::Spool)?;
+        let data = received.file.snapshot().map_err(SnapshotRefused::Spool)?;
         let data = spool.check(&received.meta, data).await?;
-        let snapshot = SnapshotOf::<TypeConfig, Vec<u8>> {
+        let snapshot = SnapshotOf::<TypeConfig, SnapshotFile> {
             meta: received.meta,
             snapshot: data,
         };

@@ -3,16 +3,24 @@
 //! builds, persists and installs snapshots (sessions and completion records
 //! included). The newest snapshot is kept in one file, replaced atomically
 //! (write, fsync, rename, fsync the directory), so a restart resumes from it
-//! plus the log tail; it is read back from that file when a peer needs it,
-//! so its bytes are not held in memory beside the state.
+//! plus the log tail. Snapshot data is never a buffer as large as the state:
+//! openraft's `SnapshotData` is a [`SnapshotFile`], a handle on the bytes in
+//! that file (or in the spool file a received snapshot came into), read in
+//! pieces when a peer needs them.
 //!
 //! Building a snapshot holds the state lock only to copy the state machine,
 //! whose tables share structure, so the copy takes the same short time
-//! whatever the state's size; encoding and writing the copy happen off the
-//! lock and off the async threads, so applies (and the writes waiting on
-//! them) go on meanwhile, and the snapshot is still the state at exactly
-//! one applied index.
+//! whatever the state's size; the copy is then encoded straight into the
+//! file in bounded pieces (`StateMachine::write_snapshot`), off the lock and
+//! off the async threads, so applies (and the writes waiting on them) go on
+//! meanwhile, and the snapshot is still the state at exactly one applied
+//! index. Installing one restores it from its file through a reader
+//! (`StateMachine::restore_from`), or takes the state the peer service
+//! already restored it to, then copies its bytes into this store's file
+//! in bounded pieces. The state it replaces is dropped after the lock is
+//! released.
 
+use super::snapshot_file::SnapshotFile;
 use super::storage_failure::StorageFailure;
 use super::type_config::{Applied, TypeConfig};
 use futures_util::{Stream, StreamExt};
@@ -86,11 +94,9 @@ pub struct StateMachineStore {
     failure: StorageFailure,
 }
 
-#[derive(Debug, Clone)]
-struct StoredSnapshot {
-    meta: SnapshotMetaOf<TypeConfig>,
-    data: Vec<u8>,
-}
+/// The most bytes the snapshot file's metadata may announce (it holds the
+/// membership: far less).
+const SNAPSHOT_HEADER_BYTES_MAX: u64 = 64 * 1024 * 1024;
 
 fn invalid(message: impl Into<String>) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, message.into())
@@ -122,9 +128,10 @@ impl StateMachineStore {
             failure: StorageFailure::default(),
         };
         let path = dir.join(SNAPSHOT_FILE);
-        if let Some(snapshot) = read_snapshot_file(&path)? {
-            store.load(&snapshot)?;
-            *store.current_lock() = Some(snapshot.meta);
+        if let Some((meta, data)) = open_snapshot_file(&path)? {
+            let machine = store.restore(&meta, &data)?;
+            store.install_state(&meta, machine);
+            *store.current_lock() = Some(meta);
         }
         Ok(store)
     }
@@ -140,9 +147,17 @@ impl StateMachineStore {
         data: Vec<u8>,
     ) -> io::Result<()> {
         let mut store = StateMachineStore::open(dir, limits)?;
-        let snapshot = StoredSnapshot { meta, data };
-        store.load(&snapshot)?;
-        store.persist(&snapshot)
+        let machine = StateMachine::restore(&store.limits, &data)
+            .map_err(|e| invalid(format!("snapshot does not restore: {e}")))?;
+        store.check_index(&meta, &machine)?;
+        store.install_state(&meta, machine);
+        store
+            .persist(&meta, |file| {
+                use std::io::Write;
+                file.write_all(&data)?;
+                Ok(data.len() as u64)
+            })
+            .map(drop)
     }
 
     /// Switches deduplication off, now and after every snapshot restore:
@@ -164,14 +179,27 @@ impl StateMachineStore {
         self
     }
 
-    /// Makes `snapshot` the durable one, off the async task unless
-    /// `inline_io`.
-    async fn persist_off_task(&self, snapshot: StoredSnapshot) -> io::Result<()> {
-        if self.inline_io {
-            return self.persist(&snapshot);
-        }
+    /// Makes `data` with `meta` the durable snapshot (its bytes copied
+    /// in bounded pieces), off the async task unless `inline_io`.
+    async fn persist_off_task(
+        &self,
+        meta: SnapshotMetaOf<TypeConfig>,
+        data: SnapshotFile,
+    ) -> io::Result<()> {
         let store = self.clone();
-        tokio::task::spawn_blocking(move || store.persist(&snapshot))
+        let persist = move || {
+            store
+                .persist(&meta, |file| {
+                    // Copied a megabyte at a time.
+                    let mut reader = io::BufReader::with_capacity(1 << 20, data.reader());
+                    io::copy(&mut reader, file)
+                })
+                .map(drop)
+        };
+        if self.inline_io {
+            return persist();
+        }
+        tokio::task::spawn_blocking(persist)
             .await
             .map_err(io::Error::other)?
     }
@@ -185,36 +213,60 @@ impl StateMachineStore {
         crate::sync::lock(&self.current)
     }
 
-    /// Replaces the applied state with a snapshot's.
-    fn load(&mut self, snapshot: &StoredSnapshot) -> io::Result<()> {
-        let mut machine = StateMachine::restore(&self.limits, &snapshot.data)
+    /// The state `data` restores to (under this store's limits, to the
+    /// index `meta` names), read from its file in bounded pieces.
+    fn restore(
+        &self,
+        meta: &SnapshotMetaOf<TypeConfig>,
+        data: &SnapshotFile,
+    ) -> io::Result<StateMachine> {
+        let machine = StateMachine::restore_from(&self.limits, data.reader())
             .map_err(|e| invalid(format!("snapshot does not restore: {e}")))?;
-        if !self.dedup {
-            machine = machine.without_dedup();
-        }
-        let expected = snapshot
-            .meta
-            .last_log_id
-            .as_ref()
-            .map(|id| LogIndex(id.index));
+        self.check_index(meta, &machine)?;
+        Ok(machine)
+    }
+
+    fn check_index(
+        &self,
+        meta: &SnapshotMetaOf<TypeConfig>,
+        machine: &StateMachine,
+    ) -> io::Result<()> {
+        let expected = meta.last_log_id.as_ref().map(|id| LogIndex(id.index));
         if machine.last_applied() != expected {
             return Err(invalid(
                 "snapshot state and metadata disagree on the last index",
             ));
         }
-        let mut state = self.state.lock();
-        state.machine = machine;
-        state.last_applied = snapshot.meta.last_log_id;
-        state.membership = snapshot.meta.last_membership.clone();
-        let revision = expected.map_or(0, |index| index.0);
-        state.watch.reset(revision);
         Ok(())
     }
 
-    /// Writes the snapshot file durably and atomically.
-    /// Writes the snapshot file; a failure is recorded for the node's exit.
-    fn persist(&self, snapshot: &StoredSnapshot) -> io::Result<()> {
-        let written = self.write_snapshot_file(snapshot);
+    /// Replaces the applied state with `machine`, restored from the
+    /// snapshot `meta` describes. The state replaced is dropped after the
+    /// lock is released (dropping a large state takes time).
+    fn install_state(&mut self, meta: &SnapshotMetaOf<TypeConfig>, mut machine: StateMachine) {
+        if !self.dedup {
+            machine = machine.without_dedup();
+        }
+        let mut state = self.state.lock();
+        let replaced = std::mem::replace(&mut state.machine, machine);
+        state.last_applied = meta.last_log_id;
+        state.membership = meta.last_membership.clone();
+        let revision = meta.last_log_id.as_ref().map_or(0, |id| id.index);
+        state.watch.reset(revision);
+        drop(state);
+        drop(replaced);
+    }
+
+    /// Writes the snapshot file durably and atomically: `meta`, then the
+    /// state-machine bytes `write_state` writes (saying how many); a
+    /// failure is recorded for the node's exit. Gives the bytes back as a
+    /// handle on the file.
+    fn persist(
+        &self,
+        meta: &SnapshotMetaOf<TypeConfig>,
+        write_state: impl FnOnce(&mut std::fs::File) -> io::Result<u64>,
+    ) -> io::Result<SnapshotFile> {
+        let written = self.write_snapshot_file(meta, write_state);
         if let Err(error) = &written {
             self.failure.record(error);
         }
@@ -226,32 +278,42 @@ impl StateMachineStore {
         self.failure.clone()
     }
 
-    fn write_snapshot_file(&self, snapshot: &StoredSnapshot) -> io::Result<()> {
-        let header = postcard::to_allocvec(&SnapshotHeader {
-            meta: snapshot.meta.clone(),
-        })
-        .map_err(|e| invalid(format!("snapshot metadata does not encode: {e}")))?;
+    fn write_snapshot_file(
+        &self,
+        meta: &SnapshotMetaOf<TypeConfig>,
+        write_state: impl FnOnce(&mut std::fs::File) -> io::Result<u64>,
+    ) -> io::Result<SnapshotFile> {
+        let header = postcard::to_allocvec(&SnapshotHeader { meta: meta.clone() })
+            .map_err(|e| invalid(format!("snapshot metadata does not encode: {e}")))?;
         let tmp = self.dir.join(format!("{SNAPSHOT_FILE}.tmp"));
+        let mut file = crate::private_fs::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)?;
         {
             use std::io::Write;
-            // Written piece by piece: the data is not copied again.
-            let mut file = crate::private_fs::create(&tmp)?;
             file.write_all(SNAPSHOT_MAGIC)?;
             file.write_all(&(header.len() as u64).to_le_bytes())?;
             file.write_all(&header)?;
-            file.write_all(&snapshot.data)?;
-            file.sync_all()?;
         }
+        let offset = 16 + header.len() as u64;
+        let len = write_state(&mut file)?;
+        file.sync_all()?;
         std::fs::rename(&tmp, self.dir.join(SNAPSHOT_FILE))?;
         std::fs::File::open(&self.dir)?.sync_all()?;
-        Ok(())
+        Ok(SnapshotFile::new(file, offset, len))
     }
 }
 
-/// Reads and decodes the snapshot file at `path`; `None` if there is none.
-fn read_snapshot_file(path: &Path) -> io::Result<Option<StoredSnapshot>> {
-    match std::fs::read(path) {
-        Ok(bytes) => decode_snapshot_file(bytes)
+/// Opens the snapshot file at `path` and reads its metadata; the
+/// state-machine bytes stay in the file. `None` if there is none.
+fn open_snapshot_file(
+    path: &Path,
+) -> io::Result<Option<(SnapshotMetaOf<TypeConfig>, SnapshotFile)>> {
+    match std::fs::File::open(path) {
+        Ok(file) => read_snapshot_header(file)
             .map(Some)
             .map_err(|e| invalid(format!("{}: {e}", path.display()))),
         Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(None),
@@ -259,33 +321,39 @@ fn read_snapshot_file(path: &Path) -> io::Result<Option<StoredSnapshot>> {
     }
 }
 
-/// Splits a snapshot file into its metadata and the state machine bytes,
-/// reusing the file's buffer for the latter (no second copy of the state).
-fn decode_snapshot_file(bytes: Vec<u8>) -> Result<StoredSnapshot, String> {
-    if bytes.len() < 16 || &bytes[..8] != SNAPSHOT_MAGIC {
+/// Reads a snapshot file's magic and metadata; the rest of the file is
+/// the state-machine bytes.
+fn read_snapshot_header(
+    mut file: std::fs::File,
+) -> Result<(SnapshotMetaOf<TypeConfig>, SnapshotFile), String> {
+    use std::io::Read;
+    let size = file.metadata().map_err(|e| e.to_string())?.len();
+    let mut start = [0u8; 16];
+    if size < 16 {
+        return Err("not a snapshot file (bad magic)".into());
+    }
+    file.read_exact(&mut start).map_err(|e| e.to_string())?;
+    if &start[..8] != SNAPSHOT_MAGIC {
         return Err("not a snapshot file (bad magic)".into());
     }
     let mut length = [0u8; 8];
-    length.copy_from_slice(&bytes[8..16]);
-    let length = usize::try_from(u64::from_le_bytes(length)).map_err(|e| e.to_string())?;
-    let end = 16usize
+    length.copy_from_slice(&start[8..16]);
+    let length = u64::from_le_bytes(length);
+    let end = 16u64
         .checked_add(length)
-        .filter(|end| *end <= bytes.len());
-    let end = end.ok_or("snapshot header truncated")?;
+        .filter(|end| *end <= size && length <= SNAPSHOT_HEADER_BYTES_MAX)
+        .ok_or("snapshot header truncated")?;
+    let mut header = vec![0; usize::try_from(length).map_err(|e| e.to_string())?];
+    file.read_exact(&mut header).map_err(|e| e.to_string())?;
     let header: SnapshotHeader =
-        postcard::from_bytes(&bytes[16..end]).map_err(|e| format!("snapshot header: {e}"))?;
-    let mut data = bytes;
-    data.drain(..end);
-    Ok(StoredSnapshot {
-        meta: header.meta,
-        data,
-    })
+        postcard::from_bytes(&header).map_err(|e| format!("snapshot header: {e}"))?;
+    Ok((header.meta, SnapshotFile::new(file, end, size - end)))
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
-    type SnapshotData = Vec<u8>;
+    type SnapshotData = SnapshotFile;
 
-    async fn build_snapshot(&mut self) -> Result<SnapshotOf<TypeConfig, Vec<u8>>, io::Error> {
+    async fn build_snapshot(&mut self) -> Result<SnapshotOf<TypeConfig, SnapshotFile>, io::Error> {
         let building = std::time::Instant::now();
         let built = self.build_snapshot_now().await;
         metrics::histogram!("oncekv_snapshot_duration_seconds")
@@ -296,10 +364,12 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
 
 impl StateMachineStore {
     /// Copies the state under the lock (its metadata and the machine, at
-    /// the same applied index), then encodes and writes the copy without
-    /// the lock: applies wait for the copy only, not for the encoding or
-    /// the disk.
-    async fn build_snapshot_now(&mut self) -> Result<SnapshotOf<TypeConfig, Vec<u8>>, io::Error> {
+    /// the same applied index), then encodes the copy straight into the
+    /// snapshot file without the lock: applies wait for the copy only,
+    /// not for the encoding or the disk.
+    async fn build_snapshot_now(
+        &mut self,
+    ) -> Result<SnapshotOf<TypeConfig, SnapshotFile>, io::Error> {
         let (meta, copy) = {
             let mut state = self.state.lock();
             let copying = std::time::Instant::now();
@@ -316,31 +386,29 @@ impl StateMachineStore {
             (meta, copy)
         };
         let store = self.clone();
+        let written_meta = meta.clone();
         let encode_and_persist = move || {
-            let snapshot = StoredSnapshot {
-                meta,
-                data: copy.snapshot(),
-            };
+            let data = store.persist(&written_meta, |file| copy.write_snapshot(file));
             drop(copy);
-            store.persist(&snapshot).map(|()| snapshot)
+            data
         };
-        let snapshot = if self.inline_io {
+        let data = if self.inline_io {
             encode_and_persist()?
         } else {
             tokio::task::spawn_blocking(encode_and_persist)
                 .await
                 .map_err(io::Error::other)??
         };
-        *self.current_lock() = Some(snapshot.meta.clone());
-        Ok(SnapshotOf::<TypeConfig, Vec<u8>> {
-            meta: snapshot.meta,
-            snapshot: snapshot.data,
+        *self.current_lock() = Some(meta.clone());
+        Ok(SnapshotOf::<TypeConfig, SnapshotFile> {
+            meta,
+            snapshot: data,
         })
     }
 }
 
 impl RaftStateMachine<TypeConfig> for StateMachineStore {
-    type SnapshotData = Vec<u8>;
+    type SnapshotData = SnapshotFile;
     type SnapshotBuilder = StateMachineStore;
 
     async fn applied_state(
@@ -418,40 +486,55 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     async fn install_snapshot(
         &mut self,
         meta: &SnapshotMetaOf<TypeConfig>,
-        snapshot: Self::SnapshotData,
+        mut snapshot: Self::SnapshotData,
     ) -> Result<(), io::Error> {
-        let stored = StoredSnapshot {
-            meta: meta.clone(),
-            data: snapshot,
+        let machine = match snapshot.take_restored() {
+            // Restored by the peer service, to check it.
+            Some(machine) => {
+                self.check_index(meta, &machine)?;
+                machine
+            }
+            None if self.inline_io => self.restore(meta, &snapshot)?,
+            None => {
+                let store = self.clone();
+                let (claimed, data) = (meta.clone(), snapshot);
+                let (restored, data) =
+                    tokio::task::spawn_blocking(move || (store.restore(&claimed, &data), data))
+                        .await
+                        .map_err(io::Error::other)?;
+                snapshot = data;
+                restored?
+            }
         };
-        self.load(&stored)?;
-        // The data is persisted, then dropped: the file is the current
+        self.install_state(meta, machine);
+        // The bytes are copied into this store's file, the current
         // snapshot, read back when a peer needs it.
-        self.persist_off_task(stored).await?;
+        self.persist_off_task(meta.clone(), snapshot).await?;
         *self.current_lock() = Some(meta.clone());
         Ok(())
     }
 
     async fn get_current_snapshot(
         &mut self,
-    ) -> Result<Option<SnapshotOf<TypeConfig, Vec<u8>>>, io::Error> {
+    ) -> Result<Option<SnapshotOf<TypeConfig, SnapshotFile>>, io::Error> {
         if self.current_lock().is_none() {
             return Ok(None);
         }
         // The file holds the newest persisted snapshot (replaced atomically,
-        // never older than the metadata kept), with its own metadata.
+        // never older than the metadata kept), with its own metadata; only
+        // that metadata is read now.
         let path = self.dir.join(SNAPSHOT_FILE);
-        let read = if self.inline_io {
-            read_snapshot_file(&path)?
+        let opened = if self.inline_io {
+            open_snapshot_file(&path)?
         } else {
-            tokio::task::spawn_blocking(move || read_snapshot_file(&path))
+            tokio::task::spawn_blocking(move || open_snapshot_file(&path))
                 .await
                 .map_err(io::Error::other)??
         };
-        let stored = read.ok_or_else(|| invalid("the snapshot file is missing"))?;
-        Ok(Some(SnapshotOf::<TypeConfig, Vec<u8>> {
-            meta: stored.meta,
-            snapshot: stored.data,
+        let (meta, data) = opened.ok_or_else(|| invalid("the snapshot file is missing"))?;
+        Ok(Some(SnapshotOf::<TypeConfig, SnapshotFile> {
+            meta,
+            snapshot: data,
         }))
     }
 }

@@ -13,6 +13,8 @@
 #        A_ARGS / B_ARGS extra `oncekv serve` flags of the variant's nodes
 #                        (e.g. "--peer-append unary")
 #        A_NAME / B_NAME labels (default A, B)
+#        BENCH_BIN       the load generator, the same for both variants
+#                        (default: oncekv-bench beside A_BIN)
 #        ROUNDS=3 DURATION=5s WARMUP=1s NODES="3 1" WRITERS="1 64"
 #        MODES="plain session"
 # Nodes keep their data under target/ (the project's disk, not a tmpfs),
@@ -21,6 +23,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${A_BIN:?A_BIN: the oncekv binary of variant A}"
 : "${B_BIN:?B_BIN: the oncekv binary of variant B}"
+bench_bin=${BENCH_BIN:-$(dirname "$A_BIN")/oncekv-bench}
+[ -x "$bench_bin" ] || {
+    echo "no load generator at $bench_bin: cargo build --release -p oncekv-bench, or set BENCH_BIN" >&2
+    exit 1
+}
 a_name=${A_NAME:-A}
 b_name=${B_NAME:-B}
 rounds=${ROUNDS:-3}
@@ -84,8 +91,9 @@ for round in $(seq "$rounds"); do
             for mode in $modes; do
                 for variant in A B; do
                     endpoints_var="endpoints_${variant}_$nodes"
-                    # The client is always A's binary: only the servers differ.
-                    report=$("$A_BIN" bench --endpoints "${!endpoints_var}" --workload put \
+                    # The client is always the one load generator: only the
+                    # servers differ.
+                    report=$("$bench_bin" --endpoints "${!endpoints_var}" --workload put \
                         --mode "$mode" --concurrency "$concurrency" --key-bytes 8 --value-bytes 64 \
                         --duration "$duration" --warmup "$warmup" -o json)
                     printf '{"variant":"%s","nodes":%s,"round":%s,"report":%s}\n' \

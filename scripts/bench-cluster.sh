@@ -10,8 +10,9 @@ cd "$(dirname "$0")/.."
 out=${1:-docs/benchmarks-cluster.md}
 rounds=${ROUNDS:-3}
 duration=${DURATION:-5s}
-cargo build --release -q -p oncekv
+cargo build --release -q -p oncekv -p oncekv-bench
 bin=target/release/oncekv
+bench_bin=target/release/oncekv-bench
 work=$(mktemp -d)
 pids=()
 cleanup() {
@@ -39,7 +40,7 @@ results="$work/results.jsonl"
 for round in $(seq "$rounds"); do
     for concurrency in 1 64; do
         for mode in plain session; do
-            "$bin" bench --endpoints "$endpoints" --workload put --mode "$mode" \
+            "$bench_bin" --endpoints "$endpoints" --workload put --mode "$mode" \
                 --concurrency "$concurrency" --duration "$duration" --warmup 1s -o json >>"$results"
         done
     done

@@ -1,26 +1,27 @@
 #!/usr/bin/env bash
 # Cost as the work grows: on local clusters of 1 and 3 nodes (127.0.0.1),
 # fills the store with KEYS keys of VALUE_BYTES bytes (a sequential fill:
-# `oncekv bench --fill`), or opens SESSIONS live sessions
-# (`oncekv bench --open-sessions`), then measures with the same load
+# `oncekv-bench --fill`), or opens SESSIONS live sessions
+# (`oncekv-bench --open-sessions`), then measures with the same load
 # generator: write throughput and p99 (PUT in session mode over those
 # keys, CONCURRENCY writers, DURATION), the resident memory of each node,
 # the snapshots taken meanwhile (time from the node's Prometheus histogram,
 # size of its snapshot file), a restart of one node (kill -9, time until it
 # has applied what the leader had) and a new member's catch-up (`oncekv
 # member add`, time until its applied index reaches the leader's). etcd
-# (when on PATH and BIN is a `cargo xtask build-bench` build) gets the same
-# fill, load, memory and restart measures on one node.
+# (when on PATH and the load generator is a `cargo xtask build-bench`
+# build) gets the same fill, load, memory and restart measures on one node.
 #
 # BINS="label:path label:path" runs each step with each binary in turn
-# (A B A B), for comparing a change; default: the one BIN. The load
-# generator is always the last of them.
+# (A B A B), for comparing a change; default: the one BIN. The admin
+# commands are always the last of them's, and the load generator is
+# BENCH_BIN (default: oncekv-bench beside that binary).
 #
 # Usage: scripts/bench-growth.sh [OUT.md]
 # env: QUICK=1 (small sizes), KEYS="100000 1000000", SESSIONS="10000 100000",
 #      NODES="1 3", VALUE_BYTES=1024, CONCURRENCY=64, DURATION=10s,
 #      SNAPSHOT_AFTER_ENTRIES=100000 (the node's default), STEP_TIMEOUT=1200 (seconds per step),
-#      ETCD=1, CATCHUP=1, BIN=..., BINS=..., WORK=... (a temp dir by default)
+#      ETCD=1, CATCHUP=1, BIN=..., BINS=..., BENCH_BIN=..., WORK=... (a temp dir by default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-${OUT:-/tmp/bench-growth.md}}
@@ -29,13 +30,19 @@ if [ -z "${BINS:-}" ]; then
     [ -x "$bin" ] || { echo "no binary at $bin: run cargo xtask build-bench (or set BIN)" >&2; exit 1; }
     BINS="oncekv:$bin"
 fi
+last=${BINS##* }
+BENCH_BIN=${BENCH_BIN:-$(dirname "${last#*:}")/oncekv-bench}
+[ -x "$BENCH_BIN" ] || {
+    echo "no load generator at $BENCH_BIN: run cargo xtask build-bench (or set BENCH_BIN)" >&2
+    exit 1
+}
 if [ "${QUICK:-0}" = 1 ]; then
     : "${KEYS:=2000 10000}" "${SESSIONS:=500 2000}" "${DURATION:=3s}"
 fi
 export KEYS=${KEYS:-100000 1000000} SESSIONS=${SESSIONS:-10000 100000} NODES=${NODES:-1 3}
 export VALUE_BYTES=${VALUE_BYTES:-1024} CONCURRENCY=${CONCURRENCY:-64} DURATION=${DURATION:-10s}
 export SNAPSHOT_AFTER_ENTRIES=${SNAPSHOT_AFTER_ENTRIES:-100000} STEP_TIMEOUT=${STEP_TIMEOUT:-1200}
-export ETCD=${ETCD:-1} CATCHUP=${CATCHUP:-1} BINS
+export ETCD=${ETCD:-1} CATCHUP=${CATCHUP:-1} BINS BENCH_BIN
 work=${WORK:-$(mktemp -d)}
 export WORK=$work
 trap 'rm -rf "$work"' EXIT
@@ -45,9 +52,10 @@ import json, os, re, secrets, shutil, signal, socket, statistics, subprocess, sy
 OUT = sys.argv[1]
 WORK = os.environ["WORK"]
 BINS = [b.split(":", 1) for b in os.environ["BINS"].split()]
-# The load generator and admin commands: one binary for every server
-# measured (the last of BINS), so only the servers differ.
+# The admin commands (the last of BINS) and the load generator: one for
+# every server measured, so only the servers differ.
 CLIENT = BINS[-1][1]
+BENCH = os.environ["BENCH_BIN"]
 KEYS = [int(k) for k in os.environ["KEYS"].split()]
 SESSIONS = [int(s) for s in os.environ["SESSIONS"].split()]
 NODES = [int(n) for n in os.environ["NODES"].split()]
@@ -218,7 +226,7 @@ class Cluster:
 
 
 def bench(binary, endpoints, extra, target="oncekv"):
-    args = [CLIENT, "bench", "--endpoints", endpoints, "--target", target, "-o", "json"] + extra
+    args = [BENCH, "--endpoints", endpoints, "--target", target, "-o", "json"] + extra
     return json.loads(run(args).strip().splitlines()[-1])
 
 
@@ -303,7 +311,7 @@ def oncekv_sessions(label, binary, n, sessions):
     c = Cluster(binary, n, 0, sessions)
     try:
         t = time.monotonic()
-        out = run([CLIENT, "bench", "--endpoints", c.endpoints(), "--open-sessions", str(sessions),
+        out = run([BENCH, "--endpoints", c.endpoints(), "--open-sessions", str(sessions),
                    "--concurrency", str(CONC), "--connections", "4", "-o", "json"])
         opened = json.loads(out.strip().splitlines()[-1])
         if opened["failed"]:

@@ -31,6 +31,7 @@ python3 --version >/dev/null
 
 cargo xtask build-bench
 bin=$PWD/target/release/oncekv
+bench_bin=$PWD/target/release/oncekv-bench
 mkdir -p target "$out_dir"
 work=$(mktemp -d "$PWD/target/bench-security.XXXXXX")
 pids=()
@@ -144,7 +145,7 @@ run() {
     local -a extra=()
     [[ "$mode" != plain ]] && extra=("${tls_client[@]}")
     [[ "$mode" == tls+auth ]] && extra+=(--user bench:bench-pw)
-    report=$("$bin" bench --target "$target" --endpoints "$endpoints" --workload put \
+    report=$("$bench_bin" --target "$target" --endpoints "$endpoints" --workload put \
         --mode plain --concurrency "$concurrency" --key-bytes 8 --value-bytes 64 \
         --duration "$duration" --warmup "$warmup" -o json "${extra[@]}")
     printf '{"target":"%s","security":"%s","round":%s,"report":%s}\n' \

@@ -16,9 +16,10 @@
 # Usage: scripts/bench-txn-watch.sh [OUT_FILE]
 #   env: ROUNDS=3 DURATION=3s WARMUP=1s WATCH_DURATION=5s
 #        WATCHERS=1000 WATCH_CONNECTIONS=10 WRITERS=4 RATE=100
-#        BIN=path/to/oncekv  an oncekv built with the etcd feature
+#        BIN=path/to/oncekv  the oncekv of the nodes, beside an
+#                            oncekv-bench built with the etcd feature
 #                            (default: `cargo xtask build-bench`, then
-#                            target/release/oncekv)
+#                            target/release/oncekv and oncekv-bench)
 #        QUICK=1  one round of 1 s, 100 watchers: a smoke test
 # Writes a Markdown table to OUT_FILE (default
 # target/bench-txn-watch/results.md) and the raw reports beside it
@@ -58,6 +59,7 @@ else
     cargo xtask build-bench
     bin=$PWD/target/release/oncekv
 fi
+bench_bin=$(dirname "$bin")/oncekv-bench
 mkdir -p target "$(dirname "$out")"
 results="${out%.*}.jsonl"
 : >"$results"
@@ -138,7 +140,7 @@ endpoints_of() { if [[ $1 == oncekv ]]; then echo "$oncekv_endpoints"; else echo
 # run_transfer TARGET MODE CONCURRENCY ROUND
 run_transfer() {
     local report
-    report=$("$bin" bench --target "$1" --endpoints "$(endpoints_of "$1")" --workload transfer \
+    report=$("$bench_bin" --target "$1" --endpoints "$(endpoints_of "$1")" --workload transfer \
         --mode "$2" --concurrency "$3" --keys 1000 --duration "$duration" --warmup "$warmup" -o json)
     printf '{"round":%s,"report":%s}\n' "$4" "$report" >>"$results"
     python3 -c 'import json, sys
@@ -151,7 +153,7 @@ print("  transfer %-6s %-7s x%-3d %7.0f txn/s  p50 %6.2f ms  p99 %6.2f ms  confl
 # run_watch TARGET ROUND
 run_watch() {
     local report
-    report=$("$bin" bench --target "$1" --endpoints "$(endpoints_of "$1")" --workload watch \
+    report=$("$bench_bin" --target "$1" --endpoints "$(endpoints_of "$1")" --workload watch \
         --mode plain --watchers "$watchers" --connections "$watch_connections" \
         --concurrency "$writers" --rate "$rate" --duration "$watch_duration" --warmup "$warmup" -o json)
     printf '{"round":%s,"report":%s}\n' "$2" "$report" >>"$results"

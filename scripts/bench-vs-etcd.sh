@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # oncekv against etcd on this machine: durable PUTs of 64-byte values to
-# 8-byte keys, linearizable GETs of them, and a 90/10 mix, closed loop, same client code path (`oncekv bench`, which
+# 8-byte keys, linearizable GETs of them, and a 90/10 mix, closed loop, same client code path (`oncekv-bench`, which
 # speaks etcd v3 through the etcd-client crate), same durability (etcd
 # fsyncs its WAL, oncekv fsyncs every append batch), 3-node and 1-node
 # clusters on 127.0.0.1. Both systems run side by side and every
@@ -54,6 +54,7 @@ python3 --version >/dev/null
 
 cargo xtask build-bench
 bin=${CARGO_TARGET_DIR:-$PWD/target}/release/oncekv
+bench_bin=${CARGO_TARGET_DIR:-$PWD/target}/release/oncekv-bench
 mkdir -p target "$out_dir"
 # On the project's disk (not a tmpfs /tmp), so fsyncs reach a real disk.
 work=$(mktemp -d "$PWD/target/bench-vs-etcd.XXXXXX")
@@ -139,7 +140,7 @@ run() {
     shift $(($# < 7 ? $# : 7))
     local client=$target
     [[ "$target" == oncekv-etcd ]] && client=etcd
-    report=$("$bin" bench --target "$client" --endpoints "$endpoints" --workload "$workload" --mode "$mode" \
+    report=$("$bench_bin" --target "$client" --endpoints "$endpoints" --workload "$workload" --mode "$mode" \
         --concurrency "$concurrency" --connections "$connections" --key-bytes 8 --value-bytes 64 \
         --duration "$duration" --warmup "$warmup" "$@" -o json)
     report=$(python3 -c 'import json, sys; r = json.loads(sys.argv[1]); r["target"] = sys.argv[2]; print(json.dumps(r))' \
@@ -300,7 +301,7 @@ lines = [
     "both systems as 3-node and 1-node clusters on 127.0.0.1, data on the same disk,",
     "etcd with its defaults (WAL fsync on every batch) and oncekv with its defaults",
     "(fdatasync of every append batch). Both are driven by the same load generator",
-    "(`oncekv bench`; etcd through the `etcd-client` crate, sending to the etcd leader,",
+    "(`oncekv-bench`; etcd through the `etcd-client` crate, sending to the etcd leader,",
     "as oncekv's client does), with " + connections + " client connection(s).",
     f"Each configuration ran on oncekv and then on etcd, alternately, for {rounds} round(s)",
     f"of {duration} after a {warmup} warm-up; the numbers are medians over the rounds.",
@@ -344,7 +345,7 @@ lines += [
     "",
     "## Through etcd's API",
     "",
-    "The same etcd client (`oncekv bench --target etcd`, the `etcd-client` crate) against",
+    "The same etcd client (`oncekv-bench --target etcd`, the `etcd-client` crate) against",
     "oncekv's 3 nodes, which serve etcd's v3 API on their client ports (a Put is the",
     "node's PUT; followers forward writes to the leader), beside oncekv's own client and",
     "etcd, plain PUTs.",

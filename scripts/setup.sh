@@ -2,7 +2,7 @@
 # Makes sure the pinned Rust toolchain (rust-toolchain.toml) with rustfmt and
 # clippy is present; installs it with rustup only if it is missing. Also
 # installs Debian's fiu-utils, when it can, so that `oncekv verify` can make
-# disk syncs fail, etcd-server, so that `oncekv bench --target etcd` and the
+# disk syncs fail, etcd-server, so that `oncekv-bench --target etcd` and the
 # etcd API are tested against a real etcd, and etcd-client, whose etcdctl
 # runs the same commands against both; and aetcd's own integration tests in
 # target/aetcd-suite (see below), which crates/oncekv/tests/etcd_aetcd.rs

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Where a write's time goes, from the nodes' own Prometheus histograms:
-# runs `oncekv bench` (PUTs, one writer on a session by default) against a
+# runs `oncekv-bench` (PUTs, one writer on a session by default) against a
 # running cluster, reads every node's /metrics before and after, and prints
 # the mean of each step over the run: the client's write end to end, the
 # leader's time from proposing to the answer
@@ -10,11 +10,11 @@
 #   CLIENT_ENDPOINTS   host:port,... of the nodes' client ports
 #   METRICS_ADDRESSES  host:port,... of their `--listen-metrics`
 #   BENCH FLAGS        default: --mode session --concurrency 1 --duration 5s
-#   env: BIN (default target/release/oncekv)
+#   env: BIN (default target/release/oncekv-bench)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [[ $# -ge 2 ]] || { sed -n '2,14p' "$0" >&2; exit 2; }
-bin=${BIN:-target/release/oncekv}
+bin=${BIN:-target/release/oncekv-bench}
 endpoints=$1 metrics=$2
 shift 2
 [[ $# -gt 0 ]] || set -- --mode session --concurrency 1 --duration 5s
@@ -34,7 +34,7 @@ def scrape():
     return values
 
 before = scrape()
-run = subprocess.run([bin, "bench", "--endpoints", endpoints, "--workload", "put", "--warmup", "1s",
+run = subprocess.run([bin, "--endpoints", endpoints, "--workload", "put", "--warmup", "1s",
                       "-o", "json"] + flags, capture_output=True, text=True, check=True)
 report = json.loads(run.stdout)
 after = scrape()

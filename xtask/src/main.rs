@@ -3,7 +3,8 @@
 //! `cargo xtask fix` applies the automatic fixes (format, clippy
 //! suggestions); `cargo xtask sim` runs a sweep of
 //! seeded simulations (crates/oncekv-sim); `cargo xtask build-bench`
-//! builds the release binary with `oncekv bench --target etcd`.
+//! builds the release binaries `oncekv` and `oncekv-bench` (with
+//! `--target etcd`).
 //!
 //! A test that cannot run here for lack of root, etcd or fiu-utils is
 //! skipped, and `verify` lists it at the end: the tests append a line to
@@ -11,7 +12,7 @@
 //! `CI=true` such a test fails instead (`oncekv_harness::testing::
 //! missing_dependency`).
 //!
-//! The `etcd` feature of `oncekv` compiles etcd's protobuf files, which
+//! The `etcd` feature of `oncekv-bench` compiles etcd's protobuf files, which
 //! needs `protoc`: these tasks point `PROTOC` at the binary that ships in
 //! the `protoc-bin-vendored` crate, so nothing has to be installed.
 
@@ -26,14 +27,14 @@ usage: cargo xtask <task>
 tasks:
   verify   check formatting, run clippy with -D warnings, run every test,
            build the docs with warnings denied (what CI runs); with the
-           etcd feature of oncekv, and clippy once more without it;
+           etcd feature of oncekv-bench, and clippy once more without it;
            then the Python client's tests (clients/python/run-tests.sh);
            lists the tests skipped for lack of root, etcd or fiu-utils
            (with CI=true those fail instead)
   fix      format the code and apply clippy's automatic fixes
   build-bench
-           build target/release/oncekv with the etcd feature
-           (oncekv bench --target etcd; used by scripts/bench-vs-etcd.sh)
+           build target/release/oncekv, and oncekv-bench with the etcd
+           feature (oncekv-bench --target etcd; used by scripts/bench-*.sh)
   sim      run seeded simulations of a cluster under faults, optimised:
            cargo xtask sim --seeds 200 [--first 1]   a sweep
            cargo xtask sim --seed 17                 replay one seed
@@ -43,8 +44,9 @@ tasks:
 type Step<'a> = (&'a str, &'a [&'a str], &'a [(&'a str, &'a str)]);
 
 /// The feature that CI compiles, lints, tests and documents besides the
-/// defaults: `oncekv bench --target etcd`.
-const ETCD_FEATURE: &str = "oncekv/etcd";
+/// defaults: `oncekv-bench --target etcd`, and the tests that drive oncekv
+/// through etcd's Rust client.
+const ETCD_FEATURE: &str = "oncekv-bench/etcd";
 
 /// The environment variable through which the tests log their skips
 /// (`oncekv_harness::testing::SKIP_LOG_ENV`).
@@ -170,7 +172,7 @@ fn main() -> ExitCode {
                 &[
                     "clippy",
                     "--package",
-                    "oncekv",
+                    "oncekv-bench",
                     "--all-targets",
                     "--locked",
                     "--",
@@ -228,8 +230,10 @@ fn main() -> ExitCode {
                 "--locked",
                 "--package",
                 "oncekv",
+                "--package",
+                "oncekv-bench",
                 "--features",
-                "etcd",
+                ETCD_FEATURE,
             ],
             with_protoc,
         )],
@@ -297,7 +301,9 @@ fn main() -> ExitCode {
         }
     }
     if task.as_deref() == Some("build-bench") {
-        eprintln!("==> built target/release/oncekv (with oncekv bench --target etcd)");
+        eprintln!(
+            "==> built target/release/oncekv and target/release/oncekv-bench (with --target etcd)"
+        );
         return ExitCode::SUCCESS;
     }
     if verify {

@@ -3,7 +3,7 @@
 //! that cannot run for want of a tool or a privilege says so through
 //! `missing_dependency` (which fails under `CI`) rather than passing
 //! quietly; `ARCHITECTURE.md` stays a one-page map (no line over
-//! [`tests::MAP_LINE_CHARS_MAX`] characters).
+//! `MAP_LINE_CHARS_MAX`, 600, characters).
 
 #[cfg(test)]
 mod tests {

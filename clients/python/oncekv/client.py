@@ -852,6 +852,11 @@ class Client:
                 logged_in = True
             elif kind == _BUSY:
                 self._set_leader(target)
+                if payload.kind == "OVERLOAD_KIND_NO_SPACE":
+                    # The store's quota, or an alarm raised by hand, holds
+                    # until an operator frees space: no retry would see it
+                    # lifted before the deadline.
+                    raise payload
                 busy = payload
                 tally.last_error = f"{target}: {payload}"
                 self._pause(retries, deadline)

@@ -186,7 +186,8 @@ class Overloaded(OncekvError):
     """A bounded table or budget of the cluster is full of live entries
     (sessions, idempotency keys, record bytes, the store's quota): not
     applied, nothing evicted. The client retries it until its deadline
-    before raising this."""
+    before raising this, except ``OVERLOAD_KIND_NO_SPACE`` (the store's
+    quota or an alarm: only an operator lifts it), raised at once."""
 
     def __init__(self, kind: str, maximum: int, reason: str):
         self.kind = kind

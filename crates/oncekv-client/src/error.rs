@@ -44,7 +44,9 @@ pub enum ClientError {
     Invalid(String),
     /// A bounded table or budget of the cluster is full of live entries
     /// (sessions, idempotency keys, completion record bytes, the store's
-    /// quota): not applied, nothing evicted. Retry later.
+    /// quota): not applied, nothing evicted. The client retries it until
+    /// its deadline, except [`Overload::NoSpace`] (the store's quota, or an
+    /// alarm raised by hand: only an operator lifts it), reported at once.
     #[error("overloaded, not applied: {0}")]
     Overloaded(Overload),
     /// No definite answer: an attempt (of this call, or a send before it)

@@ -73,6 +73,8 @@
 
 mod auth;
 mod batch;
+#[cfg(feature = "cli")]
+pub mod cli;
 mod client;
 mod concurrency;
 mod connector;
@@ -96,7 +98,7 @@ pub use kv::{CasOutcome, ScanPage, TxnOutcome, Written};
 pub use lease::LeaseKeeper;
 pub use oncekv_state::{
     Command, Compare, CompareOp, CompareTarget, KeyMeta, KeyRange, KeyScope, KeyValue, Outcome,
-    Query, Rejection, Reply, RequestId, Txn, TxnOp, Update,
+    Overload, Query, Rejection, Reply, RequestId, Txn, TxnOp, Update,
 };
 pub use random::{OsRandom, RandomSource};
 pub use retry::{Backoff, EarlierSends};

@@ -372,20 +372,27 @@ impl Retrier {
         };
         let remaining = deadline.saturating_duration_since(Instant::now());
         if remaining.is_zero() {
-            return Err(if self.maybe_delivered {
-                ClientError::OutcomeUnknown {
-                    request_id: self.policy.request_id,
-                    attempts: self.attempts,
-                    last_answer: self.busy.take().map(Box::new),
-                }
-            } else if let Some(refusal) = self.busy.take() {
-                refusal
-            } else {
-                ClientError::Unreachable(std::mem::take(&mut self.last_error))
-            });
+            return Err(self.gave_up());
         }
         self.attempts = self.attempts.saturating_add(1);
         Ok((self.attempts, timeout.min(remaining)))
+    }
+
+    /// What the call ends with when it gives up: an unknown outcome if a
+    /// send may have been delivered, else the last refusal, else why no
+    /// node could be reached.
+    fn gave_up(&mut self) -> ClientError {
+        if self.maybe_delivered {
+            ClientError::OutcomeUnknown {
+                request_id: self.policy.request_id,
+                attempts: self.attempts,
+                last_answer: self.busy.take().map(Box::new),
+            }
+        } else if let Some(refusal) = self.busy.take() {
+            refusal
+        } else {
+            ClientError::Unreachable(std::mem::take(&mut self.last_error))
+        }
     }
 
     /// What an attempt at [`Retrier::target`] learned decides what comes
@@ -421,7 +428,17 @@ impl Retrier {
                 if route == Route::Leader {
                     self.answered(client, Some(self.target.clone()));
                 }
+                // The store's quota, or an alarm raised by hand, holds
+                // until an operator frees space and disarms it: no retry
+                // within a call's deadline would see it lifted.
+                let lasting = matches!(
+                    refusal,
+                    ClientError::Overloaded(oncekv_state::Overload::NoSpace { .. })
+                );
                 self.busy = Some(refusal);
+                if lasting {
+                    return Step::Stop(self.gave_up());
+                }
                 self.pause(client).await;
             }
             Attempt::Shed(reason) => {

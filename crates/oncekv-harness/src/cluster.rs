@@ -8,7 +8,11 @@
 //! clients' namespace, [`Cluster::network`]). The process controls fault
 //! runs and tests need: a start through a launcher command
 //! (`fiu-run`, so disk syncs can be made to fail; `nsenter`), SIGKILL and
-//! restart on the same data, SIGSTOP and SIGCONT, exits noticed. Started
+//! restart on the same data, SIGSTOP and SIGCONT, exits noticed. With
+//! [`ClusterOptions::private_disks`] each node's data directory is a
+//! tmpfs of its own in a mount namespace of the cluster's
+//! ([`crate::disk`]; a node that joins later gets one too), and every
+//! node starts through `nsenter` into it. Started
 //! with [`Cluster::start_partitionable`], each node's peer address is a
 //! [`PeerProxy`] and its outgoing peer connections come from its own
 //! loopback source address, so partitions can be cut between any pair.
@@ -29,6 +33,7 @@
 //! ([`crate::run`]) and the multi-process tests ([`crate::testing`]) both
 //! start their nodes here, from the `oncekv` binary they name.
 
+use crate::disk::{DiskOptions, PrivateDisks};
 use crate::netns::{self, Network};
 use crate::peer_proxy::{Partitions, PeerProxy, source_ip};
 use nix::sys::signal::{Signal, kill};
@@ -105,6 +110,10 @@ pub struct ClusterOptions {
     pub insecure_peers: bool,
     /// Where the nodes run.
     pub topology: Topology,
+    /// Give each node's data directory a disk of its own, a tmpfs in a
+    /// mount namespace of the cluster's ([`crate::disk`]; root only), so
+    /// a disk can be filled; the nodes then start through `nsenter`.
+    pub private_disks: Option<DiskOptions>,
 }
 
 /// The name of a cluster's peer token file, in its folder.
@@ -325,6 +334,9 @@ impl ClusterDir {
 pub struct Cluster {
     /// The nodes, ids 1, 2, ... in order.
     pub nodes: Vec<NodeProcess>,
+    /// The nodes' disks, when they have their own (dropped after the
+    /// nodes, before their folder).
+    disks: Option<Arc<PrivateDisks>>,
     /// The folder of their data and logs (dropped after the nodes).
     pub dir: ClusterDir,
     partitions: Partitions,
@@ -662,16 +674,27 @@ impl Cluster {
             })
             .collect();
         let initial = initial.join(",");
-        let launcher: Vec<String> = if options.fiu {
-            let control = dir.path().join("fiu-ctrl");
-            ["fiu-run", "-x", "-f"]
-                .iter()
-                .map(|s| (*s).to_string())
-                .chain([control.display().to_string()])
-                .collect()
-        } else {
-            Vec::new()
+        let disks = match &options.private_disks {
+            Some(disk) => Some(Arc::new(
+                PrivateDisks::create(disk).map_err(io("making the nodes' disks' namespace"))?,
+            )),
+            None => None,
         };
+        // Into the disks' namespace first (after the network's, which
+        // `ip netns exec` enters from the machine's), then under fiu.
+        let mut launcher: Vec<String> = disks
+            .as_ref()
+            .map(|disks| disks.launcher())
+            .unwrap_or_default();
+        if options.fiu {
+            let control = dir.path().join("fiu-ctrl");
+            launcher.extend(
+                ["fiu-run", "-x", "-f"]
+                    .iter()
+                    .map(|s| (*s).to_string())
+                    .chain([control.display().to_string()]),
+            );
+        }
         let tls = if options.tls {
             let hosts: Vec<(NodeId, String)> = ids
                 .iter()
@@ -711,6 +734,11 @@ impl Cluster {
                 host: network.as_ref().map(|_| id),
             };
             let mut node = template.node(id, &slot, Some(initial.as_str()));
+            if let Some(disks) = &disks {
+                disks
+                    .mount(&node.data_dir)
+                    .map_err(io(format!("mounting node {id}'s disk")))?;
+            }
             node.netns_exec = network
                 .as_ref()
                 .map(|network| network.exec_prefix(id))
@@ -731,6 +759,7 @@ impl Cluster {
         }
         Ok(Cluster {
             nodes,
+            disks,
             dir,
             partitions,
             exits: Vec::new(),
@@ -756,6 +785,12 @@ impl Cluster {
     /// its links are where network faults are made.
     pub fn network(&self) -> Option<Arc<Network>> {
         self.network.clone()
+    }
+
+    /// The nodes' disks, when each has its own
+    /// ([`ClusterOptions::private_disks`]).
+    pub fn disks(&self) -> Option<Arc<PrivateDisks>> {
+        self.disks.clone()
     }
 
     /// The peer token file the nodes share (in the cluster's folder), when
@@ -892,6 +927,12 @@ impl Cluster {
             network.place(id, host);
             node.netns_exec = network.exec_prefix(id);
         }
+        if let Some(disks) = &self.disks {
+            // A disk of its own, as every node of the cluster has.
+            disks
+                .mount(&node.data_dir)
+                .map_err(|source| JoinError::Start { id, source })?;
+        }
         slot.occupant.store(id, Ordering::Relaxed);
         node.start()
             .map_err(|source| JoinError::Start { id, source })?;
@@ -913,6 +954,9 @@ impl Cluster {
             let _ = slot
                 .occupant
                 .compare_exchange(id, 0, Ordering::Relaxed, Ordering::Relaxed);
+        }
+        if let Some(disks) = &self.disks {
+            disks.unmount(&node.data_dir);
         }
         let _ = std::fs::remove_dir_all(&node.data_dir);
         true
@@ -1065,6 +1109,7 @@ mod tests {
             client_certificates: false,
             insecure_peers: false,
             topology: Topology::Loopback,
+            private_disks: None,
         }
     }
 
@@ -1323,6 +1368,53 @@ mod tests {
         cluster
             .join(8, &free)
             .expect("a fresh node in the same slot");
+    }
+
+    #[tokio::test]
+    async fn with_private_disks_every_node_s_data_is_a_tmpfs_of_its_own() {
+        if let Err(why) = crate::disk::available() {
+            crate::testing::missing_dependency(
+                "cluster::tests::with_private_disks_every_node_s_data_is_a_tmpfs_of_its_own",
+                crate::testing::Dependency::Root,
+                &why,
+            );
+            return;
+        }
+        let mut with = options(2);
+        with.fiu = true;
+        with.private_disks = Some(DiskOptions {
+            size: "4m".into(),
+            lifetime: Duration::from_secs(60),
+        });
+        let mut cluster = Cluster::plan(&with).expect("plan");
+        let disks = cluster.disks().expect("disks");
+        let pid = disks.holder_pid().to_string();
+        let control = cluster.fiu_ctrl().display().to_string();
+        for node in &cluster.nodes {
+            // Into the disks' namespace, then under fiu.
+            assert_eq!(
+                node.launcher,
+                [
+                    "nsenter", "-t", &pid, "-m", "--", "fiu-run", "-x", "-f", &control
+                ]
+            );
+            assert!(disks.is_mounted(&node.data_dir), "{}", node.id);
+        }
+        // A node that joins gets a disk of its own; retired, it goes.
+        cluster.template.launcher = shell("exec sleep 30");
+        cluster.reserve_slots(1).await.expect("a slot");
+        let free = cluster.slots()[2].1.clone();
+        cluster.join(3, &free).expect("joins");
+        let joined = cluster.node_mut(3).expect("node 3").data_dir.clone();
+        assert!(disks.is_mounted(&joined));
+        assert!(cluster.retire(3));
+        assert!(!disks.is_mounted(&joined));
+        drop(disks);
+        drop(cluster);
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists(),
+            "the disks' namespace goes with the cluster"
+        );
     }
 
     #[test]

@@ -22,16 +22,18 @@
 //! * [`client_proxy`]: a gRPC proxy per node that drops replies after
 //!   commit, delays them or resets connections, recording every answer;
 //! * [`peer_proxy`]: TCP proxies on the peer links, for partitions;
-//! * [`certs`]: a CA, node and client certificates (`oncekv certs`, TLS
-//!   clusters);
+//! * [`certs`]: a CA, node and client certificates for TLS clusters
+//!   (`oncekv_server::certs`, the implementation `oncekv certs` runs);
 //! * [`cluster`]: the node processes (start, kill, restart, pause,
 //!   resume, exits), the one implementation of them, on loopback or each
 //!   on a host of its own;
 //! * [`netns`]: hosts as network namespaces on a private bridge (a run's
 //!   own, removed with it), the clients' namespace the harness reaches
 //!   them from, and the network faults between hosts (links down, cuts);
-//! * [`nemesis`]: the seeded fault schedule (process, proxy, flood and,
-//!   between namespaces, network faults);
+//! * [`disk`]: a disk of its own for each node's data directory, a
+//!   tmpfs in a private mount namespace, for the full-disk fault;
+//! * [`nemesis`]: the seeded fault schedule (process, proxy, flood, full
+//!   disks and, between namespaces, network faults);
 //! * [`membership`]: membership changes as faults (leadership handed
 //!   over, learners added and promoted, followers and the leader removed
 //!   and watched, members replaced, 3 -> 5 -> 3, rolling restarts),
@@ -47,6 +49,7 @@ pub mod certs;
 pub mod client_proxy;
 pub mod cluster;
 pub mod convert;
+pub mod disk;
 pub mod etcd_resources;
 pub mod etcd_watch;
 pub mod etcd_workload;

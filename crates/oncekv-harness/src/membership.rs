@@ -560,7 +560,7 @@ impl Changes<'_> {
 
     /// Waits until node `id` (at `address`) applied what the leader had
     /// committed when it started; its snapshot index then, if it has one.
-    async fn catch_up(
+    pub(crate) async fn catch_up(
         &self,
         kind: Fault,
         id: NodeId,

@@ -21,6 +21,11 @@
 //! cluster grown by two and shrunk back, a rolling restart. Each runs its
 //! steps to the end (each bounded, waiting on what the nodes report), so
 //! its window is as long as the change takes.
+//!
+//! Asked for by name, where each node's data directory is a disk of its
+//! own ([`crate::disk`], root only), a node's disk fills up
+//! ([`Fault::FullDisk`]): the node must stop on it (exit code 12), and
+//! once the disk is freed it is started again and catches up.
 
 use crate::client_proxy::{ClientProxy, ReplyFault};
 use crate::cluster::{Cluster, Topology};
@@ -40,6 +45,10 @@ use tokio::sync::watch;
 /// How long a node given failing syncs is waited for to exit before it
 /// is started again (one that syncs nothing meanwhile keeps running).
 const SYNC_STOP_MAX: Duration = Duration::from_secs(3);
+
+/// How long a node whose disk was filled is waited for to stop on it:
+/// under load its next log write, within milliseconds, needs a block.
+const DISK_STOP_MAX: Duration = Duration::from_secs(20);
 
 /// A kind of fault the nemesis can inject.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -91,11 +100,14 @@ pub enum Fault {
     GrowShrink,
     /// Restart every member in turn, the leader last.
     RollingRestart,
+    /// Fill a node's disk (its data directory, a tmpfs of its own): it
+    /// must stop (exit code 12); then free it and start the node again.
+    FullDisk,
 }
 
 impl Fault {
     /// Every kind, in the order of `--faults`.
-    pub const ALL: [Fault; 20] = [
+    pub const ALL: [Fault; 21] = [
         Fault::Kill,
         Fault::Pause,
         Fault::DropReply,
@@ -116,6 +128,7 @@ impl Fault {
         Fault::Replace,
         Fault::GrowShrink,
         Fault::RollingRestart,
+        Fault::FullDisk,
     ];
 
     /// The kinds made in the network between hosts of their own: only on
@@ -129,15 +142,23 @@ impl Fault {
     ];
 
     /// The kinds a run on `topology` injects unless told otherwise: all
-    /// that can run there, but the membership changes
-    /// ([`crate::membership::KINDS`], asked for by name: each takes
-    /// seconds, and a short run would not reach the others).
+    /// that can run there, but those asked for by name only
+    /// ([`Fault::by_name_only`]).
     pub fn defaults(topology: Topology) -> Vec<Fault> {
         Fault::ALL
             .into_iter()
             .filter(|f| topology == Topology::Netns || !f.needs_namespaces())
-            .filter(|f| !f.changes_membership())
+            .filter(|f| !f.by_name_only())
             .collect()
+    }
+
+    /// Whether a run injects it only when asked for by name: the
+    /// membership changes ([`crate::membership::KINDS`]: each takes
+    /// seconds, and a short run would not reach the others), and the full
+    /// disk (it mounts a disk for each node, as root, and its window lasts
+    /// until the node caught up again).
+    pub fn by_name_only(self) -> bool {
+        self.changes_membership() || self == Fault::FullDisk
     }
 
     /// Whether it changes the cluster's membership or leadership on
@@ -175,6 +196,7 @@ impl Fault {
             Fault::Replace => "replace",
             Fault::GrowShrink => "grow-shrink",
             Fault::RollingRestart => "rolling-restart",
+            Fault::FullDisk => "full-disk",
         }
     }
 
@@ -194,7 +216,12 @@ impl Fault {
     pub fn needs_processes(self) -> bool {
         matches!(
             self,
-            Fault::Kill | Fault::Pause | Fault::Partition | Fault::Fsync | Fault::Flood
+            Fault::Kill
+                | Fault::Pause
+                | Fault::Partition
+                | Fault::Fsync
+                | Fault::Flood
+                | Fault::FullDisk
         ) || self.needs_namespaces()
             || self.changes_membership()
     }
@@ -213,12 +240,14 @@ impl Fault {
                 | Fault::RemoveLeader
                 | Fault::Replace
                 | Fault::RollingRestart
+                | Fault::FullDisk
         )
     }
 
     /// The kind recorded in the history: the network faults are
     /// partitions (their detail says which), flapping links are failing
-    /// links (`message_loss`).
+    /// links (`message_loss`), a full disk is `other` (its detail says
+    /// `disk of node N full`).
     pub fn kind(self) -> FaultKind {
         match self {
             Fault::Kill => FaultKind::Kill,
@@ -239,7 +268,8 @@ impl Fault {
             | Fault::RemoveFollower
             | Fault::RemoveLeader
             | Fault::Replace
-            | Fault::GrowShrink => FaultKind::Other,
+            | Fault::GrowShrink
+            | Fault::FullDisk => FaultKind::Other,
         }
     }
 }
@@ -464,6 +494,7 @@ impl Nemesis {
                     self.failed(error.to_string());
                 }
             }
+            Fault::FullDisk => self.fill_disk(hold, first, rng, stop).await,
             Fault::DropReply | Fault::Delay => {
                 let reply_fault = if fault == Fault::DropReply {
                     ReplyFault::Drop { probability: 0.5 }
@@ -607,13 +638,146 @@ impl Nemesis {
         recorder.fault_ended(id);
     }
 
-    /// Ends every fault: replies pass, links heal, nodes run.
+    /// Fills the disk of a running node (the leader the first time) and
+    /// waits until the node stops on it (exit code 12, reaped later with
+    /// the cluster's other exits: [`crate::run`] counts it as a stop on
+    /// a storage failure, not a crash); the others run without it for the
+    /// rest of `hold`. Then frees the disk, starts the node again on its
+    /// data and waits until it has applied what the leader had committed.
+    /// The disk's window (`disk of node N full`), the node's exit and its
+    /// restart are on the timeline; a disk that cannot be filled or freed,
+    /// a node that does not stop, or one that does not catch up, is a
+    /// failure of the nemesis.
+    async fn fill_disk(
+        &self,
+        hold: Duration,
+        first: bool,
+        rng: &mut StdRng,
+        stop: &mut watch::Receiver<bool>,
+    ) {
+        let Some(cluster) = &self.cluster else { return };
+        let Some(disks) = lock(cluster).disks() else {
+            return;
+        };
+        let Some(target) = self.target(first, rng) else {
+            return;
+        };
+        let node = lock(cluster).node_mut(target).and_then(|node| {
+            node.is_running()
+                .then(|| (node.data_dir.clone(), node.client.clone()))
+        });
+        let Some((data_dir, address)) = node else {
+            return;
+        };
+        let recorder = &self.recorder;
+        let usage = match disks.usage(&data_dir) {
+            Ok(usage) => usage,
+            Err(error) => {
+                self.failed(format!("full-disk: node {target}'s disk: {error}"));
+                return;
+            }
+        };
+        let detail = format!(
+            "disk of node {target} full (its data held {} KiB of its {} MiB tmpfs; a filler took \
+             the rest)",
+            usage.used_kib(),
+            usage.size_mib()
+        );
+        let began = tokio::time::Instant::now();
+        let id = recorder.fault_started(Fault::FullDisk.kind(), Some(target), Some(detail));
+        if let Err(error) = disks.fill(&data_dir) {
+            self.failed(format!("full-disk: filling node {target}'s disk: {error}"));
+            let _ = disks.free(&data_dir);
+            recorder.fault_ended(id);
+            return;
+        }
+        match self.stopped(cluster, target, stop).await {
+            Some(status) => {
+                let log = lock(cluster)
+                    .node_mut(target)
+                    .map(|node| node.log_tail(20))
+                    .unwrap_or_default();
+                let why = if log.contains("disk holding the data directory is full") {
+                    ": the disk holding the data directory is full"
+                } else {
+                    ""
+                };
+                let mark = recorder.fault_started(
+                    Fault::FullDisk.kind(),
+                    Some(target),
+                    Some(format!("full-disk: node {target} stopped{why} ({status})")),
+                );
+                recorder.fault_ended(mark);
+            }
+            None if *stop.borrow() => {}
+            None => self.failed(format!(
+                "full-disk: node {target} still ran {DISK_STOP_MAX:?} after its disk was filled"
+            )),
+        }
+        // The others go on without it for the rest of the window.
+        sleep_or_stop(hold.saturating_sub(began.elapsed()), stop).await;
+        if let Err(error) = disks.free(&data_dir) {
+            self.failed(format!("full-disk: freeing node {target}'s disk: {error}"));
+        }
+        recorder.fault_ended(id);
+        let detail = format!(
+            "full-disk: node {target} started again on its data, its disk freed, until it \
+             applied what the leader had committed"
+        );
+        let id = recorder.fault_started(FaultKind::Restart, Some(target), Some(detail));
+        if let Err(error) = lock(cluster).restart(target) {
+            self.failed(format!("full-disk: starting node {target} again: {error}"));
+        } else {
+            let changes = Changes {
+                cluster,
+                proxies: &self.proxies,
+                recorder,
+                election_timeout: self.election_timeout,
+                disruptions: &self.disruptions,
+            };
+            if let Err(error) = changes.catch_up(Fault::FullDisk, target, &address).await {
+                self.failed(error.to_string());
+            }
+        }
+        recorder.fault_ended(id);
+    }
+
+    /// Waits until node `target` has exited, for at most
+    /// [`DISK_STOP_MAX`] or until the run stops; how it ended. The exit is
+    /// left for the cluster to reap.
+    async fn stopped(
+        &self,
+        cluster: &Mutex<Cluster>,
+        target: NodeId,
+        stop: &watch::Receiver<bool>,
+    ) -> Option<std::process::ExitStatus> {
+        let until = tokio::time::Instant::now() + DISK_STOP_MAX;
+        loop {
+            let exited = lock(cluster)
+                .node_mut(target)
+                .and_then(|node| node.child.as_mut()?.try_wait().ok().flatten());
+            if exited.is_some() || *stop.borrow() || tokio::time::Instant::now() >= until {
+                return exited;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Ends every fault: replies pass, links heal, disks are freed, nodes
+    /// run.
     pub fn heal(&self) {
         self.proxies
             .iter()
             .for_each(|p| p.set_fault(ReplyFault::None));
         if let Some(cluster) = &self.cluster {
             let mut cluster = lock(cluster);
+            if let Some(disks) = cluster.disks() {
+                for node in &cluster.nodes {
+                    if let Err(error) = disks.free(&node.data_dir) {
+                        self.failed(format!("freeing node {}'s disk: {error}", node.id));
+                    }
+                }
+            }
             for id in cluster.nodes.iter().map(|n| n.id).collect::<Vec<_>>() {
                 fiu_syncs(&cluster, id, false);
             }
@@ -666,12 +830,15 @@ mod tests {
     fn network_faults_are_the_netns_topology_s_only() {
         let loopback = Fault::defaults(Topology::Loopback);
         let netns = Fault::defaults(Topology::Netns);
-        let membership = crate::membership::KINDS.len();
-        assert_eq!(netns.len(), Fault::ALL.len() - membership);
-        assert!(netns.iter().all(|f| !f.changes_membership()));
+        // The membership kinds and the full disk, by name only.
+        let named = crate::membership::KINDS.len() + 1;
+        assert!(Fault::ALL.iter().filter(|f| f.by_name_only()).count() == named);
+        assert_eq!(netns.len(), Fault::ALL.len() - named);
+        assert!(netns.iter().all(|f| !f.by_name_only()));
+        assert!(!loopback.contains(&Fault::FullDisk) && Fault::FullDisk.needs_processes());
         assert_eq!(
             loopback.len(),
-            Fault::ALL.len() - Fault::NETWORK.len() - membership
+            Fault::ALL.len() - Fault::NETWORK.len() - named
         );
         for fault in Fault::NETWORK {
             assert!(!loopback.contains(&fault) && fault.needs_processes());

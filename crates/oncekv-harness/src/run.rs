@@ -9,10 +9,14 @@
 //! the nemesis for the given time while watching leadership (and watchers
 //! follow the accounts' changes), stops, heals, reads the final values,
 //! stops the watchers, reads the reference change sequence, and hands the
-//! record to `oncekv-check`'s checkers.
+//! record to `oncekv-check`'s checkers. A run asked for the full disk
+//! gives every node a disk of its own ([`crate::disk`]), and counts a
+//! node's stop on it (exit code 12) as a stop on a storage failure, not a
+//! crash.
 
 use crate::client_proxy::{ClientProxy, ProxyListener};
 use crate::cluster::{Cluster, ClusterOptions, STARTUP_TIMEOUT, Topology};
+use crate::disk::{DISK_SIZE, DiskOptions};
 use crate::nemesis::{Fault, Nemesis, fiu_available};
 use crate::recorder::Recorder;
 use crate::workload::{self, ClientMode, WorkloadOptions, client_options};
@@ -93,8 +97,8 @@ pub struct RunSummary {
     pub skipped: Vec<String>,
     /// Nodes that exited on their own during the run (a crash).
     pub crashed: Vec<String>,
-    /// Times a node stopped on a failed log sync (exit code 5), as it
-    /// must under the fsync fault.
+    /// Times a node stopped on a failed log write or sync (exit code 12),
+    /// as it must under the fsync and full-disk faults.
     pub stopped_on_sync_failure: usize,
     /// The history file, if written.
     pub history: Option<PathBuf>,
@@ -399,7 +403,8 @@ fn run_on_own_thread(
     else {
         return Err(RunError::Setup("a netns run starts its own nodes".into()));
     };
-    let cluster = Cluster::start(&local_options(binary, *nodes, *dedup, *topology, &faults))?;
+    let options = local_options(binary, *nodes, *dedup, *topology, &faults, config.duration);
+    let cluster = Cluster::start(&options)?;
     let network = cluster
         .network()
         .ok_or_else(|| RunError::Setup("the cluster has no network of its own".into()))?;
@@ -422,13 +427,19 @@ fn run_on_own_thread(
     result
 }
 
-/// The options of a cluster the run starts.
+/// How long past twice its duration a run's disks' namespace is kept at
+/// most (its holder's `sleep`): start-up, the last membership step, the
+/// final reads and the reference read fit in it many times over.
+const DISKS_MARGIN: Duration = Duration::from_secs(600);
+
+/// The options of a cluster the run starts, for a run of `duration`.
 fn local_options(
     binary: &std::path::Path,
     nodes: usize,
     dedup: bool,
     topology: Topology,
     faults: &[Fault],
+    duration: Duration,
 ) -> ClusterOptions {
     ClusterOptions {
         binary: binary.to_path_buf(),
@@ -443,6 +454,13 @@ fn local_options(
         // The nodes share a token made in the run's folder.
         insecure_peers: false,
         topology,
+        // A disk of its own for each node, to fill: the run lasts at most
+        // twice its duration (until every kind ran once), then heals,
+        // reads and checks.
+        private_disks: faults.contains(&Fault::FullDisk).then(|| DiskOptions {
+            size: DISK_SIZE.into(),
+            lifetime: duration.saturating_mul(2) + DISKS_MARGIN,
+        }),
     }
 }
 
@@ -662,6 +680,12 @@ fn runnable_faults(config: &RunConfig) -> (Vec<Fault>, Vec<String>) {
             skipped.push(format!(
                 "{fault}: fiu-run/fiu-ctrl not installed (Debian package fiu-utils); skipped"
             ));
+        } else if fault == Fault::FullDisk
+            && let Err(why) = crate::disk::available()
+        {
+            skipped.push(format!(
+                "{fault}: no disk of its own for each node here ({why}); skipped"
+            ));
         } else if !faults.contains(&fault) {
             faults.push(fault);
         }
@@ -686,7 +710,8 @@ async fn start_target(
             let mut cluster = match prepared {
                 Some(cluster) => cluster,
                 None => {
-                    let options = local_options(binary, *nodes, *dedup, *topology, faults);
+                    let options =
+                        local_options(binary, *nodes, *dedup, *topology, faults, config.duration);
                     Cluster::start_partitionable(&options).await?
                 }
             };
@@ -876,14 +901,16 @@ async fn read_final_values(
 }
 
 /// Nodes that exited on their own (crashes), and how many stopped on a
-/// failed log sync as the fsync fault requires.
+/// failed log write or sync (exit code 12) as the fsync and full-disk
+/// faults require.
 fn node_exits(cluster: Option<&Mutex<Cluster>>, faults: &[Fault]) -> (Vec<String>, usize) {
     let mut crashed = Vec::new();
     let mut stopped_on_sync_failure = 0;
+    let storage_faults = faults.contains(&Fault::Fsync) || faults.contains(&Fault::FullDisk);
     if let Some(cluster) = cluster {
         let mut cluster = cluster.lock().unwrap_or_else(|p| p.into_inner());
         for (id, code, status) in cluster.exits() {
-            if code == Some(NODE_EXIT_STORAGE) && faults.contains(&Fault::Fsync) {
+            if code == Some(NODE_EXIT_STORAGE) && storage_faults {
                 stopped_on_sync_failure += 1;
             } else {
                 crashed.push(format!("node {id} exited on its own ({status})"));

@@ -1,6 +1,7 @@
 //! The multi-process tests' view of a [`Cluster`]: [`start`] (or
-//! [`plan`]) `oncekv serve` processes of a given binary on free loopback
-//! ports in a temporary folder, kill, pause and restart them by PID
+//! [`plan`]) `oncekv serve` processes of a given binary (from another
+//! package's tests, [`oncekv_binary`]) on free loopback ports in a
+//! temporary folder, kill, pause and restart them by PID
 //! ([`NodeProcess::spawn`], [`NodeProcess::kill`],
 //! [`NodeProcess::signal`]), and talk to them over the real gRPC API:
 //! status, state digests, execute and read requests, the leader, an
@@ -87,6 +88,7 @@ pub fn options(binary: impl AsRef<Path>, size: u64, extra: &[&str]) -> ClusterOp
         client_certificates: false,
         insecure_peers: false,
         topology: crate::cluster::Topology::Loopback,
+        private_disks: None,
     }
 }
 
@@ -122,6 +124,62 @@ pub fn start_tls(
 /// Plans `size` nodes of `binary` with extra `serve` flags, starting none.
 pub fn plan(binary: impl AsRef<Path>, size: u64, extra: &[&str]) -> Cluster {
     Cluster::plan(&options(binary, size, extra)).expect("a cluster's ports and folder")
+}
+
+/// The `oncekv` binary, for the tests of another package (the `oncekv`
+/// package's own use `CARGO_BIN_EXE_oncekv`): `ONCEKV_BIN` if set, else
+/// `oncekv` in the profile folder the running test was built into (a test
+/// runs from `<target>/<profile>/deps/`). `cargo test --workspace` builds
+/// it before any test runs; where it is missing (`cargo test -p
+/// oncekv-bench` in a fresh target folder) it is built with cargo first.
+/// A binary that is there is taken as it is: after changing the node, run
+/// `cargo build -p oncekv` (or the whole workspace's tests).
+pub fn oncekv_binary() -> PathBuf {
+    static BINARY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BINARY.get_or_init(find_or_build_oncekv).clone()
+}
+
+fn find_or_build_oncekv() -> PathBuf {
+    if let Some(binary) = std::env::var_os("ONCEKV_BIN").filter(|b| !b.is_empty()) {
+        return PathBuf::from(binary);
+    }
+    let test = std::env::current_exe().expect("the running test's path");
+    let profile = test
+        .parent()
+        .and_then(Path::parent)
+        .expect("a test runs from <target>/<profile>/deps/");
+    let binary = profile.join("oncekv");
+    if binary.is_file() {
+        return binary;
+    }
+    let target = profile.parent().expect("a target folder");
+    let mut build = std::process::Command::new(std::env::var("CARGO").unwrap_or("cargo".into()));
+    build.args([
+        "build",
+        "--package",
+        "oncekv",
+        "--bin",
+        "oncekv",
+        "--target-dir",
+    ]);
+    build.arg(target);
+    match profile.file_name().and_then(|name| name.to_str()) {
+        Some("debug") => {}
+        Some("release") => {
+            build.arg("--release");
+        }
+        Some(other) => {
+            build.args(["--profile", other]);
+        }
+        None => {}
+    }
+    let status = build.status().expect("run cargo build -p oncekv");
+    assert!(
+        status.success() && binary.is_file(),
+        "building {} failed ({status}); build it with `cargo build -p oncekv`, or set ONCEKV_BIN",
+        binary.display()
+    );
+    binary
 }
 
 impl Cluster {

@@ -1,6 +1,7 @@
 //! The oncekv node: openraft consensus over a durable log, the exactly-once
 //! state machine of `oncekv-state`, and the gRPC services for clients and
-//! peers.
+//! peers; and the certificates of a TLS cluster (`certs`, which `oncekv
+//! certs` makes).
 //!
 //! The modules are layered: each uses only modules of the layers below its
 //! own, never one of its own layer or above, so no two modules depend on
@@ -8,7 +9,7 @@
 //! sits between the state-machine store that feeds it and consensus).
 //! Lowest first:
 //!
-//! 1. `sync`, `private_fs`, `raft::runtime`, `raft::peer_token`, `raft::snapshot_file`
+//! 1. `sync`, `private_fs`, `certs`, `raft::runtime`, `raft::peer_token`, `raft::snapshot_file`
 //! 2. `clock`, `login_guard`, `raft::type_config`, `raft::storage_failure`
 //! 3. `tls`, `identity`, `transport`, `raft::write_error`, `raft::segment_log`
 //! 4. `watch`, `raft::peer_checks`, `raft::network`
@@ -26,6 +27,7 @@
 
 pub mod auth;
 pub mod backup;
+pub mod certs;
 pub mod clock;
 pub mod grpc;
 pub mod identity;

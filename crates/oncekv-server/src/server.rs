@@ -1,7 +1,9 @@
-//! [`serve`]: assembles a node from its configuration (data directory,
-//! durable log, state-machine store, consensus, client and peer services,
-//! metrics) and runs it until the shutdown signal. Listeners are injected,
-//! so tests and simulations choose the transport.
+//! [`serve`]: assembles a node from its configuration and runs it until
+//! the shutdown signal, in three steps: its storage (data directory,
+//! durable log, state-machine store, snapshot spool: `open_storage`),
+//! consensus and the node over it (`start_consensus`), and its listeners
+//! (client and peer services, etcd's own port, metrics: `Listeners`).
+//! Listeners are injected, so tests and simulations choose the transport.
 //!
 //! Both gRPC servers run under [`ListenerLimits`] ([`ServerLimits`]): open
 //! connections per listener, concurrent HTTP/2 streams per connection,
@@ -390,10 +392,17 @@ async fn ended_by<T>(
     }
 }
 
+/// A server's task (a gRPC server, or the answering of the connections
+/// one refuses).
+type ServerTask = tokio::task::JoinHandle<Result<(), tonic::transport::Error>>;
+
 /// Runs a node on the given client and peer connection streams until
-/// `shutdown` completes. Stopping, it hands leadership over if it leads,
-/// gives open calls two seconds to end and drops the rest, then stops
-/// consensus.
+/// `shutdown` completes. What could refuse to start is checked before
+/// anything starts (the limits, etcd's listener, TLS); then the node opens
+/// its storage (`open_storage`), starts consensus (`start_consensus`) and
+/// its listeners (`Listeners::start`). Stopping, it hands leadership over
+/// if it leads, gives open calls two seconds to end and drops the rest
+/// (`Listeners::stop`), then stops consensus.
 pub async fn serve<CI, PI, IO, E>(
     config: ServerConfig,
     client_incoming: CI,
@@ -439,7 +448,86 @@ where
         Some(members) => identity::describe_cluster(members),
         None => "joined".to_string(),
     };
-    identity::check_or_record(&config.data_dir, config.id, &cluster)?;
+    let storage = open_storage(&config, &cluster)?;
+    let failures = [storage.log.failure(), storage.state.failure()];
+    let (consensus, node) = start_consensus(&config, storage.log, storage.state).await?;
+    let incoming = Incoming {
+        client: client_incoming,
+        peer: peer_incoming,
+        etcd: etcd_listener,
+    };
+    let listeners = Listeners::start(
+        &config,
+        &cluster,
+        &consensus,
+        &node,
+        storage.spool,
+        incoming,
+    )?;
+    let fatal = tokio::select! {
+        () = shutdown => None,
+        cause = consensus.stopped_fatally() => Some(cause),
+    };
+    match &fatal {
+        None => tracing::info!(id = config.id, "shutting down"),
+        Some(cause) => tracing::error!(id = config.id, %cause, "consensus failed: stopping"),
+    }
+    // A leader asked to stop hands leadership over first (its servers
+    // still up, to carry the transfer): the cluster then waits for no
+    // election timeout, as in a rolling restart.
+    if fatal.is_none() && consensus.leadership().is_leader {
+        let to = node.hand_over_leadership(config.id).await;
+        tracing::info!(
+            id = config.id,
+            ?to,
+            "leadership handed over before stopping"
+        );
+    }
+    // Open calls get a grace period to end; the long-lived ones (a
+    // leader's append stream, watches) never end on their own, so they
+    // are then dropped. A node whose consensus failed drops them at once:
+    // it stops as soon as it can, to be started again.
+    let grace = match fatal {
+        None => CALLS_GRACE,
+        Some(_) => Duration::ZERO,
+    };
+    let results = listeners.stop(grace).await;
+    consensus.shutdown().await;
+    if let Some(cause) = fatal {
+        let full = failures
+            .iter()
+            .any(|failure| failure.kind() == Some(std::io::ErrorKind::StorageFull));
+        if full {
+            return Err(ServeError::DiskFull(cause));
+        }
+        return Err(ServeError::Fatal(cause));
+    }
+    for (service, result) in results {
+        if let Ok(Err(source)) = result {
+            return Err(ServeError::Transport { service, source });
+        }
+    }
+    Ok(())
+}
+
+/// A node's storage, opened ([`open_storage`]).
+struct Storage {
+    /// The Raft log, in `<data dir>/log`.
+    log: SegmentLog,
+    /// The state machine and its snapshots, in `<data dir>/state`.
+    state: StateMachineStore,
+    /// Where snapshots sent by peers are spooled while they arrive, in
+    /// `<data dir>/snapshot-incoming`.
+    spool: SnapshotSpool,
+}
+
+/// Opens a node's storage: checks that the data directory is this node's,
+/// of this cluster (or records it so, the first time), then opens the log,
+/// the state-machine store (without deduplication in the checkers'
+/// negative control) and the incoming-snapshot spool, with their disk
+/// writes on the calling task where `config.inline_disk_io` asks.
+fn open_storage(config: &ServerConfig, cluster: &str) -> Result<Storage, ServeError> {
+    identity::check_or_record(&config.data_dir, config.id, cluster)?;
     let storage = |path: PathBuf| {
         move |source| ServeError::Storage {
             path: path.clone(),
@@ -454,14 +542,12 @@ where
     }
     .map_err(storage(log_dir))?;
     log.set_local_node(config.id);
-    let log_failure = log.failure();
     let state_dir = config.data_dir.join("state");
     let mut state =
         StateMachineStore::open(&state_dir, config.limits.clone()).map_err(storage(state_dir))?;
     if config.inline_disk_io {
         state = state.with_inline_io();
     }
-    let state_failure = state.failure();
     if !config.dedup {
         tracing::warn!("deduplication is OFF: retries apply again (negative control only)");
         state = state.without_dedup();
@@ -474,6 +560,17 @@ where
         config.inline_disk_io,
     )
     .map_err(storage(spool_dir))?;
+    Ok(Storage { log, state, spool })
+}
+
+/// Starts consensus on `log` and `state`, reaching peers as `config`
+/// says (its connector, TLS and token), forming the initial cluster if
+/// there is one; and the node that serves requests through it.
+async fn start_consensus(
+    config: &ServerConfig,
+    log: SegmentLog,
+    state: StateMachineStore,
+) -> Result<(Consensus, Node), ServeError> {
     let consensus = Consensus::start(
         config.id,
         &config.consensus,
@@ -494,230 +591,248 @@ where
         ..config.node.clone()
     };
     let node = Node::new(consensus.clone(), node_options);
-    if let Some(address) = config.metrics {
-        crate::telemetry::serve(address, node.clone(), Duration::from_secs(1))?;
-        crate::transport::describe_metrics();
-    }
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let signal = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = stopped.wait_for(|stop| *stop).await;
-    };
-    let limits = &config.server_limits;
-    let (peer_incoming, peer_refused) =
-        limit_connections(peer_incoming, limits.peer.connections_max, "peer");
-    let (client_incoming, client_refused) =
-        limit_connections(client_incoming, limits.client.connections_max, "client");
-    let peer_tls = config.peer_tls.as_ref().map(PeerTls::server_config);
-    let client_tls = config.client_tls.as_ref().map(ServerTls::server_config);
-    // On a TLS port, a plaintext client is told so rather than cut off.
-    let (peer_incoming, peer_plaintext) = sort_if_tls(
-        peer_incoming,
-        peer_tls.is_some(),
-        crate::tls::HANDSHAKE_TIMEOUT,
-        signal(stopped.clone()),
-    );
-    let (client_incoming, client_plaintext) = sort_if_tls(
-        client_incoming,
-        client_tls.is_some(),
-        crate::tls::HANDSHAKE_TIMEOUT,
-        signal(stopped.clone()),
-    );
-    let mut refusals = vec![
-        tokio::spawn(answer_plaintext(
-            peer_plaintext,
-            "peer",
+    Ok((consensus, node))
+}
+
+/// The connections a node serves: its client and peer streams, and etcd's
+/// own port if it has one.
+struct Incoming<CI, PI> {
+    client: CI,
+    peer: PI,
+    etcd: Option<tokio::net::TcpListener>,
+}
+
+/// A node's running listeners: the gRPC servers of its peer port, its
+/// client port and etcd's own port, the tasks answering the connections
+/// they turn away, and the signal that stops them all.
+struct Listeners {
+    stop: tokio::sync::watch::Sender<bool>,
+    peer: ServerTask,
+    client: ServerTask,
+    etcd_only: Option<ServerTask>,
+    refusals: Vec<ServerTask>,
+}
+
+impl Listeners {
+    /// Starts the metrics endpoint (if `config.metrics` names one) and the
+    /// listeners: each port under its connection cap, a plaintext client
+    /// of a TLS port told so, the peer API (with the snapshot spool and
+    /// the peer token check), and the client API (health, reflection,
+    /// `oncekv.v1` and etcd's v3 API) on the client port and, alone, on
+    /// etcd's own.
+    fn start<CI, PI, IO, E>(
+        config: &ServerConfig,
+        cluster: &str,
+        consensus: &Consensus,
+        node: &Node,
+        spool: SnapshotSpool,
+        incoming: Incoming<CI, PI>,
+    ) -> Result<Listeners, ServeError>
+    where
+        CI: Stream<Item = Result<IO, E>> + Send + 'static,
+        PI: Stream<Item = Result<IO, E>> + Send + 'static,
+        IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
+        E: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
+    {
+        if let Some(address) = config.metrics {
+            crate::telemetry::serve(address, node.clone(), Duration::from_secs(1))?;
+            crate::transport::describe_metrics();
+        }
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let signal = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
+            let _ = stopped.wait_for(|stop| *stop).await;
+        };
+        let limits = &config.server_limits;
+        let (peer_incoming, peer_refused) =
+            limit_connections(incoming.peer, limits.peer.connections_max, "peer");
+        let (client_incoming, client_refused) =
+            limit_connections(incoming.client, limits.client.connections_max, "client");
+        let peer_tls = config.peer_tls.as_ref().map(PeerTls::server_config);
+        let client_tls = config.client_tls.as_ref().map(ServerTls::server_config);
+        // On a TLS port, a plaintext client is told so rather than cut off.
+        let (peer_incoming, peer_plaintext) = sort_if_tls(
+            peer_incoming,
+            peer_tls.is_some(),
+            crate::tls::HANDSHAKE_TIMEOUT,
             signal(stopped.clone()),
-        )),
-        tokio::spawn(answer_plaintext(
-            client_plaintext,
-            "client",
+        );
+        let (client_incoming, client_plaintext) = sort_if_tls(
+            client_incoming,
+            client_tls.is_some(),
+            crate::tls::HANDSHAKE_TIMEOUT,
             signal(stopped.clone()),
-        )),
-        tokio::spawn(answer_refused(
-            peer_refused,
-            limits.peer.connections_max,
-            "peer",
-            peer_tls.clone(),
-            signal(stopped.clone()),
-        )),
-        tokio::spawn(answer_refused(
-            client_refused,
-            limits.client.connections_max,
-            "client",
-            client_tls.clone(),
-            signal(stopped.clone()),
-        )),
-    ];
-    let peer_service = consensus
-        .peer_service()
-        .with_snapshot_spool(spool)
-        .with_peer_certificates(config.peer_tls.is_some())
-        .with_stop_signal(stopped.clone());
-    let peer = grpc_server(&limits.peer, peer_tls, "peer")?
-        .layer(limit_requests(
-            limits.peer.in_flight_max,
-            limits.peer.call_timeout,
-            "peer",
-        ))
-        .add_service(InterceptedService::new(
-            RaftPeerServer::new(peer_service)
-                .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
-                .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX),
-            PeerTokenCheck::new(config.peer_token.clone()),
-        ))
-        .serve_with_incoming_shutdown(peer_incoming, signal(stopped.clone()));
-    let reflection = crate::grpc::reflection_service()
-        .map_err(|error| ServeError::Reflection(error.to_string()))?;
-    let etcd = crate::grpc::etcd::EtcdApi::new(
-        node.clone(),
-        &cluster,
-        client_tls.is_some(),
-        config.client_message_bytes_max,
-    )
-    .reporting_version(&config.etcd_version);
-    let client = grpc_server(&limits.client, client_tls.clone(), "client")?
-        .layer(limit_requests(
-            limits.client.in_flight_max,
-            limits.client.call_timeout,
-            "client",
-        ))
-        .add_service(crate::grpc::health_service(
-            node.clone(),
-            signal(stopped.clone()),
-        ))
-        .add_service(reflection)
-        .add_service(
-            KvServer::new(KvService::new(node.clone()))
-                .max_decoding_message_size(config.client_message_bytes_max)
-                .max_encoding_message_size(
-                    config.client_message_bytes_max.max(PEER_MESSAGE_BYTES_MAX),
-                ),
-        )
-        .add_service(etcd.kv_server(config.client_message_bytes_max))
-        .add_service(etcd.watch_server(config.client_message_bytes_max))
-        .add_service(etcd.lease_server(config.client_message_bytes_max))
-        .add_service(etcd.cluster_server(config.client_message_bytes_max))
-        .add_service(etcd.maintenance_server(config.client_message_bytes_max))
-        .add_service(etcd.lock_server(config.client_message_bytes_max))
-        .add_service(etcd.election_server(config.client_message_bytes_max))
-        .add_service(etcd.auth_server(config.client_message_bytes_max))
-        .serve_with_incoming_shutdown(client_incoming, signal(stopped.clone()));
-    // etcd's API alone on a port of its own, as the client port serves it.
-    let etcd_only = match etcd_listener {
-        Some(listener) => {
-            let (incoming, refused) = limit_connections(
-                crate::transport::tcp_incoming(listener),
-                limits.client.connections_max,
-                "etcd",
-            );
-            let (incoming, plaintext) = sort_if_tls(
-                incoming,
-                client_tls.is_some(),
-                crate::tls::HANDSHAKE_TIMEOUT,
+        );
+        let mut refusals = vec![
+            tokio::spawn(answer_plaintext(
+                peer_plaintext,
+                "peer",
                 signal(stopped.clone()),
-            );
-            refusals.push(tokio::spawn(answer_plaintext(
-                plaintext,
-                "etcd",
+            )),
+            tokio::spawn(answer_plaintext(
+                client_plaintext,
+                "client",
                 signal(stopped.clone()),
-            )));
-            refusals.push(tokio::spawn(answer_refused(
-                refused,
+            )),
+            tokio::spawn(answer_refused(
+                peer_refused,
+                limits.peer.connections_max,
+                "peer",
+                peer_tls.clone(),
+                signal(stopped.clone()),
+            )),
+            tokio::spawn(answer_refused(
+                client_refused,
                 limits.client.connections_max,
-                "etcd",
+                "client",
                 client_tls.clone(),
                 signal(stopped.clone()),
-            )));
-            let bytes = config.client_message_bytes_max;
-            let server = grpc_server(&limits.client, client_tls.clone(), "etcd")?
-                .layer(limit_requests(
-                    limits.client.in_flight_max,
-                    limits.client.call_timeout,
+            )),
+        ];
+        let peer_service = consensus
+            .peer_service()
+            .with_snapshot_spool(spool)
+            .with_peer_certificates(config.peer_tls.is_some())
+            .with_stop_signal(stopped.clone());
+        let peer = grpc_server(&limits.peer, peer_tls, "peer")?
+            .layer(limit_requests(
+                limits.peer.in_flight_max,
+                limits.peer.call_timeout,
+                "peer",
+            ))
+            .add_service(InterceptedService::new(
+                RaftPeerServer::new(peer_service)
+                    .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
+                    .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX),
+                PeerTokenCheck::new(config.peer_token.clone()),
+            ))
+            .serve_with_incoming_shutdown(peer_incoming, signal(stopped.clone()));
+        let reflection = crate::grpc::reflection_service()
+            .map_err(|error| ServeError::Reflection(error.to_string()))?;
+        let etcd = crate::grpc::etcd::EtcdApi::new(
+            node.clone(),
+            cluster,
+            client_tls.is_some(),
+            config.client_message_bytes_max,
+        )
+        .reporting_version(&config.etcd_version);
+        let client = grpc_server(&limits.client, client_tls.clone(), "client")?
+            .layer(limit_requests(
+                limits.client.in_flight_max,
+                limits.client.call_timeout,
+                "client",
+            ))
+            .add_service(crate::grpc::health_service(
+                node.clone(),
+                signal(stopped.clone()),
+            ))
+            .add_service(reflection)
+            .add_service(
+                KvServer::new(KvService::new(node.clone()))
+                    .max_decoding_message_size(config.client_message_bytes_max)
+                    .max_encoding_message_size(
+                        config.client_message_bytes_max.max(PEER_MESSAGE_BYTES_MAX),
+                    ),
+            )
+            .add_service(etcd.kv_server(config.client_message_bytes_max))
+            .add_service(etcd.watch_server(config.client_message_bytes_max))
+            .add_service(etcd.lease_server(config.client_message_bytes_max))
+            .add_service(etcd.cluster_server(config.client_message_bytes_max))
+            .add_service(etcd.maintenance_server(config.client_message_bytes_max))
+            .add_service(etcd.lock_server(config.client_message_bytes_max))
+            .add_service(etcd.election_server(config.client_message_bytes_max))
+            .add_service(etcd.auth_server(config.client_message_bytes_max))
+            .serve_with_incoming_shutdown(client_incoming, signal(stopped.clone()));
+        // etcd's API alone on a port of its own, as the client port serves it.
+        let etcd_only = match incoming.etcd {
+            Some(listener) => {
+                let (incoming, refused) = limit_connections(
+                    crate::transport::tcp_incoming(listener),
+                    limits.client.connections_max,
                     "etcd",
-                ))
-                .add_service(etcd.kv_server(bytes))
-                .add_service(etcd.watch_server(bytes))
-                .add_service(etcd.lease_server(bytes))
-                .add_service(etcd.cluster_server(bytes))
-                .add_service(etcd.maintenance_server(bytes))
-                .add_service(etcd.lock_server(bytes))
-                .add_service(etcd.election_server(bytes))
-                .add_service(etcd.auth_server(bytes))
-                .serve_with_incoming_shutdown(incoming, signal(stopped));
-            Some(tokio::spawn(server))
-        }
-        None => None,
-    };
-    tracing::info!(
-        id = config.id,
-        client = %config.advertise.client_address,
-        peer = %config.advertise.peer_address,
-        client_tls = config.client_tls.is_some(),
-        client_certificates = config.client_tls.as_ref().is_some_and(ServerTls::requires_client_certificate),
-        peer_tls = config.peer_tls.is_some(),
-        peer_token = config.peer_token.is_some(),
-        "node serving"
-    );
-    let peer = tokio::spawn(peer);
-    let client = tokio::spawn(client);
-    let fatal = tokio::select! {
-        () = shutdown => None,
-        cause = consensus.stopped_fatally() => Some(cause),
-    };
-    match &fatal {
-        None => tracing::info!(id = config.id, "shutting down"),
-        Some(cause) => tracing::error!(id = config.id, %cause, "consensus failed: stopping"),
-    }
-    // A leader asked to stop hands leadership over first (its servers
-    // still up, to carry the transfer): the cluster then waits for no
-    // election timeout, as in a rolling restart.
-    if fatal.is_none() && consensus.leadership().is_leader {
-        let to = node.hand_over_leadership(config.id).await;
+                );
+                let (incoming, plaintext) = sort_if_tls(
+                    incoming,
+                    client_tls.is_some(),
+                    crate::tls::HANDSHAKE_TIMEOUT,
+                    signal(stopped.clone()),
+                );
+                refusals.push(tokio::spawn(answer_plaintext(
+                    plaintext,
+                    "etcd",
+                    signal(stopped.clone()),
+                )));
+                refusals.push(tokio::spawn(answer_refused(
+                    refused,
+                    limits.client.connections_max,
+                    "etcd",
+                    client_tls.clone(),
+                    signal(stopped.clone()),
+                )));
+                let bytes = config.client_message_bytes_max;
+                let server = grpc_server(&limits.client, client_tls.clone(), "etcd")?
+                    .layer(limit_requests(
+                        limits.client.in_flight_max,
+                        limits.client.call_timeout,
+                        "etcd",
+                    ))
+                    .add_service(etcd.kv_server(bytes))
+                    .add_service(etcd.watch_server(bytes))
+                    .add_service(etcd.lease_server(bytes))
+                    .add_service(etcd.cluster_server(bytes))
+                    .add_service(etcd.maintenance_server(bytes))
+                    .add_service(etcd.lock_server(bytes))
+                    .add_service(etcd.election_server(bytes))
+                    .add_service(etcd.auth_server(bytes))
+                    .serve_with_incoming_shutdown(incoming, signal(stopped));
+                Some(tokio::spawn(server))
+            }
+            None => None,
+        };
         tracing::info!(
             id = config.id,
-            ?to,
-            "leadership handed over before stopping"
+            client = %config.advertise.client_address,
+            peer = %config.advertise.peer_address,
+            client_tls = config.client_tls.is_some(),
+            client_certificates = config.client_tls.as_ref().is_some_and(ServerTls::requires_client_certificate),
+            peer_tls = config.peer_tls.is_some(),
+            peer_token = config.peer_token.is_some(),
+            "node serving"
         );
+        Ok(Listeners {
+            stop,
+            peer: tokio::spawn(peer),
+            client: tokio::spawn(client),
+            etcd_only,
+            refusals,
+        })
     }
-    let _ = stop.send(true);
-    // Open calls get a grace period to end; the long-lived ones (a
-    // leader's append stream, watches) never end on their own, so they
-    // are then dropped. A node whose consensus failed drops them at once:
-    // it stops as soon as it can, to be started again.
-    let grace = match fatal {
-        None => tokio::time::Instant::now() + CALLS_GRACE,
-        Some(_) => tokio::time::Instant::now(),
-    };
-    let peer_result = ended_by(grace, peer).await;
-    let client_result = ended_by(grace, client).await;
-    let etcd_result = match etcd_only {
-        Some(server) => ended_by(grace, server).await,
-        None => Ok(Ok(())),
-    };
-    for refusal in refusals {
-        if let Ok(Err(error)) = refusal.await {
-            tracing::warn!(%error, "answering refused connections failed");
+
+    /// Stops the listeners: signals them, lets open calls end for `grace`
+    /// and then drops those left ([`ended_by`]), and waits for the tasks
+    /// answering turned-away connections (logging a failure of theirs).
+    /// Returns each server's end, named.
+    async fn stop(
+        self,
+        grace: Duration,
+    ) -> [(
+        &'static str,
+        Result<Result<(), tonic::transport::Error>, tokio::task::JoinError>,
+    ); 3] {
+        let _ = self.stop.send(true);
+        let deadline = tokio::time::Instant::now() + grace;
+        let peer = ended_by(deadline, self.peer).await;
+        let client = ended_by(deadline, self.client).await;
+        let etcd = match self.etcd_only {
+            Some(server) => ended_by(deadline, server).await,
+            None => Ok(Ok(())),
+        };
+        for refusal in self.refusals {
+            if let Ok(Err(error)) = refusal.await {
+                tracing::warn!(%error, "answering refused connections failed");
+            }
         }
+        [("peer", peer), ("client", client), ("etcd", etcd)]
     }
-    consensus.shutdown().await;
-    if let Some(cause) = fatal {
-        let full = [log_failure.kind(), state_failure.kind()]
-            .contains(&Some(std::io::ErrorKind::StorageFull));
-        if full {
-            return Err(ServeError::DiskFull(cause));
-        }
-        return Err(ServeError::Fatal(cause));
-    }
-    for (service, result) in [
-        ("peer", peer_result),
-        ("client", client_result),
-        ("etcd", etcd_result),
-    ] {
-        if let Ok(Err(source)) = result {
-            return Err(ServeError::Transport { service, source });
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

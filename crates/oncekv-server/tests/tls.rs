@@ -3,10 +3,10 @@
 //! (`client_certificate_name`), a port without a client CA asks for none,
 //! and a node certificate loads as peer TLS only for its own id.
 
-use oncekv_harness::certs;
 use oncekv_proto::v1::raft_peer_client::RaftPeerClient;
 use oncekv_proto::v1::raft_peer_server::{RaftPeer, RaftPeerServer};
 use oncekv_proto::v1::{RaftPayload, SnapshotChunk};
+use oncekv_server::certs;
 use oncekv_server::tls::{PeerTls, ServerTls, TlsError, TlsFiles, client_certificate_name};
 use oncekv_server::transport::tcp_incoming;
 use std::path::Path;

@@ -2,11 +2,11 @@
 //! certificate per node, client certificates) as PEM files in a
 //! directory, and the shared peer token of a cluster
 //! (`create-token`, for `oncekv serve --peer-token-file`), with the one
-//! implementation in `oncekv_harness::certs`.
+//! implementation in `oncekv_server::certs`.
 
 use crate::exit;
 use clap::{Args, Subcommand};
-use oncekv_harness::certs::{
+use oncekv_server::certs::{
     CA_DAYS_DEFAULT, CertError, CertFiles, LEAF_DAYS_DEFAULT, create_ca, create_client,
     create_node, create_token,
 };

@@ -28,7 +28,6 @@ macro_rules! sayln {
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-mod bench;
 mod certs;
 mod commands;
 mod completion;
@@ -64,9 +63,6 @@ enum Commands {
     /// Run a node (with no flags: a single-node cluster on 127.0.0.1:7379
     /// with data in ./oncekv-data).
     Serve(Box<serve::ServeArgs>),
-    /// Measure throughput and latency of a running cluster: oncekv, or
-    /// etcd (--target etcd) under the same workloads.
-    Bench(bench::BenchArgs),
     /// Prove exactly-once under faults: run a workload against a local
     /// cluster (or --endpoints) while injecting faults, then check it.
     Verify(verify::VerifyArgs),
@@ -114,15 +110,6 @@ fn main() -> ExitCode {
         Commands::Certs(args) => certs::run(args, cli.connection.login.as_deref()),
         Commands::Completion(args) => completion::run_completion(&args, Cli::command()),
         Commands::Man(args) => completion::run_man(&args, Cli::command()),
-        Commands::Bench(args) => {
-            match runtime.block_on(bench::run(&cli.connection, args, endpoints_given)) {
-                Ok(code) => code,
-                Err(error) => {
-                    eprintln!("error: {error:#}");
-                    ExitCode::from(commands::EXIT_ERROR)
-                }
-            }
-        }
         Commands::Verify(args) => {
             runtime.block_on(verify::run(&cli.connection, args, endpoints_given))
         }

@@ -61,6 +61,16 @@ still runs is watched before it is stopped: no member may follow it, it
 may not lead. Example:
   oncekv verify --duration 60s --faults transfer,add-learner,replace,grow-shrink,rolling-restart
 
+full-disk, on either topology, only when named in --faults (root and
+util-linux's unshare/nsenter; skipped with a message otherwise): each
+node's data directory is a 512 MiB tmpfs of its own, in a mount namespace
+of the run's (gone with it), the nodes started in it through nsenter. A
+filler takes the free space of one node's disk (the leader the first
+time); the node must stop on its next write (exit code 12, not a crash)
+without losing an acknowledged write; then the filler is removed and the
+node started again on its data, until it has caught up. Example:
+  sudo oncekv verify --duration 30s --faults full-disk,kill,drop-reply
+
 Exit codes (the table shared by every subcommand: oncekv --help):
   0  pass: every checker passed and the dangerous paths were exercised
   2  usage error
@@ -90,7 +100,8 @@ pub struct VerifyArgs {
     /// Seed of the workload and the fault schedule [default: random, printed].
     #[arg(long)]
     seed: Option<u64>,
-    /// Fault kinds, comma-separated [default: all].
+    /// Fault kinds, comma-separated [default: all but the membership
+    /// changes and full-disk, which run only when named].
     #[arg(long, value_delimiter = ',', value_parser = Fault::parse)]
     faults: Option<Vec<Fault>>,
     /// Inject no faults at all.
@@ -299,7 +310,8 @@ async fn run_inner(
             }
             if summary.stopped_on_sync_failure > 0 {
                 sayln!(
-                    "nodes stopped on a failed log sync (and were restarted): {}",
+                    "nodes stopped on a failed log write or sync, or a full disk (and were \
+                     restarted): {}",
                     summary.stopped_on_sync_failure
                 );
             }

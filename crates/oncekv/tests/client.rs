@@ -408,3 +408,44 @@ fn value_of(reply: Reply) -> Option<Vec<u8>> {
         other => panic!("not a get reply: {other:?}"),
     }
 }
+
+/// A write refused for want of space (the store's quota, or an alarm
+/// raised by hand) is reported at once, not retried to the deadline: only
+/// an operator lifts the alarm.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_refused_for_space_is_reported_at_once() {
+    let _one = exclusive().await;
+    let mut cluster = Cluster::start(1, FAST);
+    cluster.leader(Duration::from_secs(15)).await;
+    let deadline = Duration::from_secs(120);
+    let client = Client::connect(
+        [cluster.node(1).client.clone()],
+        ClientOptions::default().with_deadline(deadline),
+    )
+    .expect("client");
+    let raise = Command::AlarmSet {
+        member: 7,
+        raise: true,
+    };
+    client
+        .execute_once(raise, None)
+        .await
+        .expect("alarm raised");
+    let started = std::time::Instant::now();
+    let refused = client.put("k", "v").await;
+    assert!(
+        matches!(
+            refused,
+            Err(ClientError::Overloaded(
+                oncekv_client::Overload::NoSpace { .. }
+            ))
+        ),
+        "{refused:?}"
+    );
+    // Retried, it would have taken the whole deadline.
+    assert!(
+        started.elapsed() < deadline / 2,
+        "answered after {:?}",
+        started.elapsed()
+    );
+}

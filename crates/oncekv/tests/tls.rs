@@ -1,5 +1,5 @@
 //! TLS on both ports, against real node processes with certificates made
-//! at test time (`oncekv_harness::certs`, what `oncekv certs` runs):
+//! at test time (`oncekv_server::certs`, what `oncekv certs` runs):
 //!
 //! - a cluster serving TLS on its client and peer ports elects a leader,
 //!   serves a session, answers a retry `Replayed`, and still does after
@@ -19,9 +19,9 @@
 
 mod support;
 
-use oncekv_harness::certs;
 use oncekv_proto::v1::RaftPayload;
 use oncekv_proto::v1::raft_peer_client::RaftPeerClient;
+use oncekv_server::certs;
 use oncekv_state::{Command, Outcome, Reply};
 use std::path::Path;
 use std::process::Output;

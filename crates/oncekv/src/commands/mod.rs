@@ -5,10 +5,9 @@
 
 use crate::session_file::SessionFile;
 use anyhow::{Context as _, anyhow};
-use clap::{Args, Subcommand, ValueEnum};
+use clap::{Args, Subcommand};
 use oncekv_client::{
-    Client, ClientError, ClientOptions, Command, Completed, Credentials, EarlierSends, Query,
-    Reply, Session, SessionOptions,
+    Client, ClientError, Command, Completed, EarlierSends, Query, Reply, Session, SessionOptions,
 };
 use oncekv_state::{Secret, SessionId};
 use serde_json::{Map, Value, json};
@@ -18,7 +17,6 @@ use std::time::Duration;
 
 mod auth;
 mod cluster;
-mod connect;
 mod endpoint;
 mod lock;
 mod output;
@@ -34,90 +32,15 @@ use output::{Printer, reply_fields, value_or_stdin};
 use session::{saved_session_handle, session};
 use snapshot::SnapshotCommand;
 
+/// The flags that reach a cluster, and the output format
+/// (`oncekv_client::cli`, shared with `oncekv-bench`).
+pub use oncekv_client::cli::{Connection, Output};
+
 /// The exit codes client commands return (the table is [`crate::exit`]).
 pub use crate::exit::{
     ERROR as EXIT_ERROR, OK as EXIT_OK, OVERLOADED as EXIT_OVERLOADED, REJECTED as EXIT_REJECTED,
     SESSION as EXIT_SESSION, UNKNOWN as EXIT_UNKNOWN,
 };
-
-/// Output format.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Output {
-    /// Short human text.
-    Text,
-    /// One JSON object.
-    Json,
-}
-
-/// Flags every client command takes.
-#[derive(Debug, Args)]
-pub struct Connection {
-    /// Client addresses of cluster nodes, comma-separated.
-    #[arg(
-        long,
-        global = true,
-        env = "ONCEKV_ENDPOINTS",
-        default_value = "127.0.0.1:7379",
-        value_delimiter = ','
-    )]
-    pub endpoints: Vec<String>,
-
-    /// Output format.
-    #[arg(short = 'o', long, global = true, value_enum, default_value_t = Output::Text)]
-    pub output: Output,
-
-    /// Give up (outcome unknown, for a write) after this long.
-    #[arg(long, global = true, default_value = "15s", value_parser = humantime::parse_duration)]
-    pub timeout: Duration,
-
-    #[command(flatten)]
-    pub tls: connect::TlsArgs,
-
-    /// Log in as USER (when the cluster enforces authentication), with
-    /// USER:PASSWORD or the password in ONCEKV_PASSWORD.
-    #[arg(
-        id = "login",
-        long = "user",
-        global = true,
-        env = "ONCEKV_USER",
-        value_name = "USER[:PASSWORD]"
-    )]
-    pub login: Option<String>,
-}
-
-impl Connection {
-    /// What every client of these flags uses: the deadline, the transport
-    /// (TLS with `--cacert`) and the credentials (`--user`).
-    pub fn client_options(&self) -> anyhow::Result<ClientOptions> {
-        Ok(ClientOptions {
-            deadline: self.timeout,
-            connector: self.tls.connector(&self.endpoints)?,
-            credentials: self.credentials()?,
-            ..ClientOptions::default()
-        })
-    }
-
-    /// The credentials `--user` gives, if any.
-    fn credentials(&self) -> anyhow::Result<Option<Credentials>> {
-        let Some(user) = &self.login else {
-            return Ok(None);
-        };
-        if user.contains(':') {
-            return Credentials::parse_user(user)
-                .map(Some)
-                .map_err(|e| anyhow!("--user: {e}"));
-        }
-        let password = std::env::var("ONCEKV_PASSWORD").map_err(|_| {
-            anyhow!(
-                "--user {user}: give the password as --user {user}:PASSWORD or in ONCEKV_PASSWORD"
-            )
-        })?;
-        Ok(Some(Credentials::Password {
-            user: user.clone(),
-            password,
-        }))
-    }
-}
 
 /// How a mutating command is made exactly-once.
 #[derive(Debug, Args)]

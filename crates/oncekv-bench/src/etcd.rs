@@ -36,8 +36,27 @@ use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, Error, EventType, GetOptions, KeyValue, KvClient,
     Txn, TxnOp, TxnOpResponse, WatchOptions, WatchStream,
 };
+use oncekv_client::cli::TlsArgs;
+use std::path::PathBuf;
 use std::time::Duration;
 use tokio::time::Instant;
+
+/// The TLS settings of the `oncekv` client flags for etcd's client (an
+/// etcd serving TLS): `None` without `--cacert`.
+pub fn tls_options(tls: &TlsArgs) -> anyhow::Result<Option<etcd_client::TlsOptions>> {
+    let Some(ca) = &tls.cacert else {
+        return Ok(None);
+    };
+    let read = |path: &PathBuf| {
+        std::fs::read(path).map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))
+    };
+    let mut options = etcd_client::TlsOptions::new()
+        .ca_certificate(etcd_client::Certificate::from_pem(read(ca)?));
+    if let (Some(cert), Some(key)) = (&tls.cert, &tls.key) {
+        options = options.identity(etcd_client::Identity::from_pem(read(cert)?, read(key)?));
+    }
+    Ok(Some(options))
+}
 
 /// Sends of one sequence-guarded write before giving up (a retry is safe:
 /// the sequence compare recognises a write that had applied).

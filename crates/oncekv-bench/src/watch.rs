@@ -580,8 +580,8 @@ impl WatchReport {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::closed_loop::Completion;
-    use crate::bench::workload::Workload;
+    use crate::closed_loop::Completion;
+    use crate::workload::Workload;
     use tokio::sync::broadcast;
 
     #[test]

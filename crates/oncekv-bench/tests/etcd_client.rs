@@ -5,7 +5,8 @@
 //! (status, alarms, defragment, a snapshot streamed to its end) and
 //! Cluster (the member list), against oncekv nodes this test starts; on
 //! three nodes, the same through followers. Waits are on conditions, each
-//! bounded.
+//! bounded. Here, with the `etcd` feature that builds the etcd client
+//! (`--target etcd`), so that the `oncekv` package needs none.
 
 #![cfg(feature = "etcd")]
 
@@ -19,7 +20,7 @@ use oncekv_proto::etcd::v3lockpb::LockRequest;
 use oncekv_proto::etcd::v3lockpb::lock_client::LockClient as RawLockClient;
 use std::future::Future;
 use std::time::Duration;
-use support::{Cluster, FAST, eventually, exclusive};
+use support::{FAST, eventually, exclusive};
 
 /// The longest any one step may take before the test fails.
 const STEP: Duration = Duration::from_secs(20);
@@ -68,7 +69,7 @@ fn status_of(error: Error) -> tonic::Status {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lock_holders_take_turns_and_an_ended_lease_ends_a_wait() {
     let _one = exclusive().await;
-    let mut cluster = Cluster::start(1, FAST);
+    let mut cluster = support::start(1, FAST);
     cluster.leader(Duration::from_secs(15)).await;
     let mut etcd = client(&cluster.node(1).client).await;
 
@@ -182,7 +183,7 @@ fn lock_request(name: &str, lease: i64, key: Option<&str>) -> tonic::Request<Loc
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_lock_leaves_no_waiter_and_a_keyed_resend_waits_on_in_its_place() {
     let _one = exclusive().await;
-    let mut cluster = Cluster::start(1, FAST);
+    let mut cluster = support::start(1, FAST);
     cluster.leader(Duration::from_secs(15)).await;
     let address = cluster.node(1).client.clone();
     let mut etcd = client(&address).await;
@@ -268,7 +269,7 @@ async fn next_value(observer: &mut ObserveStream) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn campaigners_lead_in_turn_and_observers_see_every_proclamation() {
     let _one = exclusive().await;
-    let mut cluster = Cluster::start(1, FAST);
+    let mut cluster = support::start(1, FAST);
     cluster.leader(Duration::from_secs(15)).await;
     let mut etcd = client(&cluster.node(1).client).await;
 
@@ -377,7 +378,7 @@ async fn campaigners_lead_in_turn_and_observers_see_every_proclamation() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn maintenance_and_cluster_answer_etcd_client() {
     let _one = exclusive().await;
-    let mut cluster = Cluster::start(1, FAST);
+    let mut cluster = support::start(1, FAST);
     cluster.leader(Duration::from_secs(15)).await;
     let address = cluster.node(1).client.clone();
     let mut etcd = client(&address).await;
@@ -423,7 +424,7 @@ async fn maintenance_and_cluster_answer_etcd_client() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lock_and_election_work_through_followers() {
     let _one = exclusive().await;
-    let mut cluster = Cluster::start(3, FAST);
+    let mut cluster = support::start(3, FAST);
     let leader = cluster.leader(Duration::from_secs(15)).await;
     let followers: Vec<String> = (1..=3)
         .filter(|id| *id != leader)

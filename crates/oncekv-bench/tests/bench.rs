@@ -1,4 +1,4 @@
-//! `oncekv bench` against real servers on loopback: the CAS, mixed and
+//! `oncekv-bench` against real servers on loopback: the CAS, mixed and
 //! INCR workloads and `--ops` against an oncekv node (checking the JSON
 //! report and, for INCR, the counter the cluster holds), the transfer
 //! workload (the accounts still sum to zero) and the watch workload (every
@@ -12,18 +12,18 @@ mod support;
 use serde_json::Value;
 use std::process::{Command as Process, Output};
 use std::time::Duration;
-use support::{Cluster, FAST, exclusive};
+use support::{FAST, exclusive};
 
-/// Runs `oncekv ARGS`; returns the exit code, stdout and stderr.
-fn oncekv(args: &[&str]) -> (i32, String, String) {
+/// Runs `PROGRAM ARGS`; returns the exit code, stdout and stderr.
+fn run(program: &std::path::Path, args: &[&str]) -> (i32, String, String) {
     let Output {
         status,
         stdout,
         stderr,
-    } = Process::new(env!("CARGO_BIN_EXE_oncekv"))
+    } = Process::new(program)
         .args(args)
         .output()
-        .expect("run oncekv");
+        .unwrap_or_else(|error| panic!("run {}: {error}", program.display()));
     (
         status.code().expect("exit code"),
         String::from_utf8_lossy(&stdout).into_owned(),
@@ -31,13 +31,24 @@ fn oncekv(args: &[&str]) -> (i32, String, String) {
     )
 }
 
-/// Runs `oncekv bench ARGS -o json --endpoints ENDPOINT` and parses the
+/// Runs `oncekv-bench ARGS`; returns the exit code, stdout and stderr.
+fn oncekv_bench(args: &[&str]) -> (i32, String, String) {
+    run(env!("CARGO_BIN_EXE_oncekv-bench").as_ref(), args)
+}
+
+/// Runs `oncekv ARGS` (a client command); returns the exit code, stdout
+/// and stderr.
+fn oncekv(args: &[&str]) -> (i32, String, String) {
+    run(&support::oncekv_binary(), args)
+}
+
+/// Runs `oncekv-bench ARGS -o json --endpoints ENDPOINT` and parses the
 /// report; fails the test unless it exits 0.
 fn bench(endpoint: &str, args: &[&str]) -> Value {
-    let mut all = vec!["bench", "-o", "json", "--endpoints", endpoint];
+    let mut all = vec!["-o", "json", "--endpoints", endpoint];
     all.extend_from_slice(args);
-    let (code, stdout, stderr) = oncekv(&all);
-    assert_eq!(code, 0, "oncekv {all:?}: {stdout}\n{stderr}");
+    let (code, stdout, stderr) = oncekv_bench(&all);
+    assert_eq!(code, 0, "oncekv-bench {all:?}: {stdout}\n{stderr}");
     serde_json::from_str(stdout.trim())
         .unwrap_or_else(|_| panic!("not JSON: {stdout:?}; stderr: {stderr}"))
 }
@@ -61,7 +72,7 @@ fn assert_no_errors(report: &Value) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bench_runs_cas_mixed_and_counted_operations_against_a_node() {
     let _one = exclusive().await;
-    let mut cluster = Cluster::start(1, FAST);
+    let mut cluster = support::start(1, FAST);
     cluster.leader(Duration::from_secs(15)).await;
     let endpoint = cluster.node(1).client.clone();
 
@@ -267,7 +278,7 @@ const WATCH_FLAGS: &[&str] = &[
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bench_runs_transfers_and_watches_against_a_node() {
     let _one = exclusive().await;
-    let mut cluster = Cluster::start(1, FAST);
+    let mut cluster = support::start(1, FAST);
     cluster.leader(Duration::from_secs(15)).await;
     let endpoint = cluster.node(1).client.clone();
 
@@ -332,9 +343,9 @@ fn bench_refuses_flags_that_make_no_run() {
         ),
         (&["--watchers", "3"][..], "watch only"),
     ] {
-        let mut args = vec!["bench", "--endpoints", "127.0.0.1:1"];
+        let mut args = vec!["--endpoints", "127.0.0.1:1"];
         args.extend_from_slice(flags);
-        let (code, _, stderr) = oncekv(&args);
+        let (code, _, stderr) = oncekv_bench(&args);
         assert_eq!(code, 2, "{flags:?}: {stderr}");
         assert!(stderr.contains(says), "{flags:?}: {stderr}");
     }
@@ -343,7 +354,7 @@ fn bench_refuses_flags_that_make_no_run() {
 #[cfg(not(feature = "etcd"))]
 #[test]
 fn target_etcd_says_how_to_build_it() {
-    let (code, _, stderr) = oncekv(&["bench", "--target", "etcd"]);
+    let (code, _, stderr) = oncekv_bench(&["--target", "etcd"]);
     assert_eq!(code, 2, "{stderr}");
     assert!(
         stderr.contains("built without etcd support") && stderr.contains("cargo xtask build-bench"),
@@ -556,8 +567,7 @@ async fn bench_runs_against_etcd_in_plain_and_session_mode() {
     let conflicts = count(&cas, "cas_conflicts");
     assert!(conflicts > 0 && conflicts < 100, "{cas}");
 
-    let (code, _, stderr) = oncekv(&[
-        "bench",
+    let (code, _, stderr) = oncekv_bench(&[
         "--target",
         "etcd",
         "--mode",
@@ -569,23 +579,23 @@ async fn bench_runs_against_etcd_in_plain_and_session_mode() {
     assert!(stderr.contains("use plain or session"), "{stderr}");
 }
 
-/// A reader that goes away (`oncekv bench | head -0`) ends the command
+/// A reader that goes away (`oncekv-bench | head -0`) ends the command
 /// quietly: no panic on the closed pipe.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_closed_stdout_ends_the_command_without_a_panic() {
     let _one = exclusive().await;
-    let mut cluster = Cluster::start(1, FAST);
+    let mut cluster = support::start(1, FAST);
     cluster.leader(Duration::from_secs(15)).await;
     let endpoint = cluster.node(1).client.clone();
-    let mut child = Process::new(env!("CARGO_BIN_EXE_oncekv"))
-        .args(["bench", "--endpoints", &endpoint, "--ops", "20"])
+    let mut child = Process::new(env!("CARGO_BIN_EXE_oncekv-bench"))
+        .args(["--endpoints", &endpoint, "--ops", "20"])
         .args(["--warmup", "0s"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .expect("run oncekv");
+        .expect("run oncekv-bench");
     drop(child.stdout.take());
-    let output = child.wait_with_output().expect("wait for oncekv");
+    let output = child.wait_with_output().expect("wait for oncekv-bench");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert_eq!(output.status.code(), Some(0), "{stderr}");

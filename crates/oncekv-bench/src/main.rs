@@ -1,8 +1,11 @@
-//! `oncekv bench`: a closed-loop load generator. Its flags and their
-//! checks, and the run: connect the target's clients, run the closed loop
-//! (`closed_loop`), print the report (`report`). The targets are oncekv
-//! (`oncekv`) and, in a build with the `etcd` feature, etcd (`etcd`), under
-//! the same workloads (`workload`); CPU use is read from `/proc` (`cpu`).
+//! `oncekv-bench`: a closed-loop load generator, a binary of its own so
+//! that the product binary (`oncekv`) carries neither its histograms nor
+//! etcd's client. Its flags and their checks, and the run: connect the
+//! target's clients, run the closed loop (`closed_loop`), print the report
+//! (`report`). The targets are oncekv (`oncekv`) and, in a build with the
+//! `etcd` feature, etcd (`etcd`), under the same workloads (`workload`);
+//! CPU use is read from `/proc` (`cpu`). It reaches a cluster with the
+//! same flags as the `oncekv` commands (`oncekv_client::cli`).
 
 mod closed_loop;
 mod cpu;
@@ -14,18 +17,28 @@ mod report;
 mod watch;
 mod workload;
 
-use clap::{Args, ValueEnum};
+use clap::parser::ValueSource;
+use clap::{Args, CommandFactory, FromArgMatches, Parser, ValueEnum};
 use closed_loop::{Measured, Plan, Stop};
+use oncekv_client::cli::{Connection, Output};
 use report::{Report, Settings};
 use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::time::Duration;
 use workload::{Shape, Workload};
 
-use crate::commands::{Connection, EXIT_ERROR, Output};
+/// The process's allocator: mimalloc (feature `mimalloc`, on by default),
+/// as in the `oncekv` binary, so the client measured is the same.
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// Exit code: the flags do not make a run.
-use crate::exit::USAGE as EXIT_USAGE;
+/// Exit code: the run could not be made, or no operation completed (the
+/// code `oncekv`'s table gives other errors).
+const EXIT_ERROR: u8 = 1;
+
+/// Exit code: the flags do not make a run (`oncekv`'s usage error).
+const EXIT_USAGE: u8 = 2;
 
 /// Largest key size accepted (oncekv's own limit is lower; it answers
 /// with an error per operation).
@@ -49,18 +62,19 @@ const ETCD_DEFAULT_ENDPOINT: &str = "127.0.0.1:2379";
 
 /// What to say when `--target etcd` is asked of a build without it.
 #[cfg(not(feature = "etcd"))]
-const NO_ETCD: &str = "this oncekv was built without etcd support. Build it with \
-    `cargo xtask build-bench` (target/release/oncekv, with the protoc that ships in a crate), \
-    or `cargo build --release -p oncekv --features etcd` with PROTOC set to a protoc binary";
+const NO_ETCD: &str = "this oncekv-bench was built without etcd support. Build it with \
+    `cargo xtask build-bench` (target/release/oncekv-bench, with the protoc that ships in a \
+    crate), or `cargo build --release -p oncekv-bench --features etcd` with PROTOC set to a \
+    protoc binary";
 
 const AFTER_HELP: &str = "\
 Examples:
-  oncekv bench --workload put --mode session --concurrency 64 --duration 10s
-  oncekv bench --workload mixed --read-ratio 0.9 --concurrency 64 --connections 4
-  oncekv bench --workload cas --keys 10 --ops 10000 --warmup 0s -o json
-  oncekv bench --target etcd --endpoints 127.0.0.1:2379 --workload put --mode session
-  oncekv bench --workload transfer --mode session --keys 1000 --concurrency 32
-  oncekv bench --workload watch --watchers 1000 --connections 10 --concurrency 4 --rate 100
+  oncekv-bench --workload put --mode session --concurrency 64 --duration 10s
+  oncekv-bench --workload mixed --read-ratio 0.9 --concurrency 64 --connections 4
+  oncekv-bench --workload cas --keys 10 --ops 10000 --warmup 0s -o json
+  oncekv-bench --target etcd --endpoints 127.0.0.1:2379 --workload put --mode session
+  oncekv-bench --workload transfer --mode session --keys 1000 --concurrency 32
+  oncekv-bench --workload watch --watchers 1000 --connections 10 --concurrency 4 --rate 100
 
 The loop is closed: each task sends one operation, waits for its answer,
 then sends the next, so --concurrency operations are in flight. Operations
@@ -154,7 +168,7 @@ pub enum EtcdRoute {
     Balanced,
 }
 
-/// Flags of `oncekv bench`.
+/// The workload flags of `oncekv-bench`.
 #[derive(Debug, Args)]
 #[command(after_help = AFTER_HELP)]
 pub struct BenchArgs {
@@ -388,6 +402,61 @@ impl BenchArgs {
     }
 }
 
+/// Measure throughput and latency of a running cluster: oncekv, or etcd
+/// (--target etcd) under the same workloads.
+#[derive(Debug, Parser)]
+#[command(name = "oncekv-bench", version, long_about = None)]
+struct Cli {
+    #[command(flatten)]
+    args: BenchArgs,
+
+    /// Log filter (for example `info`, `oncekv_client=debug`).
+    #[arg(long, global = true, env = "ONCEKV_LOG", default_value = "warn")]
+    log: String,
+
+    #[command(flatten)]
+    connection: Connection,
+}
+
+fn main() -> ExitCode {
+    // A panic in any task ends the process, as in `oncekv`: no task dies
+    // quietly while the others go on measuring.
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        report(info);
+        std::process::abort();
+    }));
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|error| error.exit());
+    let endpoints_given = matches!(
+        matches.value_source("endpoints"),
+        Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+    );
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_new(&cli.log)
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let result = tokio::runtime::Runtime::new()
+        .map_err(|error| anyhow::anyhow!("cannot start the async runtime: {error}"))
+        .and_then(|runtime| runtime.block_on(run(&cli.connection, cli.args, endpoints_given)));
+    result.unwrap_or_else(|error| {
+        eprintln!("error: {error:#}");
+        ExitCode::from(EXIT_ERROR)
+    })
+}
+
+/// Prints `text` and a newline to stdout; a closed stdout (`oncekv-bench
+/// | head`) ends the program quietly instead of panicking.
+fn print_line(text: impl std::fmt::Display) {
+    use std::io::Write as _;
+    if writeln!(std::io::stdout(), "{text}").is_err() {
+        std::process::exit(0);
+    }
+}
+
 /// Runs the benchmark and prints the report. `endpoints_given`: whether
 /// --endpoints was set (otherwise etcd is looked for on its default port).
 pub async fn run(
@@ -415,7 +484,7 @@ pub async fn run(
             args.concurrency,
         )
         .await?;
-        sayln!("{}", opened.json());
+        print_line(opened.json());
         return Ok(if opened.failed == 0 {
             ExitCode::SUCCESS
         } else {
@@ -454,8 +523,8 @@ pub async fn run(
     };
     let report = Report::new(args.settings(&plan), measured);
     match connection.output {
-        Output::Json => sayln!("{}", report.json()),
-        Output::Text => sayln!("{}", report.text()),
+        Output::Json => print_line(report.json()),
+        Output::Text => print_line(report.text()),
     }
     if report.operations == 0 {
         eprintln!("error: no operation completed ({} failed)", report.failed());
@@ -530,8 +599,8 @@ async fn run_watch(
         measured,
     );
     match connection.output {
-        Output::Json => sayln!("{}", report.json()),
-        Output::Text => sayln!("{}", report.text()),
+        Output::Json => print_line(report.json()),
+        Output::Text => print_line(report.text()),
     }
     if report.events_seen == 0 {
         eprintln!("error: no event of a measured write was seen");
@@ -549,7 +618,7 @@ async fn run_etcd_watch(
     plan: watch::WatchPlan,
     flags: WatchFlags,
 ) -> anyhow::Result<watch::WatchMeasured> {
-    let tls = connection.tls.etcd_options()?;
+    let tls = etcd::tls_options(&connection.tls)?;
     let writers = etcd::connect(
         endpoints,
         args.mode,
@@ -599,7 +668,7 @@ async fn run_etcd(
         args.connections,
         args.concurrency,
         connection.timeout,
-        connection.tls.etcd_options()?,
+        etcd::tls_options(&connection.tls)?,
     )
     .await?;
     closed_loop::run(tasks, plan).await
@@ -618,16 +687,14 @@ async fn run_etcd(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
 
-    #[derive(Debug, Parser)]
-    struct Cli {
-        #[command(flatten)]
-        args: BenchArgs,
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
     }
 
     fn plan(flags: &[&str]) -> Result<Plan, String> {
-        let cli = Cli::try_parse_from(std::iter::once("bench").chain(flags.iter().copied()))
+        let cli = Cli::try_parse_from(std::iter::once("oncekv-bench").chain(flags.iter().copied()))
             .map_err(|e| e.to_string())?;
         cli.args.plan(false)
     }
@@ -714,7 +781,7 @@ mod tests {
     #[test]
     fn watch_takes_watchers_a_rate_and_enough_connections() {
         let cli = |flags: &[&str]| {
-            Cli::try_parse_from(std::iter::once("bench").chain(flags.iter().copied()))
+            Cli::try_parse_from(std::iter::once("oncekv-bench").chain(flags.iter().copied()))
                 .expect("parses")
                 .args
         };

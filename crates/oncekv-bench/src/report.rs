@@ -246,8 +246,8 @@ impl Report {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::closed_loop::Tally;
-    use crate::bench::cpu;
+    use crate::closed_loop::Tally;
+    use crate::cpu;
     use hdrhistogram::Histogram;
     use std::time::Duration;
 

@@ -361,7 +361,7 @@ fn progress_bar(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::workload::Workload;
+    use crate::workload::Workload;
 
     /// A client that completes every operation after `delay`, reports every
     /// third CAS as a conflict and fails every fifth operation.

@@ -205,24 +205,15 @@ fn five_hosts_elect_serve_and_outlive_the_leader_s_link_going_down() {
     assert_eq!(left_by(std::process::id()), Vec::<String>::new());
 }
 
-#[test]
-fn a_short_verify_run_between_five_hosts_passes() {
-    let test = "netns::a_short_verify_run_between_five_hosts_passes";
-    if !namespaces_available(test) {
-        return;
-    }
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+/// Runs `oncekv verify --topology netns` with `args` (and JSON output
+/// into a folder of its own); asserts it passed with every checker, no
+/// failed nemesis step and nothing skipped. Returns the report, the
+/// history's text and the run's PID.
+fn verify_between_hosts(args: &[&str]) -> (Value, String, u32) {
     let out = tempfile::tempdir().expect("a temporary folder");
     let child = Process::new(BINARY)
-        .args(["verify", "--topology", "netns", "--nodes", "5"])
-        .args(["--duration", "20s", "--seed", "26", "--clients", "4"])
-        // The network's faults only: in 20 s each runs at least once
-        // (seed 26 starts every kind by 13 s), however few requests a
-        // loaded machine completes meanwhile.
-        .args([
-            "--faults",
-            "link-down,one-way,cut-leader,split,flap,partition",
-        ])
+        .args(["verify", "--topology", "netns"])
+        .args(args)
         .args(["-o", "json", "--out"])
         .arg(out.path())
         .stdout(std::process::Stdio::piped())
@@ -240,6 +231,35 @@ fn a_short_verify_run_between_five_hosts_passes() {
     assert_eq!(json["verdict"], "PASS", "{json:#}");
     assert_eq!(json["nemesis_failures"], serde_json::json!([]), "{json:#}");
     assert_eq!(json["skipped"], serde_json::json!([]), "{json:#}");
+    for checker in json["checkers"].as_array().expect("checkers") {
+        assert_eq!(checker["status"], "pass", "{json:#}");
+    }
+    let history = std::fs::read_to_string(out.path().join("history.jsonl")).expect("history");
+    (json, history, pid)
+}
+
+#[test]
+fn a_short_verify_run_between_five_hosts_passes() {
+    let test = "netns::a_short_verify_run_between_five_hosts_passes";
+    if !namespaces_available(test) {
+        return;
+    }
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let (json, history, pid) = verify_between_hosts(&[
+        "--nodes",
+        "5",
+        "--duration",
+        "20s",
+        "--seed",
+        "26",
+        "--clients",
+        "4",
+        // The network's faults only: in 20 s each runs at least once
+        // (seed 26 starts every kind by 13 s), however few requests a
+        // loaded machine completes meanwhile.
+        "--faults",
+        "link-down,one-way,cut-leader,split,flap,partition",
+    ]);
     let faults = &json["coverage"]["faults"];
     // Link downs, one-way cuts, cuts from the leader, splits and
     // partitions are partitions; flapping links are failing links.
@@ -249,10 +269,6 @@ fn a_short_verify_run_between_five_hosts_passes() {
         json["coverage"]["leader_changes"].as_u64() >= Some(1),
         "{json:#}"
     );
-    for checker in json["checkers"].as_array().expect("checkers") {
-        assert_eq!(checker["status"], "pass", "{json:#}");
-    }
-    let history = std::fs::read_to_string(out.path().join("history.jsonl")).expect("history");
     for detail in [
         "down\"",
         "flapping\"",
@@ -277,32 +293,18 @@ fn membership_changes_between_hosts_pass_verify() {
         return;
     }
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let out = tempfile::tempdir().expect("a temporary folder");
-    let child = Process::new(BINARY)
-        .args(["verify", "--topology", "netns", "--nodes", "3"])
-        .args(["--duration", "30s", "--seed", "9603", "--clients", "2"])
-        .args(["--faults", "grow-shrink,replace,link-down"])
-        .args(["-o", "json", "--out"])
-        .arg(out.path())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("oncekv verify starts");
-    let pid = child.id();
-    let output = child.wait_with_output().expect("oncekv verify runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    let json: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|error| {
-        panic!("not one JSON object ({error}):\n{stdout}\nstderr:\n{stderr}")
-    });
-    assert_eq!(output.status.code(), Some(0), "expected PASS: {json:#}");
-    assert_eq!(json["verdict"], "PASS", "{json:#}");
-    assert_eq!(json["nemesis_failures"], serde_json::json!([]), "{json:#}");
-    assert_eq!(json["skipped"], serde_json::json!([]), "{json:#}");
-    for checker in json["checkers"].as_array().expect("checkers") {
-        assert_eq!(checker["status"], "pass", "{json:#}");
-    }
-    let history = std::fs::read_to_string(out.path().join("history.jsonl")).expect("history");
+    let (_, history, pid) = verify_between_hosts(&[
+        "--nodes",
+        "3",
+        "--duration",
+        "30s",
+        "--seed",
+        "9603",
+        "--clients",
+        "2",
+        "--faults",
+        "grow-shrink,replace,link-down",
+    ]);
     for detail in [
         // A member joins on a host of its own, on the bridge.
         "a learner added at 10.77.0.",

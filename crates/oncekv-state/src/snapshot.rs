@@ -279,7 +279,7 @@ impl StateMachine {
     }
 
     /// Writes the state as snapshot bytes to `out` in pieces of
-    /// [`CHUNK_BYTES`] (never a buffer as large as the state): the header
+    /// 64 KiB (never a buffer as large as the state): the header
     /// with room for the checksum, then the body, checksummed as it goes
     /// out, then back to fill in the checksum, and on to the end. Starts
     /// at `out`'s position, leaves it after the snapshot, and says how many
@@ -343,7 +343,7 @@ impl StateMachine {
     }
 
     /// Restores a state machine from a snapshot taken under `limits`, read
-    /// from `input` in pieces of [`CHUNK_BYTES`] (never whole in memory):
+    /// from `input` in pieces of 64 KiB (never whole in memory):
     /// the checksum is computed as the bytes are read and checked at the
     /// end, before the decoded state is judged; a truncated, corrupt or
     /// unreadable input is an error.

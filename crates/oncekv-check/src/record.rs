@@ -42,6 +42,7 @@ use thiserror::Error;
 mod events;
 mod file;
 mod ids;
+mod key_variants;
 mod model;
 mod txn;
 mod watch;

@@ -3,7 +3,10 @@
 //! refusal costs no log entry), limits the rate of session opens, stamps
 //! proposals with cluster time, joins a retry to the identical request
 //! already in flight (the retry rendezvous, keyed by the whole header,
-//! secret included), serves linearizable and serializable reads, keeps
+//! secret included), answers a plain request that only reads (a
+//! transaction of reads, say) as a linearizable read with no log entry,
+//! so a reply past its bound is refused before anything is proposed,
+//! serves linearizable and serializable reads, keeps
 //! cluster time moving on an idle leader, reports status, and checks who
 //! is calling (credentials and logins, on [`crate::auth`]'s tokens and
 //! password hashes).
@@ -302,6 +305,10 @@ impl Node {
                     continue;
                 }
             };
+            if let Some(answer) = self.answer_unlogged(&request, principal.as_ref()).await {
+                answers.push(Answer::Now(answer));
+                continue;
+            }
             let key: Option<InFlightKey> = match &request.origin {
                 Origin::Session(header) => Some((
                     header.id,
@@ -340,6 +347,36 @@ impl Node {
             }
         });
         futures_util::future::join_all(waits).await
+    }
+
+    /// Answers, at the leader, a request that needs no log entry
+    /// ([`Request::needs_log`]: a plain read, or a plain transaction that
+    /// only reads) as a linearizable read: once the leader has confirmed
+    /// it leads, from a copy of its applied state, through the state
+    /// machine's own path for it ([`StateMachine::answer_unlogged`]), so
+    /// a reply past the bound is refused before anything is proposed. The
+    /// answer's index is the last applied one, which it reflects. `None`
+    /// for a request that must be proposed.
+    ///
+    /// [`StateMachine::answer_unlogged`]: oncekv_state::StateMachine::answer_unlogged
+    async fn answer_unlogged(
+        &self,
+        request: &Request,
+        principal: Option<&Principal>,
+    ) -> Option<Result<Executed, WriteError>> {
+        if request.needs_log() {
+            return None;
+        }
+        if let Some(refused) = self.not_leader() {
+            return Some(Err(refused));
+        }
+        if let Err(error) = self.inner.consensus.read_barrier().await {
+            return Some(Err(error));
+        }
+        let copy = self.inner.consensus.state_copy();
+        let index = copy.last_applied().unwrap_or(LogIndex(0));
+        let outcome = copy.answer_unlogged(request, principal)?;
+        Some(Ok(Executed { index, outcome }))
     }
 
     /// Why this node does not carry out what only the leader carries out,

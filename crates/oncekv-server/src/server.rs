@@ -15,6 +15,9 @@
 //! [`crate::raft::peer_service`]. With a peer token
 //! ([`ServerConfig::peer_token`]), a peer call without it is answered
 //! UNAUTHENTICATED from its headers alone ([`crate::raft::peer_token`]).
+//! [`ServerLimits`] also bounds the node's watchers and the events they
+//! hold unsent; the hub holds them to those bounds, shared among users as
+//! the replicated budgets are ([`WatchBounds`]).
 
 use crate::grpc::KvService;
 use crate::identity::{self, IdentityError};
@@ -30,9 +33,10 @@ use crate::tls::{PeerTls, ServerTls};
 use crate::transport::{
     answer_plaintext, answer_refused, limit_connections, limit_requests, sort_if_tls,
 };
+use crate::watch::{WATCH_BYTES_MAX_DEFAULT, WATCHERS_MAX_DEFAULT, WatchBounds};
 use oncekv_proto::v1::kv_server::KvServer;
 use oncekv_proto::v1::raft_peer_server::RaftPeerServer;
-use oncekv_state::Limits;
+use oncekv_state::{Limits, UserQuotas};
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
@@ -206,20 +210,50 @@ pub struct ServerLimits {
     /// more is refused at once). Receiving spools it to disk; installing
     /// holds it in memory once. Default [`SNAPSHOT_BYTES_MAX_DEFAULT`].
     pub snapshot_bytes_max: u64,
+    /// Most watchers the node serves at once (default
+    /// [`WATCHERS_MAX_DEFAULT`]); a user holds at most its share of them,
+    /// and the users without the admin role together all but the admin
+    /// reserve ([`WatchBounds`], with [`Limits::quotas`]).
+    pub watchers_max: usize,
+    /// Most bytes of events the node's watch streams hold unsent together
+    /// (default [`WATCH_BYTES_MAX_DEFAULT`]), shared as `watchers_max` is.
+    pub watch_bytes_max: usize,
 }
 
 impl ServerLimits {
-    /// The defaults of both ports and of snapshots.
+    /// The defaults of both ports, of snapshots and of watches.
     pub const DEFAULT: ServerLimits = ServerLimits {
         client: ListenerLimits::CLIENT_DEFAULT,
         peer: ListenerLimits::PEER_DEFAULT,
         snapshot_bytes_max: SNAPSHOT_BYTES_MAX_DEFAULT,
+        watchers_max: WATCHERS_MAX_DEFAULT,
+        watch_bytes_max: WATCH_BYTES_MAX_DEFAULT,
     };
 
-    /// Checks both ports' bounds.
+    /// Checks both ports' bounds, and that the watch bounds admit
+    /// something.
     pub fn check(&self) -> Result<(), LimitsError> {
         self.client.check("client")?;
-        self.peer.check("peer")
+        self.peer.check("peer")?;
+        let watches = [
+            ("watchers", self.watchers_max),
+            ("unsent watch bytes", self.watch_bytes_max),
+        ];
+        for (what, value) in watches {
+            if value == 0 {
+                return Err(LimitsError::NoWatch { what });
+            }
+        }
+        Ok(())
+    }
+
+    /// The node's watch bounds, shared among users by `quotas`.
+    pub fn watch_bounds(&self, quotas: UserQuotas) -> WatchBounds {
+        WatchBounds {
+            watchers_max: self.watchers_max,
+            bytes_max: self.watch_bytes_max,
+            quotas,
+        }
     }
 }
 
@@ -249,6 +283,12 @@ pub enum LimitsError {
     ZeroDuration {
         /// Which server.
         listener: &'static str,
+        /// Which bound.
+        what: &'static str,
+    },
+    /// A watch bound of zero: no watch could be served.
+    #[error("the node's limit on {what} is 0: it must be at least 1 (no watch could run)")]
+    NoWatch {
         /// Which bound.
         what: &'static str,
     },
@@ -543,8 +583,9 @@ fn open_storage(config: &ServerConfig, cluster: &str) -> Result<Storage, ServeEr
     .map_err(storage(log_dir))?;
     log.set_local_node(config.id);
     let state_dir = config.data_dir.join("state");
-    let mut state =
-        StateMachineStore::open(&state_dir, config.limits.clone()).map_err(storage(state_dir))?;
+    let mut state = StateMachineStore::open(&state_dir, config.limits.clone())
+        .map_err(storage(state_dir))?
+        .with_watch_bounds(config.server_limits.watch_bounds(config.limits.quotas));
     if config.inline_disk_io {
         state = state.with_inline_io();
     }
@@ -862,6 +903,25 @@ mod tests {
                 listener: "peer",
                 what: "call timeout"
             })
+        );
+        let mut limits = ServerLimits::DEFAULT;
+        limits.watch_bytes_max = 0;
+        assert_eq!(
+            limits.check(),
+            Err(LimitsError::NoWatch {
+                what: "unsent watch bytes"
+            })
+        );
+        // The node's watch bounds are shared as the quotas say.
+        let quotas = UserQuotas {
+            user_share_percent: 50,
+            admin_reserve_percent: 0,
+        };
+        let bounds = ServerLimits::DEFAULT.watch_bounds(quotas);
+        assert_eq!(bounds.user_watchers_max(), WATCHERS_MAX_DEFAULT / 2);
+        assert_eq!(
+            ServerLimits::DEFAULT.watch_bounds(UserQuotas::default()),
+            WatchBounds::default()
         );
     }
 }

@@ -15,23 +15,34 @@
 //! - **Unsent bytes.** Each watcher's queue counts the bytes of the
 //!   events in it (keys, values, previous values when asked for, and an
 //!   overhead per event and message), towards the watcher's stream
-//!   ([`WATCH_STREAM_BYTES_MAX`]), towards its user
-//!   ([`WATCH_USER_BYTES_MAX`], all the user's streams on this node: a
-//!   quarter of the node's) and towards the node ([`WATCH_NODE_BYTES_MAX`],
-//!   every client's streams, of which the last
-//!   [`WATCH_NODE_BYTES_ADMIN_RESERVE`] only admins' take). A
-//!   live change that would pass any, while the queue still holds
-//!   something, cancels the watcher: its queue is emptied (the memory
-//!   freed) and it is told why, naming the bound, and the revision to
-//!   resume from. A queue that is empty always takes the next message, so
-//!   a reader that keeps up is never cancelled, whatever one revision
-//!   weighs. The history it catches up from is sent as the queue drains.
-//! - **How many.** A node serves at most [`WATCHERS_MAX`] watchers, a user
-//!   at most [`WATCHERS_PER_USER_MAX`] of them (with authentication off:
-//!   the clients of one source address), one connection at most
+//!   ([`WATCH_STREAM_BYTES_MAX`]), towards its user (all the user's
+//!   streams on this node: [`WatchBounds::user_bytes_max`], its share of
+//!   the node's) and towards the node (every client's streams:
+//!   [`WatchBounds::bytes_max`], of which only admins' streams take the
+//!   reserve: [`WatchBounds::node_bytes_max`]). A live change that would
+//!   pass any, while the queue still holds something, cancels the
+//!   watcher: its queue is emptied (the memory freed) and it is told why,
+//!   naming the bound and its number, and the revision to resume from. A
+//!   queue that is empty always takes the next message, so a reader that
+//!   keeps up is never cancelled, whatever one revision weighs. The
+//!   history it catches up from is sent as the queue drains.
+//! - **How many.** A node serves at most [`WatchBounds::watchers_max`]
+//!   watchers (of which only admins take the reserve:
+//!   [`WatchBounds::node_watchers_max`]), a user at most its share of them
+//!   ([`WatchBounds::user_watchers_max`]; with authentication off: the
+//!   clients of one source address), one connection at most
 //!   [`WATCHERS_PER_CONNECTION_MAX`] and one etcd watch stream at most
 //!   [`WATCHES_PER_STREAM_MAX`]. One more is refused ([`WatchCap`], naming
 //!   the cap), never served by dropping another.
+//! - **Shares.** The node's bounds are [`WatchBounds`] (`oncekv serve
+//!   --watchers-max`, default [`WATCHERS_MAX_DEFAULT`], and
+//!   `--watch-bytes-max`, default [`WATCH_BYTES_MAX_DEFAULT`]); a user's
+//!   share of them and the admins' reserve are those of the replicated
+//!   budgets ([`UserQuotas`]: `--user-share-percent`, default 25, and
+//!   `--admin-reserve-percent`, default 10). By default a user holds at
+//!   most 1024 watchers and 64 MiB of unsent events on a node, and a
+//!   tenth of each is kept for admins. The reserve holds while
+//!   authentication is enforced (with it off, anyone is an admin).
 //! - **The right to read.** A client's watcher keeps the credentials it
 //!   started with ([`Rights`]) and checks them again, against the applied
 //!   state, whenever the users and roles change (the hub counts the
@@ -49,7 +60,7 @@
 
 use crate::raft::write_error::WriteError;
 use crate::sync::lock;
-use oncekv_state::{ClusterTime, Event, KeyScope, StateMachine, StoredValue};
+use oncekv_state::{ClusterTime, Event, KeyScope, StateMachine, StoredValue, UserQuotas};
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -59,16 +70,10 @@ use tokio::sync::{Notify, broadcast, mpsc};
 
 /// Notices a watcher may be behind by before it is cancelled.
 pub const WATCH_BACKLOG_NOTICES: usize = 4096;
-/// Most watchers one node serves at once; one more is refused (told to
-/// retry later or elsewhere), never served by dropping another.
-pub const WATCHERS_MAX: usize = 4096;
-/// Of [`WATCHERS_MAX`], what only admins may take (a tenth): while
-/// authentication is enforced, the watchers of users without the admin
-/// role are refused once the rest are taken.
-pub const WATCHERS_ADMIN_RESERVE: usize = WATCHERS_MAX / 10;
-/// Most watchers of one user on one node (with authentication off: of the
-/// clients at one source address): a quarter of the node's.
-pub const WATCHERS_PER_USER_MAX: usize = 1024;
+/// Most watchers one node serves at once by default
+/// ([`WatchBounds::watchers_max`]); one more is refused (told to retry
+/// later or elsewhere), never served by dropping another.
+pub const WATCHERS_MAX_DEFAULT: usize = 4096;
 /// Most native watchers on one client connection: of the 256 calls a
 /// connection carries at once (`--streams-per-connection-max`), the rest
 /// stay free for its other calls.
@@ -78,17 +83,11 @@ pub const WATCHES_PER_STREAM_MAX: usize = 1024;
 /// Most bytes of events queued unsent on one watch stream (a native
 /// watch, or an etcd stream with all its watches): 4 MiB.
 pub const WATCH_STREAM_BYTES_MAX: usize = 4 * 1024 * 1024;
-/// Most bytes of events queued unsent on all of one user's watch streams
-/// on one node: 64 MiB, a quarter of [`WATCH_NODE_BYTES_MAX`].
-pub const WATCH_USER_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// Most bytes of events queued unsent on all the clients' watch streams
-/// of one node: 256 MiB, so that many users (or, with authentication off,
-/// many source addresses) cannot together take a node's memory.
-pub const WATCH_NODE_BYTES_MAX: usize = 4 * WATCH_USER_BYTES_MAX;
-/// Of [`WATCH_NODE_BYTES_MAX`], what only admins' streams may fill (a
-/// tenth), so that an admin's watch goes on while other users' fill the
-/// rest.
-pub const WATCH_NODE_BYTES_ADMIN_RESERVE: usize = WATCH_NODE_BYTES_MAX / 10;
+/// of one node by default ([`WatchBounds::bytes_max`]): 256 MiB, so that
+/// many users (or, with authentication off, many source addresses)
+/// cannot together take a node's memory.
+pub const WATCH_BYTES_MAX_DEFAULT: usize = 256 * 1024 * 1024;
 /// The shortest progress interval a watcher may ask for.
 pub const PROGRESS_INTERVAL_MIN: Duration = Duration::from_millis(100);
 /// How often an idle watcher hears the revision it is up to, by default.
@@ -102,6 +101,76 @@ const INTERNAL_OUTBOX_MESSAGES: usize = 64;
 const EVENTS_PER_MESSAGE: usize = 1024;
 /// Bytes of history sent in one message, about (whole revisions).
 const HISTORY_MESSAGE_BYTES: usize = 1024 * 1024;
+
+/// The bounds on one node's watchers and on the events their streams hold
+/// unsent, and the shares of them a user may hold: a user's (with
+/// authentication off, a source address's) watchers and unsent bytes are
+/// its share of the node's ([`UserQuotas::user_share`]), and all users
+/// without the admin role together fill the node's only up to what the
+/// admin reserve leaves ([`UserQuotas::without_reserve`]). The default is
+/// 4096 watchers and 256 MiB per node, 1024 watchers and 64 MiB per user,
+/// a tenth of each kept for admins.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WatchBounds {
+    /// Most watchers the node serves at once (`oncekv serve
+    /// --watchers-max`).
+    pub watchers_max: usize,
+    /// Most bytes of events queued unsent on all the clients' watch
+    /// streams of the node (`oncekv serve --watch-bytes-max`).
+    pub bytes_max: usize,
+    /// A user's share of both, and the admins' reserve.
+    pub quotas: UserQuotas,
+}
+
+impl Default for WatchBounds {
+    fn default() -> Self {
+        WatchBounds {
+            watchers_max: WATCHERS_MAX_DEFAULT,
+            bytes_max: WATCH_BYTES_MAX_DEFAULT,
+            quotas: UserQuotas::default(),
+        }
+    }
+}
+
+impl WatchBounds {
+    /// Most watchers of one user on the node (with authentication off: of
+    /// the clients at one source address).
+    pub fn user_watchers_max(&self) -> usize {
+        of(self.watchers_max, |max| self.quotas.user_share(max))
+    }
+
+    /// Most watchers the node serves, for an admin (`admin`) or, less the
+    /// reserve, for anyone else.
+    pub fn node_watchers_max(&self, admin: bool) -> usize {
+        if admin {
+            self.watchers_max
+        } else {
+            of(self.watchers_max, |max| self.quotas.without_reserve(max))
+        }
+    }
+
+    /// Most bytes of events queued unsent on all of one user's watch
+    /// streams on the node.
+    pub fn user_bytes_max(&self) -> usize {
+        of(self.bytes_max, |max| self.quotas.user_share(max))
+    }
+
+    /// Most bytes of events queued unsent on the node's streams, for an
+    /// admin's stream (`admin`) or, less the reserve, anyone else's.
+    pub fn node_bytes_max(&self, admin: bool) -> usize {
+        if admin {
+            self.bytes_max
+        } else {
+            of(self.bytes_max, |max| self.quotas.without_reserve(max))
+        }
+    }
+}
+
+/// `bound` (counted in `u64`, as the budgets are) of `max`.
+fn of(max: usize, bound: impl Fn(u64) -> u64) -> usize {
+    let bound = bound(u64::try_from(max).unwrap_or(u64::MAX));
+    usize::try_from(bound).unwrap_or(max)
+}
 
 /// What the apply loop tells watchers.
 #[derive(Clone, Debug)]
@@ -135,18 +204,34 @@ pub struct WatchHub {
 
 impl Default for WatchHub {
     fn default() -> Self {
-        WatchHub::with_capacity(WATCH_BACKLOG_NOTICES)
+        WatchHub::new(WatchBounds::default())
     }
 }
 
 impl WatchHub {
-    /// A hub whose watchers may fall `notices` behind.
+    /// A hub whose watchers are held to `bounds`.
+    pub fn new(bounds: WatchBounds) -> WatchHub {
+        WatchHub::with_capacity_and_bounds(WATCH_BACKLOG_NOTICES, bounds)
+    }
+
+    /// A hub whose watchers may fall `notices` behind, under the default
+    /// bounds.
     pub fn with_capacity(notices: usize) -> WatchHub {
+        WatchHub::with_capacity_and_bounds(notices, WatchBounds::default())
+    }
+
+    /// A hub whose watchers may fall `notices` behind, held to `bounds`.
+    pub fn with_capacity_and_bounds(notices: usize, bounds: WatchBounds) -> WatchHub {
         WatchHub {
             sender: broadcast::channel(notices.max(1)).0,
             auth: 0,
-            registry: Arc::default(),
+            registry: Arc::new(Mutex::new(Registry::new(bounds))),
         }
+    }
+
+    /// The bounds its watchers are held to.
+    pub fn bounds(&self) -> WatchBounds {
+        lock(&self.registry).bounds
     }
 
     /// After `machine` applied entry `revision`: tells watchers, if any,
@@ -209,11 +294,7 @@ impl WatchHub {
     /// node's reserve too.
     fn take_slot(&self, owner: &WatchOwner, admin: bool) -> Result<Slot, WatchCap> {
         let mut registry = lock(&self.registry);
-        let node_max = if admin {
-            WATCHERS_MAX
-        } else {
-            WATCHERS_MAX - WATCHERS_ADMIN_RESERVE
-        };
+        let node_max = registry.bounds.node_watchers_max(admin);
         if registry.watchers >= node_max {
             return Err(WatchCap {
                 holder: None,
@@ -226,7 +307,7 @@ impl WatchHub {
             .cloned()
             .collect();
         for account in &accounts {
-            let max = account.holder.cap();
+            let max = account.holder.cap(&registry.bounds);
             if account.watchers.load(Ordering::Relaxed) >= max {
                 return Err(WatchCap {
                     holder: Some(account.holder.clone()),
@@ -264,10 +345,10 @@ pub enum Holder {
 }
 
 impl Holder {
-    /// How many watchers it may hold.
-    fn cap(&self) -> usize {
+    /// How many watchers it may hold under `bounds`.
+    fn cap(&self, bounds: &WatchBounds) -> usize {
         match self {
-            Holder::User(_) | Holder::Address(_) => WATCHERS_PER_USER_MAX,
+            Holder::User(_) | Holder::Address(_) => bounds.user_watchers_max(),
             Holder::Connection(_) => WATCHERS_PER_CONNECTION_MAX,
             Holder::Stream(_) => WATCHES_PER_STREAM_MAX,
         }
@@ -285,6 +366,8 @@ pub struct Account {
     admin: AtomicBool,
     /// The unsent bytes of every client's streams on the node.
     node_bytes: Arc<AtomicUsize>,
+    /// The node's bounds.
+    bounds: WatchBounds,
 }
 
 impl Account {
@@ -308,10 +391,13 @@ impl Account {
 
 /// The node's watchers and the accounts of their holders (each kept while
 /// anything holds it).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Registry {
+    /// The bounds they are held to.
+    bounds: WatchBounds,
     watchers: usize,
-    /// The unsent bytes of every client's streams ([`WATCH_NODE_BYTES_MAX`]).
+    /// The unsent bytes of every client's streams
+    /// ([`WatchBounds::bytes_max`]).
     node_bytes: Arc<AtomicUsize>,
     accounts: HashMap<Holder, Weak<Account>>,
     /// Accounts kept after the last sweep of the dead ones.
@@ -319,6 +405,16 @@ struct Registry {
 }
 
 impl Registry {
+    fn new(bounds: WatchBounds) -> Registry {
+        Registry {
+            bounds,
+            watchers: 0,
+            node_bytes: Arc::default(),
+            accounts: HashMap::new(),
+            kept: 0,
+        }
+    }
+
     fn account(&mut self, holder: Holder) -> Arc<Account> {
         if let Some(account) = self.accounts.get(&holder).and_then(Weak::upgrade) {
             return account;
@@ -334,6 +430,7 @@ impl Registry {
             bytes: AtomicUsize::new(0),
             admin: AtomicBool::new(false),
             node_bytes: Arc::clone(&self.node_bytes),
+            bounds: self.bounds,
         });
         self.accounts.insert(holder, Arc::downgrade(&account));
         account
@@ -406,12 +503,13 @@ impl std::fmt::Display for WatchCap {
             Some(Holder::User(user)) => write!(
                 f,
                 "user {user:?} holds its maximum of {max} watchers on this node \
-                 (the cap per user); end one first"
+                 (the cap per user, its share of the node's); end one first"
             ),
             Some(Holder::Address(address)) => write!(
                 f,
                 "the clients at {address} hold their maximum of {max} watchers on this node \
-                 (the cap per user; with authentication off, per source address); end one first"
+                 (the cap per user, its share of the node's; with authentication off, per \
+                 source address); end one first"
             ),
             Some(Holder::Connection(_)) => write!(
                 f,
@@ -567,19 +665,24 @@ fn message_bytes(message: &WatchMessage, previous: bool) -> usize {
 /// Which bound a queue reached.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Bound {
-    /// The stream's: [`WATCH_STREAM_BYTES_MAX`].
+    /// The stream's (a client's: [`WATCH_STREAM_BYTES_MAX`]).
     Stream {
         /// The bytes it held.
         held: usize,
+        /// The bound.
+        max: usize,
     },
-    /// The user's, over all its streams: [`WATCH_USER_BYTES_MAX`].
+    /// The user's, over all its streams on the node
+    /// ([`WatchBounds::user_bytes_max`]).
     User {
         /// The bytes its streams held.
         held: usize,
+        /// The bound.
+        max: usize,
     },
-    /// The node's, over every client's streams: [`WATCH_NODE_BYTES_MAX`]
-    /// (less [`WATCH_NODE_BYTES_ADMIN_RESERVE`] for a user without the
-    /// admin role).
+    /// The node's, over every client's streams
+    /// ([`WatchBounds::node_bytes_max`]: less the admin reserve for a
+    /// user without the admin role).
     Node {
         /// The bytes the node's streams held.
         held: usize,
@@ -593,15 +696,15 @@ impl Bound {
     /// from revision N".
     pub fn reason(&self) -> String {
         match self {
-            Bound::Stream { held } => format!(
+            Bound::Stream { held, max } => format!(
                 "watch canceled: {held} bytes of events were waiting unsent on its stream, \
-                 the bound is {WATCH_STREAM_BYTES_MAX} bytes per stream (the client does not \
-                 read them fast enough)"
+                 the bound is {max} bytes per stream (the client does not read them fast \
+                 enough)"
             ),
-            Bound::User { held } => format!(
+            Bound::User { held, max } => format!(
                 "watch canceled: its user's watch streams held {held} bytes of events unsent \
-                 on this node, the bound is {WATCH_USER_BYTES_MAX} bytes per user (its \
-                 clients do not read them fast enough)"
+                 on this node, the bound is {max} bytes per user, its share of the node's \
+                 (its clients do not read them fast enough)"
             ),
             Bound::Node { held, max } => format!(
                 "watch canceled: the node's watch streams held {held} bytes of events unsent, \
@@ -653,19 +756,21 @@ impl<T> Shared<T> {
             return Ok(());
         }
         if state.bytes.saturating_add(bytes) > self.bytes_max {
-            return Err(Bound::Stream { held: state.bytes });
+            return Err(Bound::Stream {
+                held: state.bytes,
+                max: self.bytes_max,
+            });
         }
         if let Some(account) = &self.account {
             let held = account.bytes.load(Ordering::Relaxed);
-            if held.saturating_add(bytes) > WATCH_USER_BYTES_MAX {
-                return Err(Bound::User { held });
+            let max = account.bounds.user_bytes_max();
+            if held.saturating_add(bytes) > max {
+                return Err(Bound::User { held, max });
             }
             let held = account.node_bytes.load(Ordering::Relaxed);
-            let max = if account.admin.load(Ordering::Relaxed) {
-                WATCH_NODE_BYTES_MAX
-            } else {
-                WATCH_NODE_BYTES_MAX - WATCH_NODE_BYTES_ADMIN_RESERVE
-            };
+            let max = account
+                .bounds
+                .node_bytes_max(account.admin.load(Ordering::Relaxed));
             if held.saturating_add(bytes) > max {
                 return Err(Bound::Node { held, max });
             }
@@ -716,7 +821,8 @@ impl<T> std::fmt::Debug for Inbox<T> {
 
 /// A watch stream's queue, holding at most `bytes_max` bytes unsent (and
 /// counting them towards `account`, whose streams together hold at most
-/// [`WATCH_USER_BYTES_MAX`]); an empty queue takes any one message.
+/// [`WatchBounds::user_bytes_max`], and the node's, which hold at most
+/// [`WatchBounds::node_bytes_max`]); an empty queue takes any one message.
 pub fn queue<T>(bytes_max: usize, account: Option<Arc<Account>>) -> (Outbox<T>, Inbox<T>) {
     let shared = Arc::new(Shared {
         state: Mutex::new(QueueState {
@@ -1539,8 +1645,138 @@ mod tests {
     }
 
     #[test]
+    fn the_default_bounds_are_a_quarter_per_user_and_a_tenth_for_admins() {
+        let bounds = WatchBounds::default();
+        assert_eq!(bounds.watchers_max, 4096);
+        assert_eq!(bounds.user_watchers_max(), 1024);
+        assert_eq!(bounds.node_watchers_max(true), 4096);
+        assert_eq!(bounds.node_watchers_max(false), 4096 - 4096 / 10);
+        assert_eq!(bounds.bytes_max, 256 << 20);
+        assert_eq!(bounds.user_bytes_max(), 64 << 20);
+        assert_eq!(bounds.node_bytes_max(true), 256 << 20);
+        assert_eq!(bounds.node_bytes_max(false), (256 << 20) - (256 << 20) / 10);
+        assert_eq!(WatchHub::default().bounds(), bounds);
+    }
+
+    #[test]
+    fn the_users_share_and_the_reserve_follow_the_quotas() {
+        let bounds = WatchBounds {
+            watchers_max: 10,
+            bytes_max: 16 << 20,
+            quotas: UserQuotas {
+                user_share_percent: 40,
+                admin_reserve_percent: 0,
+            },
+        };
+        assert_eq!(bounds.user_watchers_max(), 4);
+        assert_eq!(bounds.node_watchers_max(false), 10, "no reserve");
+        // 40% of 16 MiB, rounded up.
+        assert_eq!(bounds.user_bytes_max(), 6_710_887);
+        assert_eq!(bounds.node_bytes_max(false), 16 << 20);
+        // A bound that admits anything gives a user at least one.
+        let tiny = WatchBounds {
+            watchers_max: 1,
+            bytes_max: 1,
+            quotas: UserQuotas {
+                user_share_percent: 1,
+                admin_reserve_percent: 90,
+            },
+        };
+        assert_eq!(tiny.user_watchers_max(), 1);
+        assert_eq!(tiny.node_watchers_max(false), 1);
+        assert_eq!(tiny.user_bytes_max(), 1);
+    }
+
+    /// A user's streams together hold its share of the node's bytes
+    /// (here half, under 100 bytes a node), each under its stream's own
+    /// bound, and the reason says which bound it was, with its number.
+    #[test]
+    fn a_non_default_share_bounds_a_users_streams_together() {
+        let hub = WatchHub::new(WatchBounds {
+            watchers_max: 10,
+            bytes_max: 100,
+            quotas: UserQuotas {
+                user_share_percent: 50,
+                admin_reserve_percent: 10,
+            },
+        });
+        let user = hub
+            .owner(Some(Holder::User("u".into())), None)
+            .user
+            .expect("an account");
+        let (first, _first) = queue::<u32>(40, Some(Arc::clone(&user)));
+        let (second, _second) = queue::<u32>(40, Some(Arc::clone(&user)));
+        for outbox in [&first, &second] {
+            assert_eq!(outbox.try_send(0, 1), Ok(()));
+            assert_eq!(outbox.try_send(1, 24), Ok(()));
+        }
+        // Each stream holds 25 of its 40; the user 50 of its 50.
+        let refused = first.try_send(2, 1);
+        assert_eq!(
+            refused,
+            Err(Refused::Full(Bound::User { held: 50, max: 50 }))
+        );
+        let Err(Refused::Full(bound)) = refused else {
+            unreachable!()
+        };
+        assert!(bound.reason().contains("50 bytes per user"), "{bound:?}");
+        // Under the default share, the same streams would go on.
+        let default = WatchHub::default()
+            .owner(Some(Holder::User("u".into())), None)
+            .user
+            .expect("an account");
+        let (outbox, _inbox) = queue::<u32>(40, Some(default));
+        assert_eq!(outbox.try_send(0, 1), Ok(()));
+        assert_eq!(outbox.try_send(1, 39), Ok(()));
+        assert_eq!(
+            outbox.try_send(2, 1),
+            Err(Refused::Full(Bound::Stream { held: 40, max: 40 }))
+        );
+    }
+
+    /// A user holds its share of the node's watchers; another user still
+    /// watches.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_non_default_share_bounds_a_users_watchers() {
+        let bounds = WatchBounds {
+            watchers_max: 10,
+            bytes_max: WATCH_BYTES_MAX_DEFAULT,
+            quotas: UserQuotas {
+                user_share_percent: 30,
+                admin_reserve_percent: 10,
+            },
+        };
+        let shared = shared(Limits::default(), WatchHub::new(bounds));
+        let (alice, bob) = {
+            let guard = shared.lock().expect("not poisoned");
+            let hub = &guard.1;
+            (
+                hub.owner(Some(Holder::User("alice".into())), None),
+                hub.owner(Some(Holder::User("bob".into())), None),
+            )
+        };
+        let mut held: Vec<_> = (0..3).map(|_| watch_of(&shared, spec(0), &alice)).collect();
+        let refused = start(lock(&shared), spec(0), &alice, None).expect_err("over her share");
+        let WatchError::Capped(cap) = refused else {
+            panic!("{refused:?}")
+        };
+        assert_eq!((cap.what(), cap.max), ("watchers-per-user", 3));
+        assert!(cap.to_string().contains("maximum of 3 watchers"), "{cap}");
+        held.push(watch_of(&shared, spec(0), &bob));
+        settle().await;
+        assert_eq!(shared.lock().expect("not poisoned").1.watchers(), 4);
+    }
+
+    #[test]
     fn the_nodes_streams_together_hold_at_most_its_bound_and_admins_keep_a_reserve() {
-        let hub = WatchHub::default();
+        let bounds = WatchBounds::default();
+        let (user_max, others_max, node_max) = (
+            bounds.user_bytes_max(),
+            bounds.node_bytes_max(false),
+            bounds.node_bytes_max(true),
+        );
+        let reserve = node_max - others_max;
+        let hub = WatchHub::new(bounds);
         let user = |name: &str| {
             hub.owner(Some(Holder::User(name.into())), None)
                 .user
@@ -1555,12 +1791,11 @@ mod tests {
         // already, so that the bounds apply.
         for (outbox, _) in &queues[..3] {
             assert_eq!(outbox.try_send(0, 1), Ok(()));
-            assert_eq!(outbox.try_send(1, WATCH_USER_BYTES_MAX - 1), Ok(()));
+            assert_eq!(outbox.try_send(1, user_max - 1), Ok(()));
         }
         // The fourth, within its own share, reaches the node's bound less
         // the admins' reserve.
-        let others_max = WATCH_NODE_BYTES_MAX - WATCH_NODE_BYTES_ADMIN_RESERVE;
-        let room = others_max - 3 * WATCH_USER_BYTES_MAX;
+        let room = others_max - 3 * user_max;
         let (fourth, _) = &queues[3];
         assert_eq!(fourth.try_send(0, room), Ok(()));
         assert_eq!(
@@ -1575,35 +1810,33 @@ mod tests {
         admin.admin.store(true, Ordering::Relaxed);
         let (outbox, _inbox) = queue::<u32>(usize::MAX, Some(Arc::clone(&admin)));
         assert_eq!(outbox.try_send(0, 1), Ok(()));
-        assert_eq!(
-            outbox.try_send(1, WATCH_NODE_BYTES_ADMIN_RESERVE - 1),
-            Ok(())
-        );
+        assert_eq!(outbox.try_send(1, reserve - 1), Ok(()));
         assert_eq!(
             outbox.try_send(2, 1),
             Err(Refused::Full(Bound::Node {
-                held: WATCH_NODE_BYTES_MAX,
-                max: WATCH_NODE_BYTES_MAX
+                held: node_max,
+                max: node_max
             }))
         );
         // What a stream held is freed with it.
         drop(queues);
-        assert_eq!(
-            admin.node_bytes.load(Ordering::Relaxed),
-            WATCH_NODE_BYTES_ADMIN_RESERVE
-        );
+        assert_eq!(admin.node_bytes.load(Ordering::Relaxed), reserve);
     }
 
     #[tokio::test(flavor = "current_thread")]
     async fn a_queue_holds_its_bound_takes_one_message_when_empty_and_counts_its_user() {
         let account = WatchHub::default().owner(Some(Holder::User("u".into())), None);
         let user = account.user.expect("an account");
+        let user_max = WatchBounds::default().user_bytes_max();
         let (outbox, mut inbox) = queue::<u32>(100, Some(Arc::clone(&user)));
         // An empty queue takes a message over the bound.
         assert_eq!(outbox.try_send(1, 150), Ok(()));
         assert_eq!(
             outbox.try_send(2, 1),
-            Err(Refused::Full(Bound::Stream { held: 150 }))
+            Err(Refused::Full(Bound::Stream {
+                held: 150,
+                max: 100
+            }))
         );
         assert_eq!(user.bytes(), 150);
         assert_eq!(inbox.recv().await, Some(1));
@@ -1612,21 +1845,25 @@ mod tests {
         assert_eq!(outbox.try_send(4, 40), Ok(()));
         assert_eq!(
             outbox.try_send(5, 1),
-            Err(Refused::Full(Bound::Stream { held: 100 }))
+            Err(Refused::Full(Bound::Stream {
+                held: 100,
+                max: 100
+            }))
         );
         assert_eq!(outbox.bytes(), 100);
         // The user's bound counts every stream of the user.
         let (other, _other_inbox) = queue::<u32>(usize::MAX, Some(Arc::clone(&user)));
-        assert_eq!(other.try_send(6, WATCH_USER_BYTES_MAX - 100), Ok(()));
+        assert_eq!(other.try_send(6, user_max - 100), Ok(()));
         assert_eq!(
             other.try_send(7, 1),
             Err(Refused::Full(Bound::User {
-                held: WATCH_USER_BYTES_MAX
+                held: user_max,
+                max: user_max
             }))
         );
         // Taken out unsent: freed.
         assert_eq!(outbox.take_all(), vec![3, 4]);
-        assert_eq!(user.bytes(), WATCH_USER_BYTES_MAX - 100);
+        assert_eq!(user.bytes(), user_max - 100);
         drop(_other_inbox);
         assert_eq!(user.bytes(), 0, "a reader gone frees its queue");
         assert_eq!(other.try_send(8, 1), Err(Refused::Gone));
@@ -1710,7 +1947,11 @@ mod tests {
                 hub.owner(Some(Holder::User("root".into())), None),
             )
         };
-        let users_max = WATCHERS_MAX - WATCHERS_ADMIN_RESERVE;
+        let bounds = WatchBounds::default();
+        let (users_max, node_max) = (
+            bounds.node_watchers_max(false),
+            bounds.node_watchers_max(true),
+        );
         let mut held: Vec<_> = (0..users_max)
             .map(|_| watch_of(&shared, spec(0), &WatchOwner::default()))
             .collect();
@@ -1719,14 +1960,14 @@ mod tests {
             matches!(&refused, WatchError::Capped(cap) if cap.is_node() && cap.max == users_max),
             "{refused:?}"
         );
-        held.extend((0..WATCHERS_ADMIN_RESERVE).map(|_| watch_of(&shared, spec(0), &root)));
+        held.extend((users_max..node_max).map(|_| watch_of(&shared, spec(0), &root)));
         let refused = start(lock(&shared), spec(0), &root, None).expect_err("node full");
         assert!(
-            matches!(&refused, WatchError::Capped(cap) if cap.is_node() && cap.max == WATCHERS_MAX),
+            matches!(&refused, WatchError::Capped(cap) if cap.is_node() && cap.max == node_max),
             "{refused:?}"
         );
         settle().await;
-        assert_eq!(held.len(), WATCHERS_MAX);
+        assert_eq!(held.len(), node_max);
     }
 
     #[tokio::test(flavor = "current_thread")]
@@ -1740,7 +1981,9 @@ mod tests {
             let stream = hub.owner(None, Some(Holder::Stream(8)));
             (alice, bob, stream)
         };
-        let mut held: Vec<_> = (0..WATCHERS_PER_USER_MAX)
+        let bounds = WatchBounds::default();
+        let (per_user, node_max) = (bounds.user_watchers_max(), bounds.watchers_max);
+        let mut held: Vec<_> = (0..per_user)
             .map(|_| watch_of(&shared, spec(0), &alice))
             .collect();
         let refused = start(lock(&shared), spec(0), &alice, None).expect_err("over the cap");
@@ -1749,10 +1992,7 @@ mod tests {
         };
         assert_eq!(cap.what(), "watchers-per-user");
         assert!(cap.to_string().contains("alice"), "{cap}");
-        assert!(
-            cap.to_string().contains(&WATCHERS_PER_USER_MAX.to_string()),
-            "{cap}"
-        );
+        assert!(cap.to_string().contains(&per_user.to_string()), "{cap}");
         // Another user still watches, until its stream's cap.
         held.extend((0..WATCHES_PER_STREAM_MAX).map(|_| watch_of(&shared, spec(0), &bob)));
         let refused = start(lock(&shared), spec(0), &bob, None).expect_err("over the cap");
@@ -1761,7 +2001,7 @@ mod tests {
             "{refused:?}"
         );
         // The node's cap.
-        let left = WATCHERS_MAX - held.len();
+        let left = node_max - held.len();
         held.extend((0..left).map(|_| watch_of(&shared, spec(0), &WatchOwner::default())));
         let refused = start(lock(&shared), spec(0), &stream, None).expect_err("node full");
         assert!(
@@ -1770,16 +2010,16 @@ mod tests {
         );
         settle().await;
         let watchers = shared.lock().expect("not poisoned").1.watchers();
-        assert_eq!(watchers, WATCHERS_MAX, "no watcher was dropped");
-        for messages in &mut held[..WATCHERS_PER_USER_MAX] {
+        assert_eq!(watchers, node_max, "no watcher was dropped");
+        for messages in &mut held[..per_user] {
             assert!(matches!(
                 messages.recv().await,
                 Some(WatchMessage::Started { .. })
             ));
         }
         // A place freed is a place to take.
-        held.truncate(WATCHERS_PER_USER_MAX - 1);
-        until_watchers(&shared, WATCHERS_PER_USER_MAX - 1).await;
+        held.truncate(per_user - 1);
+        until_watchers(&shared, per_user - 1).await;
         let mut admitted = watch_of(&shared, spec(0), &alice);
         assert!(matches!(
             admitted.recv().await,

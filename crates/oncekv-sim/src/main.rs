@@ -1,6 +1,7 @@
 //! `oncekv-sim`: runs seeded simulations of a three-node oncekv cluster
-//! under faults and checks each history; prints one line per seed and, for
-//! a seed that fails, its report and the command that replays it. A sweep
+//! under faults and membership changes and checks each history; prints
+//! one line per seed and, for a seed that does not pass, its faults, its
+//! report and the command that replays it. A sweep
 //! runs every seed in a process of its own (several at once), so a seed
 //! gives the same history in a sweep as alone.
 
@@ -15,8 +16,9 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// Seeded simulations of an oncekv cluster under crashes, partitions,
-/// lost replies, lost connections and lost messages, checked for
-/// exactly-once.
+/// lost replies, lost connections, lost messages and membership changes
+/// (leadership moved, a learner added, a follower removed, the leader
+/// removed, a member replaced), checked for exactly-once.
 ///
 /// A seed fixes the whole run: `--seed N` replays exactly the history
 /// that seed N had in a sweep.
@@ -39,7 +41,7 @@ struct Args {
     #[arg(long, conflicts_with_all = ["seeds", "first"])]
     seed: Option<u64>,
     /// Simulated time of the workload in each run.
-    #[arg(long, default_value = "24s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "42s", value_parser = humantime::parse_duration)]
     length: Duration,
     /// Concurrent clients.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=64))]
@@ -144,9 +146,15 @@ fn run_here(args: &Args, seed: u64) -> (String, SeedVerdict) {
             let verdict = outcome.verdict();
             let coverage = &outcome.verification.report.coverage;
             lines += &format!(
-                "seed {seed}: {verdict:?}: {} operations, {} faults, {} leader changes, {} replays, {} replies dropped after commit, {} session expiries; {:.1} s simulated in {:.1} s; history {:016x}\n",
+                "seed {seed}: {verdict:?}: {} operations, {} faults, {} of {} membership changes completed, {} leader changes, {} replays, {} replies dropped after commit, {} session expiries; {:.1} s simulated in {:.1} s; history {:016x}\n",
                 outcome.record.ops.len(),
-                outcome.faults.len(),
+                outcome.record.faults.len(),
+                outcome
+                    .changes
+                    .iter()
+                    .filter(|change| change.failure.is_none())
+                    .count(),
+                outcome.changes.len(),
                 coverage.leader_changes,
                 coverage.replayed,
                 coverage.replies_dropped_after_commit,

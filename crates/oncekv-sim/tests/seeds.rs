@@ -1,9 +1,10 @@
 //! The simulation in CI, through the `oncekv-sim` program, so every seed
 //! here runs in a process of its own exactly as `cargo xtask sim --seed N`
 //! replays it: a few fixed seeds must pass every checker with the
-//! dangerous paths exercised; a seed must give the same history in fresh
-//! processes and within a sweep; and a cluster that does not deduplicate
-//! must be caught.
+//! dangerous paths exercised and every membership change of their plans
+//! completed (all five kinds at least); a seed must give the same history
+//! in fresh processes and within a sweep; and a cluster that does not
+//! deduplicate must be caught.
 
 use std::process::{Command, Output};
 
@@ -34,11 +35,39 @@ fn digest_of(seed: u64, text: &str) -> String {
     digest.to_string()
 }
 
+/// How many membership changes `oncekv-sim` said seed `seed` completed,
+/// and how many it made.
+fn changes_of(seed: u64, text: &str) -> (u64, u64) {
+    let line = text
+        .lines()
+        .find(|line| line.starts_with(&format!("seed {seed}:")))
+        .unwrap_or_else(|| panic!("no line for seed {seed} in:\n{text}"));
+    let (before, _) = line
+        .split_once(" membership changes completed")
+        .unwrap_or_else(|| panic!("no membership changes in: {line}"));
+    let counts = before.rsplit(", ").next().unwrap_or_default();
+    let (completed, made) = counts
+        .split_once(" of ")
+        .unwrap_or_else(|| panic!("no counts of membership changes in: {line}"));
+    let number = |text: &str| {
+        text.trim()
+            .parse::<u64>()
+            .unwrap_or_else(|_| panic!("not a count: {text:?} in {line}"))
+    };
+    (number(completed), number(made))
+}
+
 #[test]
 fn seeds_1_to_3_pass() {
     let (output, text) = oncekv_sim(&["--seeds", "3", "--first", "1"]);
     assert_eq!(output.status.code(), Some(0), "{text}");
     assert!(text.contains("3 seeds: 3 passed"), "{text}");
+    for seed in 1..=3 {
+        // A pass requires every change of the plan to prove it completed;
+        // the plan of a default run has every kind (`plan`'s tests).
+        let (completed, made) = changes_of(seed, &text);
+        assert!(completed == made && made >= 5, "seed {seed}: {text}");
+    }
 }
 
 #[test]
@@ -72,7 +101,9 @@ fn a_seed_replays_the_same_history_alone_and_in_a_sweep() {
 
 #[test]
 fn a_cluster_without_dedup_is_caught() {
-    let (output, text) = oncekv_sim(&["--seed", "1", "--unsafe-no-dedup"]);
+    // The membership changes are not what this checks: the shorter run
+    // of the faults that lose replies is enough.
+    let (output, text) = oncekv_sim(&["--seed", "1", "--length", "24s", "--unsafe-no-dedup"]);
     assert_eq!(output.status.code(), Some(1), "{text}");
     assert!(text.contains("seed 1: Fail"), "{text}");
     assert!(text.contains("replay: cargo xtask sim --seed 1"), "{text}");

@@ -17,7 +17,8 @@
 //! Run: `cargo bench -p oncekv-state --bench memory` (`ONCEKV_BENCH_OPS`
 //! changes the entries per throughput run, `ONCEKV_BENCH_ROUNDS` the rounds;
 //! `ONCEKV_MEMORY_CASE=scenario:n` runs one case alone and prints its raw
-//! result line).
+//! result line, `ONCEKV_BENCH_VALUE_BYTES` the size of the `store` cases'
+//! values, 16 bytes by default).
 
 use oncekv_state::{
     ClusterTime, Command, CompletionRecord, ENTRY_OVERHEAD_BYTES, Entry, IdempotencyKey, KeyRecord,
@@ -35,6 +36,9 @@ use std::time::Instant;
 static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
 
 const CASE_VAR: &str = "ONCEKV_MEMORY_CASE";
+/// The size of each stored value in the `store` cases (16 bytes unless
+/// set).
+const VALUE_BYTES_VAR: &str = "ONCEKV_BENCH_VALUE_BYTES";
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 const MIB: f64 = 1024.0 * 1024.0;
 /// Counters the INCRs go to, preset to ten digits so that an increment
@@ -54,12 +58,13 @@ fn env_or(name: &str, default: usize) -> usize {
 
 /// The default limits, with room for a million sessions and keys (the
 /// defaults allow 100,000 sessions, 1,000,000 keys and 128 MiB of them,
-/// about 350,000 keys of 16 bytes).
+/// about 350,000 keys of 16 bytes), and a store of 8 GiB.
 fn limits() -> Limits {
     Limits {
         sessions_max: 2_000_000,
         idempotency_keys_max: 2_000_000,
         idempotency_bytes_max: 1 << 30,
+        store_bytes_max: 8 << 30,
         ..Limits::default()
     }
 }
@@ -373,6 +378,7 @@ fn memory_case(scenario: Scenario, n: usize, rounds: usize) -> String {
             }
         }
         Scenario::Store { random } => {
+            let value_bytes = env_or(VALUE_BYTES_VAR, 16);
             for i in 0..n {
                 let key = if random {
                     format!("{:016x}", driver.rng.next())
@@ -381,7 +387,7 @@ fn memory_case(scenario: Scenario, n: usize, rounds: usize) -> String {
                 };
                 let put = Command::Put {
                     key: key.into_bytes(),
-                    value: vec![b'v'; 16],
+                    value: vec![b'v'; value_bytes],
                     lease: None,
                 };
                 driver.apply(Origin::Plain, put);

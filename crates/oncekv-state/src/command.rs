@@ -60,6 +60,14 @@ pub struct Request {
 }
 
 impl Request {
+    /// Whether it must be applied from the log: anything but a plain
+    /// request whose command changes nothing ([`Command::changes_nothing`]),
+    /// which the leader answers from its applied state
+    /// ([`crate::StateMachine::answer_unlogged`]).
+    pub fn needs_log(&self) -> bool {
+        !matches!(self.origin, Origin::Plain) || !self.command.changes_nothing()
+    }
+
     /// A plain request (at-least-once, as in etcd).
     pub fn plain(command: Command) -> Request {
         Request {
@@ -319,6 +327,16 @@ impl Command {
                 | Command::LeaseGrant { .. }
                 | Command::Txn(_)
         )
+    }
+
+    /// Whether it changes nothing, whatever the state: a read, or a
+    /// transaction that only reads ([`Txn::only_reads`]).
+    pub fn changes_nothing(&self) -> bool {
+        match self {
+            Command::Read(_) => true,
+            Command::Txn(txn) => txn.only_reads(),
+            _ => false,
+        }
     }
 
     /// Whether the command manages sessions (or time) and so may not itself

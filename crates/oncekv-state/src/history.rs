@@ -38,6 +38,7 @@ pub struct Event {
     /// The cluster time of the change.
     pub time: ClusterTime,
     /// The key.
+    #[serde(with = "serde_bytes")]
     pub key: Vec<u8>,
     /// The key after the change; `None` for a delete (shared with the
     /// store).

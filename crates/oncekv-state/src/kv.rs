@@ -21,8 +21,10 @@ use std::sync::Arc;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyValue {
     /// The key.
+    #[serde(with = "serde_bytes")]
     pub key: Vec<u8>,
     /// The value.
+    #[serde(with = "serde_bytes")]
     pub value: Vec<u8>,
     /// Its revisions.
     pub meta: KeyMeta,

@@ -285,6 +285,16 @@ enum Written<'a> {
 }
 
 impl Txn {
+    /// Whether it only reads: every operation of both branches, and of the
+    /// transactions nested in them, is a get, a scan or a range. Such a
+    /// transaction changes nothing whichever branch it takes.
+    pub fn only_reads(&self) -> bool {
+        self.success.iter().chain(&self.failure).all(|op| match op {
+            TxnOp::Txn(nested) => nested.only_reads(),
+            op => op.written().is_none(),
+        })
+    }
+
     /// Bytes of keys and values it carries.
     pub fn payload_bytes(&self) -> u64 {
         let compares: u64 = self

@@ -10,8 +10,17 @@
 use std::path::Path;
 
 /// `imbl` gives the ordered maps whose copies share structure (its
-/// hash-ordered maps are forbidden below like std's).
-const ALLOWED_DEPENDENCIES: &[&str] = &["serde", "postcard", "thiserror", "sha2", "imbl"];
+/// hash-ordered maps are forbidden below like std's); `serde_bytes` has
+/// serde read and write a value as one byte string rather than byte by
+/// byte (the same bytes in postcard).
+const ALLOWED_DEPENDENCIES: &[&str] = &[
+    "serde",
+    "postcard",
+    "thiserror",
+    "sha2",
+    "imbl",
+    "serde_bytes",
+];
 
 const FORBIDDEN: &[(&str, &str)] = &[
     ("HashMap", "hash-ordered iteration differs between replicas"),

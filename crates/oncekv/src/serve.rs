@@ -1,6 +1,7 @@
 //! `oncekv serve`: parses the node's flags into a `ServerConfig`, binds its
 //! listeners and runs it until SIGINT or SIGTERM. The `--client-*` and
-//! `--peer-*` limits bound each gRPC server (`ServerLimits`); their
+//! `--peer-*` limits bound each gRPC server, `--watchers-max` and
+//! `--watch-bytes-max` the node's watches (`ServerLimits`); their
 //! defaults are the server's own.
 
 use crate::exit;
@@ -15,6 +16,7 @@ use oncekv_server::server::{
     ListenerLimits, SNAPSHOT_BYTES_MAX_DEFAULT, ServeError, ServerConfig, ServerLimits, serve,
 };
 use oncekv_server::tls::{PeerTls, ServerTls, TlsFiles};
+use oncekv_server::watch::{WATCH_BYTES_MAX_DEFAULT, WATCHERS_MAX_DEFAULT};
 use oncekv_state::{Limits, UserQuotas};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
@@ -268,7 +270,8 @@ pub struct ServeArgs {
     /// `--idempotency-keys-max`, `--idempotency-bytes-max`) one user
     /// without the admin role may hold while authentication is enabled (a
     /// cluster setting). A user at its share is refused as overloaded;
-    /// other users are not.
+    /// other users are not. Each node shares its watch bounds
+    /// (`--watchers-max`, `--watch-bytes-max`) the same way.
     #[arg(long, value_name = "PERCENT", default_value_t = UserQuotas::default().user_share_percent,
           value_parser = clap::value_parser!(u8).range(1..=100))]
     user_share_percent: u8,
@@ -276,7 +279,8 @@ pub struct ServeArgs {
     /// The share, in percent, of those budgets kept for admins (a cluster
     /// setting): users without the admin role are refused once the rest
     /// is used, so an admin can still open a session and free a user's
-    /// records (`oncekv user purge`).
+    /// records (`oncekv user purge`), and watch when users hold every
+    /// other watcher.
     #[arg(long, value_name = "PERCENT", default_value_t = UserQuotas::default().admin_reserve_percent,
           value_parser = clap::value_parser!(u8).range(0..=90))]
     admin_reserve_percent: u8,
@@ -352,6 +356,34 @@ pub struct ServeArgs {
     /// received and held in memory once while installed.
     #[arg(long, value_name = "BYTES", default_value_t = SNAPSHOT_BYTES_MAX_DEFAULT)]
     max_snapshot_bytes: u64,
+
+    /// Most watchers (native and etcd watches) this node serves at once;
+    /// one more is refused (RESOURCE_EXHAUSTED; an etcd watch is created
+    /// and cancelled at once), never served by dropping another. A user
+    /// may hold its share of them, --user-share-percent (with
+    /// authentication off, the clients of one source address share one),
+    /// and while authentication is enabled the users without the admin
+    /// role together all but --admin-reserve-percent, kept for admins: by
+    /// default 1024 per user and 409 kept. One connection holds at most
+    /// 200 native watchers, one etcd stream 1024 watches. This node's own
+    /// setting (not a cluster setting).
+    #[arg(long, value_name = "N", default_value_t = WATCHERS_MAX_DEFAULT,
+          value_parser = at_least_one)]
+    watchers_max: usize,
+
+    /// Most bytes of events this node's watch streams hold unsent
+    /// together, for clients that do not read them fast enough. A watch
+    /// whose next change would pass a bound is cancelled, told the bound
+    /// and the revision to resume from; a reader that keeps up is never
+    /// cancelled. A user's streams may hold its share of it,
+    /// --user-share-percent (with authentication off, one source
+    /// address's), and while authentication is enabled the users without
+    /// the admin role together all but --admin-reserve-percent: by default
+    /// 64 MiB per user and a tenth kept for admins. One stream holds at
+    /// most 4 MiB, whatever this says. This node's own setting.
+    #[arg(long, value_name = "BYTES", default_value_t = WATCH_BYTES_MAX_DEFAULT,
+          value_parser = at_least_one)]
+    watch_bytes_max: usize,
 
     /// Source address of outgoing Raft connections [default: chosen by the OS].
     #[arg(long, env = "ONCEKV_PEER_SOURCE_IP")]
@@ -578,6 +610,8 @@ fn config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
             keepalive_timeout: *args.peer_keepalive_timeout,
         },
         snapshot_bytes_max: args.max_snapshot_bytes,
+        watchers_max: args.watchers_max,
+        watch_bytes_max: args.watch_bytes_max,
     };
     server_limits.check()?;
     let client_tls = match (&args.cert_file, &args.key_file) {
@@ -667,6 +701,15 @@ fn bind(address: SocketAddr, what: &str) -> Result<tokio::net::TcpListener, Stri
         .set_nonblocking(true)
         .and_then(|()| tokio::net::TcpListener::from_std(listener))
         .map_err(|error| format!("cannot listen for {what} on {address}: {error}"))
+}
+
+/// A count or a size that must admit something (a watch bound).
+fn at_least_one(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(0) => Err("it must be at least 1: 0 would refuse every watch".to_string()),
+        Ok(value) => Ok(value),
+        Err(error) => Err(format!("{text:?} is not a count: {error}")),
+    }
 }
 
 /// An etcd version: MAJOR.MINOR.PATCH, numbers only.
@@ -908,6 +951,14 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn watch_bounds_must_admit_something() {
+        assert_eq!(at_least_one("4096"), Ok(4096));
+        let zero = at_least_one("0").expect_err("refused");
+        assert!(zero.contains("at least 1"), "{zero}");
+        assert!(at_least_one("-1").is_err());
+    }
 
     #[test]
     fn parses_initial_cluster() {

@@ -5,13 +5,15 @@
 //! API, whose TimeToLive and Lock refuse it too); an admin manages any
 //! lease. And the finding that made it so: another user granting, first
 //! and with a short TTL, the lease names `oncekv lock` holders would use
-//! cannot make two holders of one lock run at once.
+//! cannot make two holders of one lock run at once; nor can a key put,
+//! on another user's lease, where a campaigner would queue make it lead
+//! on a lease it does not keep (natively and through etcd's Election).
 
 mod support;
 
 use oncekv_client::{
-    Client, ClientError, ClientOptions, Command, Credentials, Lock, Query, Reply, SessionOptions,
-    Txn, TxnOp,
+    Client, ClientError, ClientOptions, Command, Credentials, Election, Lock, Query, Reply,
+    SessionOptions, Txn, TxnOp,
 };
 use oncekv_proto::etcd::etcdserverpb::auth_client::AuthClient;
 use oncekv_proto::etcd::etcdserverpb::kv_client::KvClient;
@@ -20,6 +22,8 @@ use oncekv_proto::etcd::etcdserverpb::{
     AuthenticateRequest, LeaseGrantRequest, LeaseKeepAliveRequest, LeaseLeasesRequest,
     LeaseRevokeRequest, LeaseTimeToLiveRequest, PutRequest,
 };
+use oncekv_proto::etcd::v3electionpb::election_client::ElectionClient;
+use oncekv_proto::etcd::v3electionpb::{CampaignRequest, LeaderRequest};
 use oncekv_proto::etcd::v3lockpb::LockRequest;
 use oncekv_proto::etcd::v3lockpb::lock_client::LockClient;
 use oncekv_state::{ADMIN_ROLE, Access, AuthCommand, Permission, TokenKey};
@@ -615,5 +619,155 @@ async fn a_user_squatting_the_lock_lease_names_cannot_make_two_holders() {
             .expect("scan")
             .entries
             .is_empty()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_squatting_an_election_key_cannot_make_two_leaders() {
+    let _one = exclusive().await;
+    let (mut cluster, root, alice, bob) = secured().await;
+    let address = format!("http://{}", cluster.node(1).client);
+    // Both may write the elections' keys.
+    let shared = [
+        AuthCommand::RoleAdd {
+            name: "elections".into(),
+        },
+        AuthCommand::RoleGrant {
+            role: "elections".into(),
+            permission: Permission {
+                access: Access::ReadWrite,
+                key: b"boss/".to_vec(),
+                prefix: true,
+            },
+        },
+        AuthCommand::RoleGrant {
+            role: "elections".into(),
+            permission: Permission {
+                access: Access::ReadWrite,
+                key: b"vote/".to_vec(),
+                prefix: true,
+            },
+        },
+        AuthCommand::UserGrantRole {
+            user: "alice".into(),
+            role: "elections".into(),
+        },
+        AuthCommand::UserGrantRole {
+            user: "bob".into(),
+            role: "elections".into(),
+        },
+    ];
+    for change in shared {
+        let done = root
+            .execute_once(Command::Auth(change.clone()), None)
+            .await
+            .unwrap_or_else(|e| panic!("{change:?}: {e}"));
+        assert_eq!(done.reply, Reply::AuthChanged, "{change:?}");
+    }
+
+    // Bob puts, on a short lease of his, the key Alice's campaigner would
+    // queue at. Were it taken as hers, she would lead on Bob's lease: once
+    // he let it end, a second campaigner would lead while she still did.
+    let granted = bob
+        .lease_grant("bob-squats", Duration::from_secs(2))
+        .await
+        .expect("bob grants");
+    assert!(matches!(granted, Reply::LeaseGranted { .. }), "{granted:?}");
+    bob.execute_once(put("boss/w1", Some("bob-squats")), None)
+        .await
+        .expect("bob squats");
+    let session = alice
+        .open_session(SessionOptions::default())
+        .await
+        .expect("a session");
+    let mut election = Election::new(&session, "boss", Duration::from_secs(10)).with_owner("w1");
+    let refused = election.campaign("alice").await;
+    assert!(
+        matches!(&refused, Err(ClientError::Invalid(why)) if why.contains("another lease")),
+        "{refused:?}"
+    );
+    assert_eq!(election.held(), None, "not elected on bob's key");
+
+    // Once Bob's lease has ended, she campaigns on a lease only she (and
+    // an admin) may renew or revoke, and leads.
+    eventually(WAIT, "bob's squatting key to go with his lease", || {
+        let root = root.clone();
+        async move { root.get("boss/w1").await.ok()?.is_none().then_some(()) }
+    })
+    .await;
+    let mut election = Election::new(&session, "boss", Duration::from_secs(10)).with_owner("w1");
+    let elected = election.campaign("alice").await.expect("alice is elected");
+    let leader = root.election_leader("boss").await.expect("leader");
+    assert_eq!(
+        leader.map(|leader| (leader.key, leader.value)),
+        Some((elected.key.clone(), b"alice".to_vec()))
+    );
+    let hers: Vec<String> = listed(&alice).await;
+    assert_eq!(hers.len(), 1, "{hers:?}");
+    assert!(listed(&bob).await.is_empty());
+    denied("bob renews her lease", bob.lease_keep_alive(&hers[0]).await);
+    denied("bob revokes her lease", bob.lease_revoke(&hers[0]).await);
+    election.resign().await.expect("resigns");
+
+    // etcd's Election likewise: a Campaign on Alice's lease refuses the
+    // key of its name that Bob put on his own.
+    let alice_token = etcd_token(&address, "alice", "alice-pw").await;
+    let bob_token = etcd_token(&address, "bob", "bob-pw").await;
+    let mut leases = LeaseClient::connect(address.clone())
+        .await
+        .expect("connect");
+    let (hers, his) = (0x0a11_ce00_0000_0e1e, 0x0b0b_0000_0000_0e1e);
+    leases
+        .lease_grant(with_token(
+            LeaseGrantRequest { ttl: 60, id: hers },
+            &alice_token,
+        ))
+        .await
+        .expect("alice grants");
+    leases
+        .lease_grant(with_token(
+            LeaseGrantRequest { ttl: 60, id: his },
+            &bob_token,
+        ))
+        .await
+        .expect("bob grants");
+    let mut kv = KvClient::connect(address.clone()).await.expect("connect");
+    let squat = PutRequest {
+        key: format!("vote/{hers:x}").into_bytes(),
+        value: b"bob".to_vec(),
+        lease: his,
+        ..PutRequest::default()
+    };
+    kv.put(with_token(squat, &bob_token))
+        .await
+        .expect("bob squats");
+    let mut elections = ElectionClient::connect(address).await.expect("connect");
+    let campaign = CampaignRequest {
+        name: b"vote".to_vec(),
+        lease: hers,
+        value: b"alice".to_vec(),
+    };
+    let refused = elections
+        .campaign(with_token(campaign, &alice_token))
+        .await
+        .map_err(|status| status.code());
+    assert_eq!(
+        refused.err(),
+        Some(tonic::Code::InvalidArgument),
+        "a key of its name on another user's lease"
+    );
+    let leader = elections
+        .leader(with_token(
+            LeaderRequest {
+                name: b"vote".to_vec(),
+            },
+            &alice_token,
+        ))
+        .await
+        .map(|answer| answer.into_inner().kv.map(|kv| kv.value));
+    assert_ne!(
+        leader.ok().flatten(),
+        Some(b"alice".to_vec()),
+        "alice does not lead on bob's key"
     );
 }

@@ -1,7 +1,9 @@
 //! A transaction's reply is bounded as a whole, on a real node: a small
 //! transaction of many reads of a large value is refused with a typed
 //! reason instead of building a reply of hundreds of megabytes, and what it
-//! wrote is undone; over the native API and over etcd's.
+//! wrote is undone; over the native API and over etcd's. One that only
+//! reads is answered (or refused) by the leader before anything is
+//! proposed: it costs no log entry.
 
 mod support;
 
@@ -47,6 +49,14 @@ async fn a_transaction_of_many_large_reads_is_refused_whole() {
     }
     let marker = client.get("marker").await.expect("get");
     assert_eq!(marker, None, "the refused transaction's put is undone");
+    let only_reads = (0..100).fold(Txn::new(), |txn, _| txn.on_success(TxnOp::get("big")));
+    match client.txn(only_reads).await {
+        Err(ClientError::Rejected(Rejection::ReplyTooLarge { bytes, max })) => {
+            assert_eq!(max, REPLY_BYTES_MAX);
+            assert!(bytes > max, "{bytes} counted, bound {max}");
+        }
+        other => panic!("a hundred reads of 1 MiB must be refused, got {other:?}"),
+    }
 
     // The same over etcd's API: ResourceExhausted, with the reason.
     let mut etcd = KvClient::connect(format!("http://{}", cluster.nodes[0].client))
@@ -59,14 +69,35 @@ async fn a_transaction_of_many_large_reads_is_refused_whole() {
             ..Default::default()
         })),
     };
+    // Nothing here can expire, so nothing moves the revision but a log
+    // entry: a transaction that only reads must not make one.
+    let reader = etcd.clone();
+    let revision = || {
+        let mut etcd = reader.clone();
+        async move {
+            let read = etcd
+                .range(RangeRequest {
+                    key: b"big".to_vec(),
+                    keys_only: true,
+                    ..Default::default()
+                })
+                .await
+                .expect("range");
+            read.into_inner().header.expect("header").revision
+        }
+    };
+    let before = revision().await;
     let fits = etcd
         .txn(TxnRequest {
             success: (0..3).map(|_| get()).collect(),
             ..Default::default()
         })
         .await
-        .expect("three reads fit");
-    assert_eq!(fits.into_inner().responses.len(), 3);
+        .expect("three reads fit")
+        .into_inner();
+    assert_eq!(fits.responses.len(), 3);
+    let header = fits.header.expect("header");
+    assert_eq!(header.revision, before, "a read-only txn is not proposed");
     let status = etcd
         .txn(TxnRequest {
             success: (0..100).map(|_| get()).collect(),
@@ -78,5 +109,10 @@ async fn a_transaction_of_many_large_reads_is_refused_whole() {
     assert!(
         status.message().contains("response is too large"),
         "{status:?}"
+    );
+    assert_eq!(
+        revision().await,
+        before,
+        "a read-only txn is refused before anything is proposed"
     );
 }

@@ -5,7 +5,9 @@
 //! admin's `user delete`; and deleting that user freed nothing. Now a
 //! user at its share is refused alone, the admin reserve keeps an admin's
 //! commands working when the users fill the rest, and `oncekv user purge`
-//! and `user delete` free what the user held.
+//! and `user delete` free what the user held. Sessions likewise: a user
+//! at its share of live sessions is refused alone, and the users together
+//! are refused before the admin reserve, which an admin still opens from.
 
 mod support;
 
@@ -223,5 +225,83 @@ async fn a_user_at_its_share_is_refused_alone_and_purging_or_deleting_it_frees_w
         .execute(put("a/after".into(), 1))
         .await
         .expect("alice's session lives on");
+    cluster.stop_all();
+}
+
+/// Sessions `client` opens until one is refused: the sessions (kept open
+/// by the caller) and the refusal.
+async fn sessions_until_refused(client: &Client) -> (Vec<oncekv_client::Session>, Overload) {
+    let mut sessions = Vec::new();
+    for _ in 0..48 {
+        match client.open_session(Default::default()).await {
+            Ok(session) => sessions.push(session),
+            Err(ClientError::Overloaded(full)) => return (sessions, full),
+            Err(other) => panic!("session {}: {other}", sessions.len()),
+        }
+    }
+    panic!("48 sessions were never refused");
+}
+
+/// 40 sessions, of which a user may hold 10 and the users together 20
+/// (half is kept for admins).
+const SESSION_LIMITS: &[&str] = &[
+    "--sessions-max",
+    "40",
+    "--user-share-percent",
+    "25",
+    "--admin-reserve-percent",
+    "50",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_at_its_share_of_sessions_is_refused_alone_and_an_admin_opens_from_the_reserve() {
+    let _one = exclusive().await;
+    let extra: Vec<&str> = FAST.iter().chain(SESSION_LIMITS).copied().collect();
+    let mut cluster = Cluster::start(1, &extra);
+    cluster.leader(ELECTION).await;
+    secure(&cluster).await;
+    let refused_soon = Duration::from_secs(2);
+    let mallory = client(&cluster, Some("mallory"), refused_soon);
+    let alice = client(&cluster, Some("alice"), refused_soon);
+    let bob = client(&cluster, Some("bob"), refused_soon);
+    let root = client(&cluster, Some("root"), Duration::from_secs(20));
+
+    // mallory opens her share and is refused; alice still opens hers.
+    let (mut mallorys, refusal) = sessions_until_refused(&mallory).await;
+    assert_eq!(
+        (mallorys.len(), refusal),
+        (10, Overload::UserSessions { max: 10 })
+    );
+    let mut alices = Vec::new();
+    for i in 0..5 {
+        let opened = alice.open_session(Default::default()).await;
+        alices.push(opened.unwrap_or_else(|e| panic!("alice's session {i}: {e}")));
+    }
+    // bob's take the users' sessions to 20, what the admin reserve leaves:
+    // he is refused below his share, and root is not.
+    let (mut bobs, refusal) = sessions_until_refused(&bob).await;
+    assert_eq!((bobs.len(), refusal), (5, Overload::Sessions { max: 20 }));
+    let roots = root
+        .open_session(Default::default())
+        .await
+        .expect("root opens from the reserve");
+    roots
+        .execute(put("r/k".into(), 1))
+        .await
+        .expect("root writes on it");
+
+    // Root's session is in the table too (21 now): two of mallory's
+    // closed, bob opens one in the room they made.
+    for _ in 0..2 {
+        mallorys.pop().expect("one").close().await.expect("closes");
+    }
+    bobs.push(
+        bob.open_session(Default::default())
+            .await
+            .expect("bob opens once mallory closed one"),
+    );
+    let status = root.status(None).await.expect("root's status");
+    assert_eq!(status.sessions, 20, "{status:?}");
+    drop((mallorys, alices, bobs));
     cluster.stop_all();
 }

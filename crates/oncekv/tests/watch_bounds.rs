@@ -3,10 +3,14 @@
 //! unsent on its stream reach their bound (the reason names it), while a
 //! reader on the same node gets every change; one connection, one user
 //! (and one etcd stream) hold a bounded number of watchers, one more is
-//! refused naming the cap while another user still watches; and a watch
-//! ends when its user loses the right to it: a revoked role or permission
-//! (permission denied), a changed password, a deleted user or an expired
-//! token (the credentials no longer hold; etcd's "invalid auth token").
+//! refused naming the cap while another user still watches; a user's
+//! share of the node's watchers and unsent bytes follows
+//! `--user-share-percent` of `--watchers-max` and `--watch-bytes-max`
+//! (its streams together are cancelled at its share while another user's
+//! watch gets every change); and a watch ends when its user loses the
+//! right to it: a revoked role or permission (permission denied), a
+//! changed password, a deleted user or an expired token (the credentials
+//! no longer hold; etcd's "invalid auth token").
 
 mod support;
 
@@ -82,6 +86,31 @@ async fn native_watch(
         Some(Kind::Started(_)) => Ok(stream),
         other => panic!("expected the watch to start, got {other:?}"),
     }
+}
+
+/// Reads `watch` on a task of its own until it is aborted, reporting the
+/// revisions of the changes read so far; `who` names the reader if the
+/// watch ends.
+fn keep_reading(
+    mut watch: tonic::Streaming<v1::WatchResponse>,
+    who: &'static str,
+) -> (
+    tokio::task::JoinHandle<()>,
+    tokio::sync::watch::Receiver<Vec<u64>>,
+) {
+    let (read_tx, read) = tokio::sync::watch::channel(Vec::<u64>::new());
+    let reading = tokio::spawn(async move {
+        loop {
+            match next_native(&mut watch).await {
+                Some(Kind::Events(events)) => read_tx.send_modify(|read| {
+                    read.extend(events.events.iter().map(|event| event.revision));
+                }),
+                Some(Kind::Progress(_)) => {}
+                other => panic!("{who}'s watch ended: {other:?}"),
+            }
+        }
+    });
+    (reading, read)
 }
 
 /// The next message of a native watch (`None` when it ended).
@@ -340,21 +369,10 @@ async fn a_watcher_that_does_not_read_is_cancelled_at_its_byte_bound_while_a_rea
     assert!(idle_etcd.next().await.created);
     // A reader, which reports how far it has read.
     let mut reader_client = native(connection(&address).await);
-    let mut reader = native_watch(&mut reader_client, "big/", None)
+    let reader = native_watch(&mut reader_client, "big/", None)
         .await
         .expect("the reader's watch");
-    let (read_tx, mut read) = tokio::sync::watch::channel(Vec::<u64>::new());
-    let reading = tokio::spawn(async move {
-        loop {
-            match next_native(&mut reader).await {
-                Some(Kind::Events(events)) => read_tx.send_modify(|read| {
-                    read.extend(events.events.iter().map(|event| event.revision));
-                }),
-                Some(Kind::Progress(_)) => {}
-                other => panic!("the reader's watch ended: {other:?}"),
-            }
-        }
-    });
+    let (reading, mut read) = keep_reading(reader, "the reader");
 
     // 48 changes of 512 KiB: 24 MiB, far over what the idle watchers'
     // connections and the stream's bound hold. The writer never runs more
@@ -700,4 +718,177 @@ async fn a_watch_ends_when_its_token_expires_and_the_client_logs_in_again() {
     // on from where it was.
     let later = put(&root, "erin/2", b"v".to_vec()).await;
     until_change(&mut watcher, later).await;
+}
+
+/// The node's bound on unsent watch bytes in the test below: 16 MiB.
+const NODE_WATCH_BYTES: u64 = 16 << 20;
+/// A user's share of it, in percent: 40% of 16 MiB is between one
+/// stream's bound (4 MiB) and two streams' (8 MiB).
+const USER_SHARE_PERCENT: u64 = 40;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_users_share_of_the_nodes_watch_bounds_follows_the_user_share_while_another_user_watches()
+{
+    let _one = exclusive().await;
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let bytes_max = NODE_WATCH_BYTES.to_string();
+    let share = USER_SHARE_PERCENT.to_string();
+    let flags = [
+        "--listen-metrics",
+        metrics.as_str(),
+        "--watchers-max",
+        "10",
+        "--watch-bytes-max",
+        bytes_max.as_str(),
+        "--user-share-percent",
+        share.as_str(),
+    ];
+    let (_cluster, root, address) = secured(&["alice", "bob", "carol"], &flags).await;
+    // A user's share, rounded up: 4 of 10 watchers, 6710887 bytes.
+    let user_watchers = 4;
+    let user_bytes = (NODE_WATCH_BYTES * USER_SHARE_PERCENT).div_ceil(100);
+    assert!(user_bytes > 4 << 20 && user_bytes < 8 << 20);
+    // alice and bob may both read `big/`.
+    change(
+        &root,
+        AuthCommand::RoleAdd {
+            name: "big-reader".into(),
+        },
+    )
+    .await;
+    change(
+        &root,
+        AuthCommand::RoleGrant {
+            role: "big-reader".into(),
+            permission: Permission {
+                access: Access::Read,
+                key: b"big/".to_vec(),
+                prefix: true,
+            },
+        },
+    )
+    .await;
+    for user in ["alice", "bob"] {
+        change(
+            &root,
+            AuthCommand::UserGrantRole {
+                user: user.into(),
+                role: "big-reader".into(),
+            },
+        )
+        .await;
+    }
+
+    // carol holds her share of the node's watchers, and one more is
+    // refused naming it...
+    let carol = token(&address, "carol").await;
+    let mut carols = native(connection(&address).await);
+    let mut held = Vec::new();
+    for _ in 0..user_watchers {
+        held.push(
+            native_watch(&mut carols, "carol/", Some(&carol))
+                .await
+                .expect("a watcher within her share"),
+        );
+    }
+    let refused = carols
+        .watch(with_token(prefix_watch("carol/"), Some(&carol)))
+        .await
+        .expect_err("one over her share");
+    assert_eq!(
+        refused.code(),
+        tonic::Code::ResourceExhausted,
+        "{refused:?}"
+    );
+    assert!(
+        refused.message().contains("\"carol\"")
+            && refused
+                .message()
+                .contains(&format!("maximum of {user_watchers} watchers"))
+            && refused.message().contains("per user"),
+        "{refused:?}"
+    );
+    // ... while bob still watches: his watch reads every change below.
+    let bob = token(&address, "bob").await;
+    let mut reader_client = native(connection(&address).await);
+    let reader = native_watch(&mut reader_client, "big/", Some(&bob))
+        .await
+        .expect("bob watches");
+
+    // Two watch streams of alice that never read past their start, each
+    // on a connection of its own: each holds less than a stream's bound
+    // when the two together reach her share.
+    let alice = token(&address, "alice").await;
+    let mut idle_clients = Vec::new();
+    let mut idle = Vec::new();
+    for _ in 0..2 {
+        let mut idle_client = native(connection(&address).await);
+        idle.push(
+            native_watch(&mut idle_client, "big/", Some(&alice))
+                .await
+                .expect("alice watches"),
+        );
+        idle_clients.push(idle_client);
+    }
+    let (reading, mut read) = keep_reading(reader, "bob");
+
+    // Changes of 256 KiB until the node has cancelled both of alice's
+    // streams, the writer never more than two changes ahead of bob.
+    const WRITES_MAX: usize = 160;
+    let mut written = Vec::new();
+    while canceled(&metrics, "unread").is_none_or(|n| n < 2) {
+        assert!(
+            written.len() < WRITES_MAX,
+            "alice's idle streams were not both cancelled after {WRITES_MAX} changes"
+        );
+        let caught_up = written.len().saturating_sub(2);
+        tokio::time::timeout(WAIT, read.wait_for(|read| read.len() >= caught_up))
+            .await
+            .expect("bob keeps up in time")
+            .expect("bob's reader runs");
+        let n = written.len();
+        written.push(put(&root, "big/k", vec![n as u8; 256 * 1024]).await);
+    }
+    let total = written.len();
+    tokio::time::timeout(WAIT, read.wait_for(|read| read.len() >= total))
+        .await
+        .expect("bob reads every change in time")
+        .expect("bob's reader runs");
+    assert_eq!(*read.borrow(), written, "bob got every change once");
+    reading.abort();
+
+    // Each of alice's streams hears why once it reads: some changes, then
+    // the bound. The first to reach a bound reached hers, across both
+    // streams (the other, alone after it, may then reach its stream's).
+    let per_user = format!("the bound is {user_bytes} bytes per user");
+    let per_stream = format!("the bound is {STREAM_BYTES_MAX} bytes per stream");
+    let mut reasons = Vec::new();
+    for stream in &mut idle {
+        let mut events = 0;
+        let reason = loop {
+            match next_native(stream).await {
+                Some(Kind::Events(batch)) => events += batch.events.len(),
+                Some(Kind::Progress(_)) => {}
+                Some(Kind::Canceled(canceled)) => break canceled.reason,
+                other => panic!("expected a bound's cancellation, got {other:?}"),
+            }
+        };
+        assert!(events < total, "{events} changes reached an idle stream");
+        assert!(
+            reason.contains(&per_user) || reason.contains(&per_stream),
+            "{reason}"
+        );
+        let resume = written[events];
+        assert!(
+            reason.contains(&format!("resume from revision {resume}")),
+            "{reason}"
+        );
+        assert_eq!(next_native(stream).await, None, "the stream ends");
+        reasons.push(reason);
+    }
+    assert!(
+        reasons.iter().any(|reason| reason.contains(&per_user)),
+        "neither of alice's streams was cancelled at her share: {reasons:?}"
+    );
+    drop(held);
 }

@@ -2,69 +2,39 @@
 //! the [`Reply`] it got, its final [`Outcome`] (and [`FailReason`]), how
 //! the request identifies itself to deduplication ([`RequestIdentity`],
 //! [`DedupKey`]), the [`FaultKind`]s injected and each attempt's wire
-//! [`Answer`].
+//! [`Answer`]. The variants [`Op`] and [`Reply`] share with a
+//! transaction's operations and results are declared in `key_variants`.
 
+use super::key_variants::{key_operation_enum, key_result_enum};
 use super::*;
 
-/// What a client asked for.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum Op {
-    /// Append `token` and the workload's delimiter to `key`.
-    Append {
-        /// The key.
-        key: Bytes,
-        /// The unique token, without its delimiter.
-        token: Bytes,
-    },
-    /// Add `by` to the counter at `key`.
-    Incr {
-        /// The key.
-        key: Bytes,
-        /// The increment.
-        by: i64,
-    },
-    /// Set `key` to `new` when it holds `expected` (`None`: absent).
-    Cas {
-        /// The key.
-        key: Bytes,
-        /// The value it must hold.
-        #[serde(default)]
-        expected: Option<Bytes>,
-        /// The value written.
-        new: Bytes,
-    },
-    /// Set `key` to `value`.
-    Put {
-        /// The key.
-        key: Bytes,
-        /// The value.
-        value: Bytes,
-    },
-    /// Read `key`.
-    Get {
-        /// The key.
-        key: Bytes,
-    },
-    /// Remove `key`.
-    Delete {
-        /// The key.
-        key: Bytes,
-    },
-    /// An atomic transaction over several keys.
-    Txn(Txn),
-    /// Create the lease `name`.
-    LeaseGrant {
-        /// The lease's name.
-        name: String,
-        /// Its time-to-live.
-        ttl_ms: u64,
-    },
-    /// End the lease `name`.
-    LeaseRevoke {
-        /// The lease's name.
-        name: String,
-    },
+key_operation_enum! {
+    /// What a client asked for.
+    #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+    #[serde(tag = "type", rename_all = "snake_case")]
+    pub enum Op {
+        /// Append `token` and the workload's delimiter to `key`.
+        Append {
+            /// The key.
+            key: Bytes,
+            /// The unique token, without its delimiter.
+            token: Bytes,
+        },
+        /// An atomic transaction over several keys.
+        Txn(Txn),
+        /// Create the lease `name`.
+        LeaseGrant {
+            /// The lease's name.
+            name: String,
+            /// Its time-to-live.
+            ttl_ms: u64,
+        },
+        /// End the lease `name`.
+        LeaseRevoke {
+            /// The lease's name.
+            name: String,
+        },
+    }
 }
 
 impl Op {
@@ -142,78 +112,36 @@ impl fmt::Display for Op {
     }
 }
 
-/// A command's typed reply, as the state machine produced it. A
-/// deterministic refusal ([`Reply::Rejected`]) is a reply too: it is cached
-/// and replayed like any other, and it changed nothing.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum Reply {
-    /// `Put`: the previous value.
-    Put {
-        /// The value before, if any.
-        #[serde(default)]
-        previous: Option<Bytes>,
-    },
-    /// `Get`: the value read.
-    Get {
-        /// The value, if present.
-        #[serde(default)]
-        value: Option<Bytes>,
-    },
-    /// `Delete`: the previous value.
-    Delete {
-        /// The value before, if any.
-        #[serde(default)]
-        previous: Option<Bytes>,
-    },
-    /// `Txn`: which branch ran and one result per operation of it.
-    Txn {
-        /// Whether every compare held (the success branch ran).
-        succeeded: bool,
-        /// The results of the branch's operations, in order.
-        #[serde(default)]
-        results: Vec<TxnOpResult>,
-    },
-    /// `Append`: the value's length after the append.
-    Append {
-        /// The new length in bytes.
-        length: u64,
-    },
-    /// `Incr`: the counter's new value.
-    Incr {
-        /// The new value.
-        value: i64,
-    },
-    /// `Cas`: whether it swapped and the value after it.
-    Cas {
-        /// Whether the value matched and was replaced.
-        swapped: bool,
-        /// The value after the operation.
-        #[serde(default)]
-        current: Option<Bytes>,
-    },
-    /// `LeaseGrant`: the lease granted.
-    LeaseGranted {
-        /// Its name.
-        name: String,
-        /// Its time-to-live.
-        ttl_ms: u64,
-        /// Cluster time (ms) at which it expires unless kept alive.
-        expires_at_ms: u64,
-    },
-    /// `LeaseRevoke`: the lease revoked.
-    LeaseRevoked {
-        /// Its name.
-        name: String,
-        /// How many attached keys were deleted.
-        keys_deleted: u64,
-    },
-    /// A deterministic application-level "no" (`LeaseExists`, INCR on a
-    /// non-integer, a value over the limit, ...): nothing changed.
-    Rejected {
-        /// The refusal, as the client library names it.
-        reason: String,
-    },
+key_result_enum! {
+    /// A command's typed reply, as the state machine produced it. A
+    /// deterministic refusal ([`Reply::Rejected`]) is a reply too: it is
+    /// cached and replayed like any other, and it changed nothing.
+    #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+    #[serde(tag = "type", rename_all = "snake_case")]
+    pub enum Reply {
+        /// `LeaseGrant`: the lease granted.
+        LeaseGranted {
+            /// Its name.
+            name: String,
+            /// Its time-to-live.
+            ttl_ms: u64,
+            /// Cluster time (ms) at which it expires unless kept alive.
+            expires_at_ms: u64,
+        },
+        /// `LeaseRevoke`: the lease revoked.
+        LeaseRevoked {
+            /// Its name.
+            name: String,
+            /// How many attached keys were deleted.
+            keys_deleted: u64,
+        },
+        /// A deterministic application-level "no" (`LeaseExists`, INCR on a
+        /// non-integer, a value over the limit, ...): nothing changed.
+        Rejected {
+            /// The refusal, as the client library names it.
+            reason: String,
+        },
+    }
 }
 
 impl Reply {

@@ -2,8 +2,11 @@
 //! success or the failure branch), its [`Compare`]s and [`TxnOp`]s, and the
 //! [`TxnOpResult`] of each operation of the branch that ran. The shape
 //! mirrors the state machine's planned `Txn{compare, success, failure}`:
-//! keys are bytes; a compare tests a key or every key under a prefix.
+//! keys are bytes; a compare tests a key or every key under a prefix. The
+//! variants [`TxnOp`] and [`TxnOpResult`] share with a command's
+//! operation and reply are declared in `key_variants`.
 
+use super::key_variants::{key_operation_enum, key_result_enum};
 use super::*;
 
 /// An atomic transaction: when every compare holds, the `success`
@@ -188,93 +191,61 @@ impl fmt::Display for Compare {
     }
 }
 
-/// One operation inside a [`Txn`] branch.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum TxnOp {
-    /// Set `key` to `value`.
-    Put {
-        /// The key.
-        key: Bytes,
-        /// The value.
-        value: Bytes,
-    },
-    /// Remove `key`.
-    Delete {
-        /// The key.
-        key: Bytes,
-    },
-    /// Remove every key under `prefix`.
-    DeletePrefix {
-        /// The prefix.
-        prefix: Bytes,
-    },
-    /// Read `key`.
-    Get {
-        /// The key.
-        key: Bytes,
-    },
-    /// Read every key under `prefix`.
-    GetPrefix {
-        /// The prefix.
-        prefix: Bytes,
-    },
-    /// Append `value`'s bytes to `key` (absent counts as empty).
-    Append {
-        /// The key.
-        key: Bytes,
-        /// The suffix.
-        value: Bytes,
-    },
-    /// Add `by` to the decimal integer at `key` (absent counts as 0).
-    Incr {
-        /// The key.
-        key: Bytes,
-        /// The increment.
-        by: i64,
-    },
-    /// Set `key` to `new` when it holds `expected` (`None`: absent).
-    Cas {
-        /// The key.
-        key: Bytes,
-        /// The value it must hold.
-        #[serde(default)]
-        expected: Option<Bytes>,
-        /// The value written.
-        new: Bytes,
-    },
-    /// Read every key from `start` up to `end` (or on).
-    GetRange {
-        /// The first key.
-        start: Bytes,
-        /// The first key after the range; `None`: no end.
-        #[serde(default)]
-        end: Option<Bytes>,
-    },
-    /// Remove every key from `start` up to `end` (or on).
-    DeleteRange {
-        /// The first key.
-        start: Bytes,
-        /// The first key after the range; `None`: no end.
-        #[serde(default)]
-        end: Option<Bytes>,
-    },
-    /// Set `key`, which must exist (the transaction is refused otherwise),
-    /// to `value`, or keep its value (`None`).
-    PutExisting {
-        /// The key.
-        key: Bytes,
-        /// The value written; `None`: the key keeps its value.
-        #[serde(default)]
-        value: Option<Bytes>,
-    },
-    /// A transaction nested in this branch (etcd's nested transactions):
-    /// its compares are evaluated with the enclosing transaction's, before
-    /// any operation runs; then its branch's operations run here, in order.
-    Txn {
-        /// The nested transaction.
-        txn: Box<Txn>,
-    },
+key_operation_enum! {
+    /// One operation inside a [`Txn`] branch.
+    #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+    #[serde(tag = "type", rename_all = "snake_case")]
+    pub enum TxnOp {
+        /// Remove every key under `prefix`.
+        DeletePrefix {
+            /// The prefix.
+            prefix: Bytes,
+        },
+        /// Read every key under `prefix`.
+        GetPrefix {
+            /// The prefix.
+            prefix: Bytes,
+        },
+        /// Append `value`'s bytes to `key` (absent counts as empty).
+        Append {
+            /// The key.
+            key: Bytes,
+            /// The suffix.
+            value: Bytes,
+        },
+        /// Read every key from `start` up to `end` (or on).
+        GetRange {
+            /// The first key.
+            start: Bytes,
+            /// The first key after the range; `None`: no end.
+            #[serde(default)]
+            end: Option<Bytes>,
+        },
+        /// Remove every key from `start` up to `end` (or on).
+        DeleteRange {
+            /// The first key.
+            start: Bytes,
+            /// The first key after the range; `None`: no end.
+            #[serde(default)]
+            end: Option<Bytes>,
+        },
+        /// Set `key`, which must exist (the transaction is refused otherwise),
+        /// to `value`, or keep its value (`None`).
+        PutExisting {
+            /// The key.
+            key: Bytes,
+            /// The value written; `None`: the key keeps its value.
+            #[serde(default)]
+            value: Option<Bytes>,
+        },
+        /// A transaction nested in this branch (etcd's nested transactions):
+        /// its compares are evaluated with the enclosing transaction's, before
+        /// any operation runs; then its branch's operations run here, in order.
+        Txn {
+            /// The nested transaction.
+            txn: Box<Txn>,
+        },
+    }
 }
 
 impl TxnOp {
@@ -355,63 +326,21 @@ pub struct KeyValue {
     pub value: Bytes,
 }
 
-/// The result of one [`TxnOp`].
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum TxnOpResult {
-    /// `Put` and `PutExisting`: the previous value.
-    Put {
-        /// The value before, if any.
-        #[serde(default)]
-        previous: Option<Bytes>,
-    },
-    /// `Delete`: the previous value.
-    Delete {
-        /// The value before, if any.
-        #[serde(default)]
-        previous: Option<Bytes>,
-    },
-    /// `DeletePrefix` and `DeleteRange`: how many keys were removed.
-    DeletePrefix {
-        /// The count.
-        deleted: u64,
-    },
-    /// `Get`: the value read.
-    Get {
-        /// The value, if present.
-        #[serde(default)]
-        value: Option<Bytes>,
-    },
-    /// `GetPrefix` and `GetRange`: the keys present there, in key order.
-    GetPrefix {
-        /// The keys and values.
-        #[serde(default)]
-        entries: Vec<KeyValue>,
-    },
-    /// `Append`: the value's new length.
-    Append {
-        /// The length in bytes.
-        length: u64,
-    },
-    /// `Incr`: the new value.
-    Incr {
-        /// The new value.
-        value: i64,
-    },
-    /// `Cas`: whether it swapped and the value after it.
-    Cas {
-        /// Whether it swapped.
-        swapped: bool,
-        /// The value after it.
-        #[serde(default)]
-        current: Option<Bytes>,
-    },
-    /// `Txn` (nested): its branch and one result per operation of it.
-    Txn {
-        /// Whether every compare held.
-        succeeded: bool,
-        /// The branch's results, in order.
-        #[serde(default)]
-        results: Vec<TxnOpResult>,
-    },
+key_result_enum! {
+    /// The result of one [`TxnOp`].
+    #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+    #[serde(tag = "type", rename_all = "snake_case")]
+    pub enum TxnOpResult {
+        /// `DeletePrefix` and `DeleteRange`: how many keys were removed.
+        DeletePrefix {
+            /// The count.
+            deleted: u64,
+        },
+        /// `GetPrefix` and `GetRange`: the keys present there, in key order.
+        GetPrefix {
+            /// The keys and values.
+            #[serde(default)]
+            entries: Vec<KeyValue>,
+        },
+    }
 }

@@ -686,8 +686,23 @@ impl Consensus {
                 voter: voters.contains(id),
             })
             .collect();
+        let reachable = self.reachable_in(&metrics);
+        MembershipView {
+            members,
+            version: MembershipVersion(*stored.log_id()),
+            last_log_index: metrics.last_log_index,
+            reachable,
+        }
+    }
+
+    /// On the leader, the members that acknowledged a heartbeat within the
+    /// longest election timeout, and itself; `None` elsewhere.
+    fn reachable_in(
+        &self,
+        metrics: &openraft::RaftMetrics<TypeConfig>,
+    ) -> Option<BTreeSet<NodeId>> {
         let within = Duration::from_millis(self.raft.config().election_timeout_max);
-        let reachable = metrics.heartbeat.as_ref().map(|acknowledged| {
+        metrics.heartbeat.as_ref().map(|acknowledged| {
             acknowledged
                 .iter()
                 .filter(|(_, at)| {
@@ -697,13 +712,29 @@ impl Consensus {
                 .map(|(id, _)| *id)
                 .chain([self.id])
                 .collect()
-        });
-        MembershipView {
-            members,
-            version: MembershipVersion(*stored.log_id()),
-            last_log_index: metrics.last_log_index,
-            reachable,
-        }
+        })
+    }
+
+    /// Waits, on the leader, for at most two maximum election timeouts,
+    /// until a majority of `voters` is reachable
+    /// ([`MembershipView::reachable`]); whether it is. A leader elected a
+    /// moment ago has heard no heartbeat answered yet.
+    pub async fn wait_for_reachable_quorum(&self, voters: &BTreeSet<NodeId>) -> bool {
+        let timeout =
+            Duration::from_millis(self.raft.config().election_timeout_max).saturating_mul(2);
+        self.raft
+            .wait(Some(timeout))
+            .metrics(
+                |metrics| {
+                    self.reachable_in(metrics).is_some_and(|reachable| {
+                        let running = voters.intersection(&reachable).count();
+                        !voters.is_empty() && running > voters.len() / 2
+                    })
+                },
+                "a quorum of voters to answer heartbeats",
+            )
+            .await
+            .is_ok()
     }
 
     /// Makes `change` if the membership is still `decided_on`. Refusals
@@ -773,6 +804,21 @@ impl Consensus {
             .transfer_leader(to)
             .await
             .map_err(|fatal| WriteError::Unavailable(fatal.to_string()))
+    }
+
+    /// Waits until this node knows a leader (itself or another), for at
+    /// most three maximum election timeouts; whether it does.
+    pub async fn wait_for_a_leader(&self) -> bool {
+        let timeout =
+            Duration::from_millis(self.raft.config().election_timeout_max).saturating_mul(3);
+        self.raft
+            .wait(Some(timeout))
+            .metrics(
+                |metrics| metrics.current_leader.is_some(),
+                "a leader to be known",
+            )
+            .await
+            .is_ok()
     }
 
     /// Waits until this node sees `leader` lead, for at most three maximum

@@ -172,6 +172,13 @@ impl StateMachineStore {
         self
     }
 
+    /// Holds the watchers of the applied state to `bounds` (the default
+    /// ones otherwise). Call before anything watches: the hub is replaced.
+    pub fn with_watch_bounds(self, bounds: crate::watch::WatchBounds) -> StateMachineStore {
+        self.state.lock().watch = crate::watch::WatchHub::new(bounds);
+        self
+    }
+
     /// Writes snapshot files on the calling task instead of a blocking
     /// thread, so a simulated runtime runs every step itself.
     pub fn with_inline_io(mut self) -> StateMachineStore {

@@ -22,6 +22,28 @@ use crate::session::{CompletionRecord, NotExecuted, RecordBudget};
 use crate::txn::{Txn, TxnOp};
 
 impl StateMachine {
+    /// What applying `request` would answer now, for a request that needs
+    /// no log entry: one without deduplication ([`Origin::Plain`]) whose
+    /// command changes nothing ([`Command::changes_nothing`]: a read, or a
+    /// transaction that only reads). It takes the path a plain request
+    /// takes through [`apply`](Self::apply) (the permission check, the
+    /// store's quota, execution under the reply bound), on a copy of this
+    /// state that shares its maps, so nothing here changes; a leader that
+    /// has confirmed it leads answers it so, and refuses a reply past the
+    /// bound before proposing anything. `None` for any other request: it
+    /// must be applied from the log.
+    pub fn answer_unlogged(
+        &self,
+        request: &Request,
+        principal: Option<&Principal>,
+    ) -> Option<Outcome> {
+        if request.needs_log() {
+            return None;
+        }
+        let index = self.last_applied.unwrap_or(LogIndex(0));
+        Some(self.clone().apply_request(request, principal, index))
+    }
+
     pub(super) fn apply_request(
         &mut self,
         request: &Request,

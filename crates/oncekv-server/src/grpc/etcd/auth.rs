@@ -306,7 +306,7 @@ impl Auth for EtcdApi {
         &self,
         request: tonic::Request<AuthEnableRequest>,
     ) -> Result<Response<AuthEnableResponse>, Status> {
-        if let Route::Leader(channel) = self.route(&request)? {
+        if let Route::Leader(channel) = self.route(&request).await? {
             let request = self.forwarded(request);
             return answered(self.leader_auth(channel).auth_enable(request).await);
         }
@@ -346,7 +346,7 @@ impl Auth for EtcdApi {
         &self,
         request: tonic::Request<AuthDisableRequest>,
     ) -> Result<Response<AuthDisableResponse>, Status> {
-        if let Route::Leader(channel) = self.route(&request)? {
+        if let Route::Leader(channel) = self.route(&request).await? {
             let request = self.forwarded(request);
             return answered(self.leader_auth(channel).auth_disable(request).await);
         }
@@ -363,7 +363,7 @@ impl Auth for EtcdApi {
         &self,
         request: tonic::Request<AuthStatusRequest>,
     ) -> Result<Response<AuthStatusResponse>, Status> {
-        if let Route::Leader(channel) = self.route(&request)? {
+        if let Route::Leader(channel) = self.route(&request).await? {
             let request = self.forwarded(request);
             return answered(self.leader_auth(channel).auth_status(request).await);
         }
@@ -388,7 +388,7 @@ impl Auth for EtcdApi {
         request: tonic::Request<AuthenticateRequest>,
     ) -> Result<Response<AuthenticateResponse>, Status> {
         let source = request.remote_addr().map(|address| address.ip());
-        if let Route::Leader(channel) = self.route(&request)? {
+        if let Route::Leader(channel) = self.route(&request).await? {
             // Limited here as well, for the caller's own address (the
             // leader sees this node's), before anything is forwarded.
             let attempt = crate::login_guard::guard()
@@ -432,7 +432,7 @@ impl Auth for EtcdApi {
         &self,
         request: tonic::Request<AuthUserAddRequest>,
     ) -> Result<Response<AuthUserAddResponse>, Status> {
-        if let Route::Leader(channel) = self.route(&request)? {
+        if let Route::Leader(channel) = self.route(&request).await? {
             let request = self.forwarded(request);
             return answered(self.leader_auth(channel).user_add(request).await);
         }
@@ -466,7 +466,7 @@ impl Auth for EtcdApi {
         &self,
         request: tonic::Request<AuthUserGetRequest>,
     ) -> Result<Response<AuthUserGetResponse>, Status> {
-        if let Route::Leader(channel) = self.route(&request)? {
+        if let Route::Leader(channel) = self.route(&request).await? {
             let request = self.forwarded(request);
             return answered(self.leader_auth(channel).user_get(request).await);
         }
@@ -499,7 +499,7 @@ impl Auth for EtcdApi {
         &self,
         request: tonic::Request<AuthUserListRequest>,
     ) -> Result<Response<AuthUserListResponse>, Status> {
-        if let Route::Leader(channel) = self.route(&request)? {
+        if let Route::Leader(channel) = self.route(&request).await? {
             let request = self.forwarded(request);
             return answered(self.leader_auth(channel).user_list(request).await);
         }
@@ -520,7 +520,7 @@ impl Auth for EtcdApi {
         &self,
         request: tonic::Request<AuthUserDeleteRequest>,
     ) -> Result<Response<AuthUserDeleteResponse>, Status> {
-        if let Route::Leader(channel) = self.route(&request)? {
+        if let Route::Leader(channel) = self.route(&request).await? {
             let request = self.forwarded(request);
             return answered(self.leader_auth(channel).user_delete(request).await);
         }
@@ -543,7 +543,7 @@ impl Auth for EtcdApi {
         &self,
         request: tonic::Request<AuthUserChangePasswordRequest>,
     ) -> Result<Response<AuthUserChangePasswordResponse>, Status> {
-        if let Route::Leader(channel) = self.route(&request)? {
+        if let Route::Leader(channel) = self.route(&request).await? {
             let request = self.forwarded(request);
             return answered(
                 self.leader_auth(channel)
@@ -573,7 +573,7 @@ impl Auth for EtcdApi {
         &self,
         request: tonic::Request<AuthUserGrantRoleRequest>,
     ) -> Result<Response<AuthUserGrantRoleResponse>, Status> {
-        if let Route::Leader(channel) = self.route(&request)? {
+        if let Route::Leader(channel) = self.route(&request).await? {
             let request = self.forwarded(request);
             return answered(self.leader_auth(channel).user_grant_role(request).await);
         }
@@ -600,7 +600,7 @@ impl Auth for EtcdApi {
         &self,
         request: tonic::Request<AuthUserRevokeRoleRequest>,
     ) -> Result<Response<AuthUserRevokeRoleResponse>, Status> {
-        if let Route::Leader(channel) = self.route(&request)? {
+        if let Route::Leader(channel) = self.route(&request).await? {
             let request = self.forwarded(request);
             return answered(self.leader_auth(channel).user_revoke_role(request).await);
         }
@@ -632,7 +632,7 @@ impl Auth for EtcdApi {
         &self,
         request: tonic::Request<AuthRoleAddRequest>,
     ) -> Result<Response<AuthRoleAddResponse>, Status> {
-        if let Route::Leader(channel) = self.route(&request)? {
+        if let Route::Leader(channel) = self.route(&request).await? {
             let request = self.forwarded(request);
             return answered(self.leader_auth(channel).role_add(request).await);
         }
@@ -663,7 +663,7 @@ impl Auth for EtcdApi {
         &self,
         request: tonic::Request<AuthRoleGetRequest>,
     ) -> Result<Response<AuthRoleGetResponse>, Status> {
-        if let Route::Leader(channel) = self.route(&request)? {
+        if let Route::Leader(channel) = self.route(&request).await? {
             let request = self.forwarded(request);
             return answered(self.leader_auth(channel).role_get(request).await);
         }
@@ -697,7 +697,7 @@ impl Auth for EtcdApi {
         &self,
         request: tonic::Request<AuthRoleListRequest>,
     ) -> Result<Response<AuthRoleListResponse>, Status> {
-        if let Route::Leader(channel) = self.route(&request)? {
+        if let Route::Leader(channel) = self.route(&request).await? {
             let request = self.forwarded(request);
             return answered(self.leader_auth(channel).role_list(request).await);
         }
@@ -722,7 +722,7 @@ impl Auth for EtcdApi {
         &self,
         request: tonic::Request<AuthRoleDeleteRequest>,
     ) -> Result<Response<AuthRoleDeleteResponse>, Status> {
-        if let Route::Leader(channel) = self.route(&request)? {
+        if let Route::Leader(channel) = self.route(&request).await? {
             let request = self.forwarded(request);
             return answered(self.leader_auth(channel).role_delete(request).await);
         }
@@ -749,7 +749,7 @@ impl Auth for EtcdApi {
         &self,
         request: tonic::Request<AuthRoleGrantPermissionRequest>,
     ) -> Result<Response<AuthRoleGrantPermissionResponse>, Status> {
-        if let Route::Leader(channel) = self.route(&request)? {
+        if let Route::Leader(channel) = self.route(&request).await? {
             let request = self.forwarded(request);
             return answered(
                 self.leader_auth(channel)
@@ -777,7 +777,7 @@ impl Auth for EtcdApi {
         &self,
         request: tonic::Request<AuthRoleRevokePermissionRequest>,
     ) -> Result<Response<AuthRoleRevokePermissionResponse>, Status> {
-        if let Route::Leader(channel) = self.route(&request)? {
+        if let Route::Leader(channel) = self.route(&request).await? {
             let request = self.forwarded(request);
             return answered(
                 self.leader_auth(channel)

@@ -76,7 +76,7 @@ impl Cluster for EtcdApi {
     ) -> Result<Response<MemberAddResponse>, Status> {
         self.require_admin(&request)?;
         let info = member_addresses(&request.get_ref().peer_ur_ls)?;
-        if let Route::Leader(channel) = self.route(&request)? {
+        if let Route::Leader(channel) = self.route(&request).await? {
             let request = self.forwarded(request);
             return answered(ClusterClient::new(channel).member_add(request).await);
         }
@@ -112,7 +112,7 @@ impl Cluster for EtcdApi {
         request: tonic::Request<MemberRemoveRequest>,
     ) -> Result<Response<MemberRemoveResponse>, Status> {
         self.require_admin(&request)?;
-        if let Route::Leader(channel) = self.route(&request)? {
+        if let Route::Leader(channel) = self.route(&request).await? {
             let request = self.forwarded(request);
             return answered(ClusterClient::new(channel).member_remove(request).await);
         }
@@ -122,7 +122,7 @@ impl Cluster for EtcdApi {
         if member.voter {
             let voters_after: BTreeSet<NodeId> =
                 voters(&view).filter(|voter| *voter != id).collect();
-            if !quorum_reachable(&voters_after, &view) {
+            if !self.quorum_reachable(&voters_after, &view).await {
                 return Err(EtcdError::NotEnoughStartedMembers.into());
             }
         }
@@ -130,7 +130,7 @@ impl Cluster for EtcdApi {
         if matches!(removed, Err(WriteError::NotLeader { .. })) && id == self.node.id() {
             // This node led: it handed leadership over, and the new leader
             // removes it as a follower.
-            if let Route::Leader(channel) = self.route_after_handover()? {
+            if let Route::Leader(channel) = self.route_after_handover().await? {
                 let request = self.forwarded(request);
                 return answered(ClusterClient::new(channel).member_remove(request).await);
             }
@@ -150,7 +150,7 @@ impl Cluster for EtcdApi {
     ) -> Result<Response<MemberUpdateResponse>, Status> {
         self.require_admin(&request)?;
         let update = updated_addresses(&request.get_ref().peer_ur_ls)?;
-        if let Route::Leader(channel) = self.route(&request)? {
+        if let Route::Leader(channel) = self.route(&request).await? {
             let request = self.forwarded(request);
             return answered(ClusterClient::new(channel).member_update(request).await);
         }
@@ -174,7 +174,7 @@ impl Cluster for EtcdApi {
         // Who may see the members is who may see the status.
         self.principal(&request, request.get_ref().linearizable)?;
         if request.get_ref().linearizable {
-            if let Route::Leader(channel) = self.route(&request)? {
+            if let Route::Leader(channel) = self.route(&request).await? {
                 let request = self.forwarded(request);
                 return answered(ClusterClient::new(channel).member_list(request).await);
             }
@@ -196,7 +196,7 @@ impl Cluster for EtcdApi {
         request: tonic::Request<MemberPromoteRequest>,
     ) -> Result<Response<MemberPromoteResponse>, Status> {
         self.require_admin(&request)?;
-        if let Route::Leader(channel) = self.route(&request)? {
+        if let Route::Leader(channel) = self.route(&request).await? {
             let request = self.forwarded(request);
             return answered(ClusterClient::new(channel).member_promote(request).await);
         }
@@ -281,7 +281,7 @@ impl EtcdApi {
                 // promote it.
                 let mut voters_after: BTreeSet<NodeId> = voters(&view).collect();
                 voters_after.insert(id);
-                if !quorum_reachable(&voters_after, &view) {
+                if !self.quorum_reachable(&voters_after, &view).await {
                     return Err(EtcdError::NotEnoughStartedMembers.into());
                 }
             }
@@ -332,7 +332,7 @@ impl EtcdApi {
             }
             let mut voters_after: BTreeSet<NodeId> = voters(&view).collect();
             voters_after.insert(id);
-            if !quorum_reachable(&voters_after, &view) {
+            if !self.quorum_reachable(&voters_after, &view).await {
                 return Err(EtcdError::NotEnoughStartedMembers.into());
             }
             let change = MemberChange::Promote { id };
@@ -536,7 +536,21 @@ fn voters(view: &MembershipView) -> impl Iterator<Item = NodeId> + '_ {
 
 /// Whether the members of `voters` that `view` finds reachable are a
 /// majority of them (never of none).
-fn quorum_reachable(voters: &BTreeSet<NodeId>, view: &MembershipView) -> bool {
+impl EtcdApi {
+    /// Whether a majority of `voters` is reachable from this leader: now,
+    /// by `view`, or within a moment (a leader just elected, by a transfer
+    /// say, has heard no heartbeat answered yet).
+    async fn quorum_reachable(&self, voters: &BTreeSet<NodeId>, view: &MembershipView) -> bool {
+        quorum_reachable_in(voters, view)
+            || self
+                .node
+                .consensus()
+                .wait_for_reachable_quorum(voters)
+                .await
+    }
+}
+
+fn quorum_reachable_in(voters: &BTreeSet<NodeId>, view: &MembershipView) -> bool {
     let Some(reachable) = &view.reachable else {
         return false;
     };
@@ -750,14 +764,14 @@ mod tests {
             &[1, 2],
         );
         let voters = |ids: &[NodeId]| ids.iter().copied().collect::<BTreeSet<_>>();
-        assert!(quorum_reachable(&voters(&[1, 2, 3]), &three));
+        assert!(quorum_reachable_in(&voters(&[1, 2, 3]), &three));
         // A fourth voter that is not running yet: 2 of 4 is no quorum.
-        assert!(!quorum_reachable(&voters(&[1, 2, 3, 4]), &three));
-        assert!(quorum_reachable(&voters(&[1, 2]), &three));
-        assert!(!quorum_reachable(&voters(&[]), &three));
+        assert!(!quorum_reachable_in(&voters(&[1, 2, 3, 4]), &three));
+        assert!(quorum_reachable_in(&voters(&[1, 2]), &three));
+        assert!(!quorum_reachable_in(&voters(&[]), &three));
         let mut follower = three;
         follower.reachable = None;
-        assert!(!quorum_reachable(&voters(&[1]), &follower));
+        assert!(!quorum_reachable_in(&voters(&[1]), &follower));
     }
 
     #[test]

@@ -380,7 +380,7 @@ impl Election for EtcdApi {
         &self,
         request: tonic::Request<CampaignRequest>,
     ) -> Result<Response<CampaignResponse>, Status> {
-        if let Route::Leader(channel) = self.route(&request)? {
+        if let Route::Leader(channel) = self.route(&request).await? {
             let request = self.forwarded(request);
             return answered(self.leader_election(channel).campaign(request).await);
         }
@@ -400,7 +400,7 @@ impl Election for EtcdApi {
         &self,
         request: tonic::Request<ProclaimRequest>,
     ) -> Result<Response<ProclaimResponse>, Status> {
-        if let Route::Leader(channel) = self.route(&request)? {
+        if let Route::Leader(channel) = self.route(&request).await? {
             let request = self.forwarded(request);
             return answered(self.leader_election(channel).proclaim(request).await);
         }
@@ -433,7 +433,7 @@ impl Election for EtcdApi {
         &self,
         request: tonic::Request<LeaderRequest>,
     ) -> Result<Response<LeaderResponse>, Status> {
-        if let Route::Leader(channel) = self.route(&request)? {
+        if let Route::Leader(channel) = self.route(&request).await? {
             let request = self.forwarded(request);
             return answered(self.leader_election(channel).leader(request).await);
         }
@@ -482,7 +482,7 @@ impl Election for EtcdApi {
         &self,
         request: tonic::Request<ResignRequest>,
     ) -> Result<Response<ResignResponse>, Status> {
-        if let Route::Leader(channel) = self.route(&request)? {
+        if let Route::Leader(channel) = self.route(&request).await? {
             let request = self.forwarded(request);
             return answered(self.leader_election(channel).resign(request).await);
         }

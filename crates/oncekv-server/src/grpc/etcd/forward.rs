@@ -4,6 +4,9 @@
 //! leader's client port with its metadata (credentials, idempotency key),
 //! and the leader's answer is passed back unchanged.
 //!
+//! A member that knows no leader (an election is on) waits for one, a few
+//! election timeouts at most, before it answers "no leader".
+//!
 //! A forwarded call is marked ([`FORWARDED_METADATA`]) and never forwarded
 //! again, so two nodes with stale views of leadership cannot bounce it.
 //! What the follower answers when forwarding fails keeps the API's
@@ -67,23 +70,40 @@ pub(super) enum Route {
 impl EtcdApi {
     /// Where `request`, which only the leader carries out, is served; an
     /// error when it can be served nowhere from here.
-    pub(super) fn route<T>(&self, request: &tonic::Request<T>) -> Result<Route, Status> {
+    pub(super) async fn route<T>(&self, request: &tonic::Request<T>) -> Result<Route, Status> {
         let forwarded = request.metadata().contains_key(FORWARDED_METADATA);
-        self.route_unless(forwarded)
+        self.route_unless(forwarded).await
     }
 
     /// Where a call is served that this node, the leader when it came,
     /// handed on by giving leadership away (a member removing itself): at
     /// the new leader, even if the call was forwarded here (one hop more,
     /// to a node that does not hand it back).
-    pub(super) fn route_after_handover(&self) -> Result<Route, Status> {
-        self.route_unless(false)
+    pub(super) async fn route_after_handover(&self) -> Result<Route, Status> {
+        self.route_unless(false).await
     }
 
-    fn route_unless(&self, forwarded: bool) -> Result<Route, Status> {
-        let Some(error) = self.node.not_leader() else {
+    async fn route_unless(&self, forwarded: bool) -> Result<Route, Status> {
+        let Some(mut error) = self.node.not_leader() else {
             return Ok(Route::Here);
         };
+        // In an election no member knows a leader: wait, a few election
+        // timeouts at most, for one, as etcd's members hold a proposal
+        // until there is a leader to take it, rather than refusing a
+        // call that would be served a moment later.
+        if matches!(
+            error,
+            WriteError::NotLeader {
+                leader_id: None,
+                leader: None
+            }
+        ) && self.node.consensus().wait_for_a_leader().await
+        {
+            match self.node.not_leader() {
+                None => return Ok(Route::Here),
+                Some(now) => error = now,
+            }
+        }
         let refuse = |error: WriteError| Err(Status::from(error_of(error)));
         if self.client_tls || forwarded {
             return refuse(error);

@@ -770,7 +770,7 @@ impl Kv for EtcdApi {
     ) -> Result<Response<RangeResponse>, Status> {
         let parts = RangeParts::of(request.get_ref())?;
         let serializable = request.get_ref().serializable;
-        if !serializable && let Route::Leader(channel) = self.route(&request)? {
+        if !serializable && let Route::Leader(channel) = self.route(&request).await? {
             let request = self.forwarded(request);
             return answered(self.leader_kv(channel).range(request).await);
         }
@@ -808,7 +808,7 @@ impl Kv for EtcdApi {
         &self,
         request: tonic::Request<PutRequest>,
     ) -> Result<Response<PutResponse>, Status> {
-        if let Route::Leader(channel) = self.route(&request)? {
+        if let Route::Leader(channel) = self.route(&request).await? {
             let request = self.forwarded(request);
             return answered(self.leader_kv(channel).put(request).await);
         }
@@ -840,7 +840,7 @@ impl Kv for EtcdApi {
         &self,
         request: tonic::Request<DeleteRangeRequest>,
     ) -> Result<Response<DeleteRangeResponse>, Status> {
-        if let Route::Leader(channel) = self.route(&request)? {
+        if let Route::Leader(channel) = self.route(&request).await? {
             let request = self.forwarded(request);
             return answered(self.leader_kv(channel).delete_range(request).await);
         }
@@ -874,7 +874,7 @@ impl Kv for EtcdApi {
         &self,
         request: tonic::Request<TxnRequest>,
     ) -> Result<Response<TxnResponse>, Status> {
-        if let Route::Leader(channel) = self.route(&request)? {
+        if let Route::Leader(channel) = self.route(&request).await? {
             let request = self.forwarded(request);
             return answered(self.leader_kv(channel).txn(request).await);
         }
@@ -896,7 +896,7 @@ impl Kv for EtcdApi {
         &self,
         request: tonic::Request<CompactionRequest>,
     ) -> Result<Response<CompactionResponse>, Status> {
-        if let Route::Leader(channel) = self.route(&request)? {
+        if let Route::Leader(channel) = self.route(&request).await? {
             let request = self.forwarded(request);
             return answered(self.leader_kv(channel).compact(request).await);
         }

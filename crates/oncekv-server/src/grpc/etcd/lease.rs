@@ -122,7 +122,7 @@ impl Lease for EtcdApi {
         &self,
         request: tonic::Request<LeaseGrantRequest>,
     ) -> Result<Response<LeaseGrantResponse>, Status> {
-        if let Route::Leader(channel) = self.route(&request)? {
+        if let Route::Leader(channel) = self.route(&request).await? {
             let request = self.forwarded(request);
             return answered(self.leader_lease(channel).lease_grant(request).await);
         }
@@ -165,7 +165,7 @@ impl Lease for EtcdApi {
         &self,
         request: tonic::Request<LeaseRevokeRequest>,
     ) -> Result<Response<LeaseRevokeResponse>, Status> {
-        if let Route::Leader(channel) = self.route(&request)? {
+        if let Route::Leader(channel) = self.route(&request).await? {
             let request = self.forwarded(request);
             return answered(self.leader_lease(channel).lease_revoke(request).await);
         }
@@ -184,7 +184,7 @@ impl Lease for EtcdApi {
         &self,
         request: tonic::Request<tonic::Streaming<LeaseKeepAliveRequest>>,
     ) -> Result<Response<BoxStream<LeaseKeepAliveResponse>>, Status> {
-        if let Route::Leader(channel) = self.route(&request)? {
+        if let Route::Leader(channel) = self.route(&request).await? {
             // The whole stream goes to the leader, and its answers back.
             let (metadata, extensions, requests) = self.forwarded(request).into_parts();
             let requests = requests
@@ -227,7 +227,7 @@ impl Lease for EtcdApi {
         &self,
         request: tonic::Request<LeaseTimeToLiveRequest>,
     ) -> Result<Response<LeaseTimeToLiveResponse>, Status> {
-        if let Route::Leader(channel) = self.route(&request)? {
+        if let Route::Leader(channel) = self.route(&request).await? {
             let request = self.forwarded(request);
             return answered(self.leader_lease(channel).lease_time_to_live(request).await);
         }
@@ -276,7 +276,7 @@ impl Lease for EtcdApi {
         &self,
         request: tonic::Request<LeaseLeasesRequest>,
     ) -> Result<Response<LeaseLeasesResponse>, Status> {
-        if let Route::Leader(channel) = self.route(&request)? {
+        if let Route::Leader(channel) = self.route(&request).await? {
             let request = self.forwarded(request);
             return answered(self.leader_lease(channel).lease_leases(request).await);
         }

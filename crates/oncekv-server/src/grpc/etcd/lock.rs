@@ -641,7 +641,7 @@ impl Lock for EtcdApi {
         &self,
         request: tonic::Request<LockRequest>,
     ) -> Result<Response<LockResponse>, Status> {
-        if let Route::Leader(channel) = self.route(&request)? {
+        if let Route::Leader(channel) = self.route(&request).await? {
             let request = self.forwarded(request);
             return answered(self.leader_lock(channel).lock(request).await);
         }
@@ -661,7 +661,7 @@ impl Lock for EtcdApi {
         &self,
         request: tonic::Request<UnlockRequest>,
     ) -> Result<Response<UnlockResponse>, Status> {
-        if let Route::Leader(channel) = self.route(&request)? {
+        if let Route::Leader(channel) = self.route(&request).await? {
             let request = self.forwarded(request);
             return answered(self.leader_lock(channel).unlock(request).await);
         }

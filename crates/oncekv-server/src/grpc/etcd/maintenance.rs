@@ -146,7 +146,7 @@ impl Maintenance for EtcdApi {
                 .collect(),
             Some(None) => Vec::new(),
             Some(Some(raise)) => {
-                if let Route::Leader(channel) = self.route(&request)? {
+                if let Route::Leader(channel) = self.route(&request).await? {
                     let request = self.forwarded(request);
                     return answered(MaintenanceClient::new(channel).alarm(request).await);
                 }
@@ -273,7 +273,7 @@ impl Maintenance for EtcdApi {
         self.node
             .require_admin(&credentials_of(&request), "saving a snapshot")
             .map_err(|error| Status::from(error_of(error)))?;
-        if let Route::Leader(channel) = self.route(&request)? {
+        if let Route::Leader(channel) = self.route(&request).await? {
             let request = self.forwarded(request);
             let chunks = answered(
                 MaintenanceClient::new(channel)

@@ -15,17 +15,19 @@
 //!
 //! Bounds ([`crate::watch`]): the stream's unsent responses are counted in
 //! bytes (their keys and values, and an overhead per event and response)
-//! against [`WATCH_STREAM_BYTES_MAX`] and, with the user's other streams,
-//! [`WATCH_USER_BYTES_MAX`](crate::watch::WATCH_USER_BYTES_MAX). A watch
-//! whose response would pass either while the stream holds unsent ones is
-//! cancelled: its own unsent events are dropped (their memory freed) and it
-//! is `canceled` with a `cancel_reason` naming the bound and the revision
-//! to resume from; the stream's other watches go on. A stream multiplexes
-//! at most [`WATCHES_PER_STREAM_MAX`](crate::watch::WATCHES_PER_STREAM_MAX)
-//! watches, a user holds at most
-//! [`WATCHERS_PER_USER_MAX`](crate::watch::WATCHERS_PER_USER_MAX) on a
-//! node: one more is created and cancelled at once, the reason naming the
-//! cap. A watch whose user loses the right to it is cancelled with the
+//! against [`WATCH_STREAM_BYTES_MAX`], with the user's other streams
+//! against the user's share of the node's
+//! ([`WatchBounds::user_bytes_max`](crate::watch::WatchBounds::user_bytes_max)),
+//! and with every client's against the node's. A watch whose response
+//! would pass any while the stream holds unsent ones is cancelled: its
+//! own unsent events are dropped (their memory freed) and it is
+//! `canceled` with a `cancel_reason` naming the bound and the revision to
+//! resume from; the stream's other watches go on. A stream multiplexes at
+//! most [`WATCHES_PER_STREAM_MAX`](crate::watch::WATCHES_PER_STREAM_MAX)
+//! watches, a user holds at most its share of the node's watchers
+//! ([`WatchBounds::user_watchers_max`](crate::watch::WatchBounds::user_watchers_max)):
+//! one more is created and cancelled at once, the reason naming the cap.
+//! A watch whose user loses the right to it is cancelled with the
 //! text etcd refuses such a call with: `etcdserver: permission denied`
 //! (a revoked role or permission), or `etcdserver: invalid auth token`
 //! (a changed password, a deleted user, an expired token: etcd's clients

@@ -41,6 +41,9 @@
 //! * [`flood`]: the flood fault (sessions and idempotency keys nobody
 //!   uses, sent outside the history);
 //! * [`run`]: one run from start to verdict;
+//! * [`stalls`]: the write stall clients saw during each fault window
+//!   (the longest gap between successful writes, the writes' latency),
+//!   from the record, as tables for the report;
 //! * [`convert`]: client and wire answers in the history's terms;
 //! * [`testing`]: the multi-process tests' view of a cluster (status,
 //!   execute, the leader, sessions, bounded waits; failures panic).
@@ -60,6 +63,7 @@ pub mod netns;
 pub mod peer_proxy;
 pub mod recorder;
 pub mod run;
+pub mod stalls;
 pub mod testing;
 pub mod watchers;
 pub mod workload;

@@ -9,7 +9,9 @@
 //! the nemesis for the given time while watching leadership (and watchers
 //! follow the accounts' changes), stops, heals, reads the final values,
 //! stops the watchers, reads the reference change sequence, and hands the
-//! record to `oncekv-check`'s checkers. A run asked for the full disk
+//! record to `oncekv-check`'s checkers, and measures the write stall of
+//! each fault window ([`crate::stalls`], a table in the HTML report under
+//! the timeline). A run asked for the full disk
 //! gives every node a disk of its own ([`crate::disk`]), and counts a
 //! node's stop on it (exit code 12) as a stop on a storage failure, not a
 //! crash.
@@ -19,6 +21,7 @@ use crate::cluster::{Cluster, ClusterOptions, STARTUP_TIMEOUT, Topology};
 use crate::disk::{DISK_SIZE, DiskOptions};
 use crate::nemesis::{Fault, Nemesis, fiu_available};
 use crate::recorder::Recorder;
+use crate::stalls::{self, WindowStall};
 use crate::workload::{self, ClientMode, WorkloadOptions, client_options};
 use crate::{etcd_watch, etcd_workload, watchers};
 use oncekv_check::coverage::CoverageRequirements;
@@ -93,6 +96,9 @@ pub struct RunSummary {
     pub record: Record,
     /// The checkers' verdicts and the report.
     pub verification: Verification,
+    /// The write stall clients saw during each fault window, from the
+    /// record ([`crate::stalls`]).
+    pub stalls: Vec<WindowStall>,
     /// Fault kinds asked for that could not run here, with the reason.
     pub skipped: Vec<String>,
     /// Nodes that exited on their own during the run (a crash).
@@ -611,9 +617,11 @@ async fn run_on(
         ..VerifyConfig::default()
     };
     let verification = verify(&record, &verify_config);
+    let stalls = stalls::of(&record);
     let mut summary = RunSummary {
         record,
         verification,
+        stalls,
         skipped,
         crashed,
         stopped_on_sync_failure,
@@ -942,6 +950,7 @@ fn write_outputs(dir: &std::path::Path, summary: &mut RunSummary) -> Result<(), 
         .verification
         .report
         .to_html(&summary.record, &HtmlOptions::default());
+    let page = stalls::with_html_section(&page, &stalls::to_html(&summary.stalls));
     std::fs::write(&html, page).map_err(write_error(html.clone()))?;
     summary.history = Some(history);
     summary.html = Some(html);

@@ -1,6 +1,7 @@
 //! Hashes that must be the same on every replica, platform and build: the
 //! command digest kept with each completion record (over the command's
-//! canonical postcard encoding) and the FNV-1a checksum of snapshots.
+//! canonical postcard encoding), the FNV-1a digest of the state, and the
+//! checksum of a snapshot's body ([`BodyChecksum`]).
 
 use crate::command::Command;
 
@@ -101,6 +102,46 @@ impl Extend<u8> for Fnv64 {
 impl<'a> Extend<&'a u8> for Fnv64 {
     fn extend<I: IntoIterator<Item = &'a u8>>(&mut self, bytes: I) {
         self.extend(bytes.into_iter().copied());
+    }
+}
+
+/// The checksum of a snapshot's body: CRC-32 (IEEE, as `crc32fast`
+/// computes it, many bytes a step) from snapshot format 8, FNV-1a 64 (a
+/// byte a step: a second and more on a body of a gigabyte) before. Kept
+/// in the header's eight bytes either way.
+#[derive(Debug)]
+pub(crate) enum BodyChecksum {
+    /// FNV-1a 64 (formats up to 7).
+    Fnv(Fnv64),
+    /// CRC-32 (format 8 on).
+    Crc(crc32fast::Hasher),
+}
+
+impl BodyChecksum {
+    /// The checksum formats from 8 on use.
+    pub(crate) fn crc() -> BodyChecksum {
+        BodyChecksum::Crc(crc32fast::Hasher::new())
+    }
+
+    /// The checksum formats up to 7 use.
+    pub(crate) fn fnv() -> BodyChecksum {
+        BodyChecksum::Fnv(Fnv64::default())
+    }
+
+    /// Counts `bytes` in.
+    pub(crate) fn update(&mut self, bytes: &[u8]) {
+        match self {
+            BodyChecksum::Fnv(hash) => hash.extend(bytes),
+            BodyChecksum::Crc(hash) => hash.update(bytes),
+        }
+    }
+
+    /// The checksum of every byte counted, as the header holds it.
+    pub(crate) fn finish(self) -> u64 {
+        match self {
+            BodyChecksum::Fnv(hash) => hash.finish(),
+            BodyChecksum::Crc(hash) => u64::from(hash.finalize()),
+        }
     }
 }
 

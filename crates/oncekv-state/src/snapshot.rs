@@ -10,13 +10,18 @@
 //! checksum before the decoded state. [`StateMachine::snapshot`] and
 //! [`StateMachine::restore`] are the same over bytes in memory.
 //!
-//! Layout: `b"OKVSNAP\0"`, format version (u32 LE), FNV-1a 64 of what
-//! follows (u64 LE), then the body in postcard, then, once the cluster's id
-//! is recorded, that id (a postcard `u64`). A snapshot without the id (one
+//! Layout: `b"OKVSNAP\0"`, format version (u32 LE), the checksum of what
+//! follows (u64 LE: CRC-32 from format 8, FNV-1a 64 before), then the body
+//! in postcard, then, once the cluster's id is recorded, that id (a
+//! postcard `u64`). A snapshot without the id (one
 //! taken before it was recorded, or by an earlier release) restores with
 //! none. Derived indexes are not stored; they are rebuilt on restore.
 //!
-//! Format 6 (written now) ends the body with the per-user quotas
+//! Format 8 (written now) is format 7 checksummed by CRC-32, which is
+//! computed many bytes a step where FNV-1a takes one (over a body of a
+//! gigabyte, a second and more of each snapshot written and restored);
+//! format 7 is still read. Format 7 ends the body with the members'
+//! `NOSPACE` alarms raised by hand; format 6 ends it with the per-user quotas
 //! ([`UserQuotas`], a part of the limits) and the serial numbers of the
 //! revoked client certificates (a part of the [`AuthTable`]). Format 5
 //! (the same without them) is still read, with the default quotas and
@@ -25,7 +30,7 @@
 //! anyone's to use, as every lease was when it was written.
 
 use crate::auth::AuthTable;
-use crate::digest::Fnv64;
+use crate::digest::{BodyChecksum, Fnv64};
 use crate::idempotency::{IdempotencyKeys, KeyRecord};
 use crate::ids::{ClusterTime, LogIndex};
 use crate::invariant::{BrokenInvariant, Table};
@@ -42,10 +47,13 @@ use std::io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::sync::Arc;
 
 const MAGIC: &[u8; 8] = b"OKVSNAP\0";
-/// The snapshot format this build writes (it reads this one, format 6
-/// without the alarms raised by hand, format 5 without the quotas and
-/// format 4 whose leases have no owners).
-pub const FORMAT_VERSION: u32 = 7;
+/// The snapshot format this build writes (it reads this one, format 7
+/// checksummed by FNV-1a, format 6 without the alarms raised by hand,
+/// format 5 without the quotas and format 4 whose leases have no owners).
+pub const FORMAT_VERSION: u32 = 8;
+/// An earlier format this build still reads: the same body, checksummed
+/// by FNV-1a 64 (as every format before it).
+pub const FORMAT_VERSION_FNV: u32 = 7;
 /// An earlier format this build still reads: without the alarms raised
 /// by hand.
 pub const FORMAT_VERSION_NO_ALARMS: u32 = 6;
@@ -238,6 +246,7 @@ fn read_snapshot(input: impl Read) -> Result<Decoded, SnapshotError> {
     let version = u32::from_le_bytes([header[8], header[9], header[10], header[11]]);
     if ![
         FORMAT_VERSION,
+        FORMAT_VERSION_FNV,
         FORMAT_VERSION_NO_ALARMS,
         FORMAT_VERSION_NO_QUOTAS,
         FORMAT_VERSION_NO_OWNERS,
@@ -248,7 +257,12 @@ fn read_snapshot(input: impl Read) -> Result<Decoded, SnapshotError> {
     }
     let mut checksum = [0u8; 8];
     checksum.copy_from_slice(&header[12..HEADER_BYTES]);
-    let mut source = Source::new(input);
+    let checksum_of = if version == FORMAT_VERSION {
+        BodyChecksum::crc()
+    } else {
+        BodyChecksum::fnv()
+    };
+    let mut source = Source::new(input, checksum_of);
     let decoded = take_body(version, &mut source).map(|body| Decoded {
         cluster_id: take_cluster_id(&mut source),
         body,
@@ -412,9 +426,9 @@ mod tests {
         machine
     }
 
-    /// Re-checksums `bytes` after their body was changed.
+    /// Re-checksums `bytes` (of this format) after their body was changed.
     fn resealed(mut bytes: Vec<u8>) -> Vec<u8> {
-        let checksum = fnv64(&bytes[HEADER_BYTES..]);
+        let checksum = u64::from(crc32fast::hash(&bytes[HEADER_BYTES..]));
         bytes[HEADER_BYTES - 8..HEADER_BYTES].copy_from_slice(&checksum.to_le_bytes());
         bytes
     }
@@ -592,6 +606,34 @@ mod tests {
         let again = restored.snapshot();
         assert_eq!(&again[8..12], &FORMAT_VERSION.to_le_bytes());
         assert_eq!(again, built.snapshot());
+    }
+
+    /// Snapshot bytes of format 7, as the release before the CRC-32
+    /// checksum wrote them (FNV-1a 64): key "k" = "v" put at index 1,
+    /// time 5.
+    const FORMAT_7: &str = "4f4b56534e415000070000000f85ffced6000327802080804080ade2048080808002e80780808001a08d06808080048080804080086480b89929c0843d80808040c0cf24a08d0680026480b89929a08d068080802080dddb01800105010101016b01760001010101010105016b0101760001010100000000000000000000190a0000";
+
+    #[test]
+    fn a_format_7_snapshot_restores_and_is_written_again_checksummed_by_crc() {
+        let limits = Limits::default();
+        let old = unhex(FORMAT_7);
+        let restored = StateMachine::restore(&limits, &old).unwrap();
+        let built = machine();
+        assert_eq!(restored, built);
+        let again = restored.snapshot();
+        assert_eq!(&again[8..12], &FORMAT_VERSION.to_le_bytes());
+        // The same body; only the version and the checksum differ.
+        assert_eq!(again[HEADER_BYTES..], old[HEADER_BYTES..]);
+        let crc = u64::from(crc32fast::hash(&again[HEADER_BYTES..]));
+        assert_eq!(again[12..HEADER_BYTES], crc.to_le_bytes());
+        // A format 7 body whose FNV checksum does not match is refused.
+        let mut corrupt = old;
+        let last = corrupt.len() - 3;
+        corrupt[last] ^= 1;
+        assert!(matches!(
+            StateMachine::restore(&limits, &corrupt),
+            Err(SnapshotError::ChecksumMismatch)
+        ));
     }
 
     #[test]

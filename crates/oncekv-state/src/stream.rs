@@ -1,8 +1,9 @@
 //! The byte streams of a snapshot, in bounded memory: [`Sink`], which
-//! postcard encodes into and which checksums the bytes (FNV-1a 64) on
-//! their way to any `std::io::Write`, and [`Source`], a postcard
-//! deserializer flavor that decodes from any `std::io::Read` through a
-//! buffer of [`CHUNK_BYTES`], checksumming each byte it takes. Neither
+//! postcard encodes into and which checksums the bytes (CRC-32, the
+//! current format's) on their way to any `std::io::Write`, and [`Source`],
+//! a postcard deserializer flavor that decodes from any `std::io::Read`
+//! through a buffer of [`CHUNK_BYTES`], checksumming each byte it takes
+//! (by the checksum of the format it reads). Neither
 //! holds more than a chunk and the largest single string of the state, so
 //! a snapshot is never one buffer as large as the state.
 //!
@@ -12,7 +13,7 @@
 //! reserved at its announced length either. A forged length costs at most
 //! the bytes that really follow it, then ends in an error.
 
-use crate::digest::Fnv64;
+use crate::digest::BodyChecksum;
 use std::io::{self, BufRead, BufReader, Read, Write};
 
 /// Snapshots are written and read in pieces of this size.
@@ -23,7 +24,7 @@ pub const CHUNK_BYTES: usize = 64 * 1024;
 /// kept (postcard's own error cannot carry it).
 pub(crate) struct Sink<W: Write> {
     out: W,
-    hash: Fnv64,
+    hash: BodyChecksum,
     written: u64,
     error: Option<io::Error>,
 }
@@ -32,7 +33,7 @@ impl<W: Write> Sink<W> {
     pub(crate) fn new(out: W) -> Self {
         Sink {
             out,
-            hash: Fnv64::default(),
+            hash: BodyChecksum::crc(),
             written: 0,
             error: None,
         }
@@ -58,7 +59,7 @@ impl<W: Write> postcard::ser_flavors::Flavor for &mut Sink<W> {
     type Output = ();
 
     fn try_extend(&mut self, data: &[u8]) -> postcard::Result<()> {
-        self.hash.extend(data);
+        self.hash.update(data);
         self.written = self.written.saturating_add(data.len() as u64);
         self.out.write_all(data).map_err(|error| {
             self.error = Some(error);
@@ -80,7 +81,7 @@ impl<W: Write> postcard::ser_flavors::Flavor for &mut Sink<W> {
 /// error is kept (postcard's own error cannot carry it).
 pub(crate) struct Source<R: Read> {
     input: BufReader<R>,
-    hash: Fnv64,
+    hash: BodyChecksum,
     /// A string's bytes, gathered as they arrive.
     scratch: Vec<u8>,
     error: Option<io::Error>,
@@ -88,11 +89,11 @@ pub(crate) struct Source<R: Read> {
 
 impl<R: Read> Source<R> {
     /// A source reading on from `input`, whose bytes taken before are not
-    /// checksummed.
-    pub(crate) fn new(input: BufReader<R>) -> Self {
+    /// checksummed, checksumming those it takes by `hash`.
+    pub(crate) fn new(input: BufReader<R>, hash: BodyChecksum) -> Self {
         Source {
             input,
-            hash: Fnv64::default(),
+            hash,
             scratch: Vec::new(),
             error: None,
         }
@@ -125,7 +126,7 @@ impl<R: Read> Source<R> {
     }
 
     fn take(&mut self, count: usize) {
-        self.hash.extend(&self.input.buffer()[..count]);
+        self.hash.update(&self.input.buffer()[..count]);
         self.input.consume(count);
     }
 

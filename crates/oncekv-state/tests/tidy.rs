@@ -12,7 +12,8 @@ use std::path::Path;
 /// `imbl` gives the ordered maps whose copies share structure (its
 /// hash-ordered maps are forbidden below like std's); `serde_bytes` has
 /// serde read and write a value as one byte string rather than byte by
-/// byte (the same bytes in postcard).
+/// byte (the same bytes in postcard); `crc32fast` checksums a snapshot's
+/// body.
 const ALLOWED_DEPENDENCIES: &[&str] = &[
     "serde",
     "postcard",
@@ -20,6 +21,7 @@ const ALLOWED_DEPENDENCIES: &[&str] = &[
     "sha2",
     "imbl",
     "serde_bytes",
+    "crc32fast",
 ];
 
 const FORBIDDEN: &[(&str, &str)] = &[

@@ -3,8 +3,9 @@
 //! its own (`--topology netns`: network namespaces, root only), or uses
 //! `--endpoints`, runs the
 //! workload under the nemesis with a progress bar, heals, checks the
-//! history, prints the summary table and the seed, writes the history and
-//! an HTML timeline, and exits non-zero on any violation.
+//! history, prints the summary table, the write stall of each fault window
+//! and the seed, writes the history and an HTML timeline, and exits
+//! non-zero on any violation.
 
 use crate::commands::{Connection, Output};
 use anyhow::Context;
@@ -14,6 +15,7 @@ use oncekv_check::coverage::RunVerdict;
 use oncekv_harness::cluster::Topology;
 use oncekv_harness::nemesis::Fault;
 use oncekv_harness::run::{self, Api, Progress, RunConfig, Target};
+use oncekv_harness::stalls::{self, WindowStall};
 use oncekv_harness::workload::{ClientMode, WorkloadOptions};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -288,6 +290,7 @@ async fn run_inner(
                     "start_ms": f.start_ns / 1_000_000,
                     "end_ms": f.end_ns.map(|end| end / 1_000_000),
                 })).collect::<Vec<_>>(),
+                "stalls": summary.stalls.iter().map(stall_json).collect::<Vec<_>>(),
                 "history": summary.history,
                 "html": summary.html,
                 "kept": summary.kept,
@@ -299,6 +302,10 @@ async fn run_inner(
                 sayln!("skipped fault {skipped}");
             }
             say!("{}", summary.verification.report.to_text());
+            let stalls = stalls::to_text(&summary.stalls);
+            if !stalls.is_empty() {
+                say!("\n{stalls}");
+            }
             for crash in &summary.crashed {
                 sayln!("CRASH: {crash}");
             }
@@ -342,5 +349,42 @@ async fn run_inner(
         ExitCode::SUCCESS
     } else {
         ExitCode::from(EXIT_INCONCLUSIVE)
+    })
+}
+
+/// Milliseconds, to a microsecond.
+fn ms(ns: u64) -> f64 {
+    (ns as f64 / 1e3).round() / 1e3
+}
+
+/// One fault window's write stall in `-o json` (`stalls`): the window,
+/// the longest gap between successful writes (`gap_*`) and the writes
+/// invoked during it (`writes_*`); times in ms since the run's start.
+fn stall_json(stall: &WindowStall) -> serde_json::Value {
+    let gap = &stall.longest_gap;
+    let writes = &stall.writes;
+    serde_json::json!({
+        "fault_id": stall.fault_id,
+        "kind": stall.kind.name(),
+        "change": stall.change.map(|change| change.name()),
+        "step": stall.step,
+        "label": stall.label(),
+        "target": stall.target,
+        "detail": stall.detail,
+        "mark": stall.mark,
+        "window_start_ms": ms(stall.start_ns),
+        "window_end_ms": ms(stall.end_ns),
+        "window_open": stall.window_open,
+        "longest_gap_ms": ms(gap.len_ns()),
+        "gap_start_ms": ms(gap.from_ns),
+        "gap_end_ms": ms(gap.to_ns),
+        "gap_open": gap.open,
+        "writes_invoked": writes.invoked,
+        "writes_ok": writes.ok,
+        "writes_failed": writes.failed,
+        "writes_unknown": writes.unknown,
+        "write_p50_ms": writes.p50_ns.map(ms),
+        "write_p99_ms": writes.p99_ns.map(ms),
+        "write_max_ms": writes.max_ns.map(ms),
     })
 }

@@ -1,5 +1,15 @@
-//! etcd's MemberUpdate and cluster id on oncekv clusters, through Debian's
-//! `etcdctl` and etcd's gRPC API:
+//! etcd's MemberUpdate and cluster id, through Debian's `etcdctl` and
+//! etcd's gRPC API.
+//!
+//! Compared with etcd itself: the same `etcdctl member update` commands
+//! run against a real one-member etcd and against a one-member oncekv
+//! cluster (the member's peer URL updated, plain and as JSON, the same URL
+//! again, an unknown member, URLs that do not parse, a learner's peer URL,
+//! and `member list` after the update and after the learner is removed),
+//! and their outputs, exit codes and error texts must be equal once ids,
+//! names, cluster ids and client URLs are normalised.
+//!
+//! On oncekv clusters alone:
 //!
 //! - `etcdctl member update` gives a voter a new peer URL (every member
 //!   lists it, natively too); the member, restarted listening there, is
@@ -12,8 +22,9 @@
 //!   new peer URL (a learner is removed and added back there) and
 //!   restarted there, it catches up again.
 //!
-//! Needs `etcdctl` on PATH (scripts/setup.sh installs Debian's
-//! etcd-client); without it the tests say so (and fail in CI).
+//! Needs `etcdctl` on PATH, and `etcd` for the comparison
+//! (scripts/setup.sh installs Debian's etcd-client and etcd-server);
+//! without them the tests say so (and fail in CI).
 
 mod support;
 
@@ -23,7 +34,7 @@ use oncekv_proto::etcd::etcdserverpb::kv_client::KvClient;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
-use support::etcdctl::{Run, answering, etcdctl};
+use support::etcdctl::{Run, answering, etcdctl, reference};
 use support::{Cluster, Dependency, FAST, connect, eventually, exclusive, free_port};
 
 /// Whether `etcdctl` is there; if not, the test is reported skipped.
@@ -406,4 +417,330 @@ async fn a_member_that_joined_later_reports_the_founders_cluster_id() {
     assert_eq!(run.code, 0, "{run:?}");
     reads_locally(&client, "after-the-move", "2").await;
     assert_eq!(cluster_id_of(&client).await, founded);
+}
+
+/// The URLs both servers are given, the same on each: nothing listens at
+/// them (a one-member cluster whose member records a new peer URL keeps
+/// serving where it runs, and an added learner is never started).
+struct Urls {
+    moved: String,
+    learner_peer: String,
+    learner_client: String,
+}
+
+/// The members of one server's transcript, in the order it met them, with
+/// their names, and its cluster id and client URL: what legitimately
+/// differs between etcd and oncekv (etcd draws ids at random, oncekv
+/// counts them; etcd's member is named by its `--name`, oncekv's
+/// `node-<id>`), written the same for both.
+struct Ids {
+    members: Vec<(u64, String)>,
+    cluster: u64,
+    client: String,
+}
+
+impl Ids {
+    /// The placeholder for member `id` and for its name, if it is known.
+    fn label(&self, id: u64) -> Option<(String, &str)> {
+        let at = self.members.iter().position(|(known, _)| *known == id)?;
+        Some((format!("member-{}", at + 1), &self.members[at].1))
+    }
+
+    /// `run` with ids, names and the client URL written alike.
+    fn run(&self, run: Run) -> Run {
+        Run {
+            code: run.code,
+            stdout: self.text(&run.stdout),
+            stderr: self.text(&run.stderr),
+        }
+    }
+
+    fn text(&self, text: &str) -> String {
+        let mut lines: Vec<String> = text.lines().map(|line| self.line(line)).collect();
+        if text.ends_with('\n') {
+            lines.push(String::new());
+        }
+        lines.join("\n")
+    }
+
+    fn line(&self, line: &str) -> String {
+        if let Ok(mut value) = serde_json::from_str::<serde_json::Value>(line) {
+            if let serde_json::Value::Object(map) = &mut value {
+                map.remove("header");
+                if let Some(serde_json::Value::Array(members)) = map.get_mut("members") {
+                    members.iter_mut().for_each(|member| self.member(member));
+                }
+            }
+            return value.to_string();
+        }
+        // `member list`: ID, status, name, peer URLs, client URLs, learner.
+        let mut fields: Vec<String> = line.split(", ").map(ToString::to_string).collect();
+        if fields.len() == 6
+            && let Some((label, name)) = u64::from_str_radix(&fields[0], 16)
+                .ok()
+                .and_then(|id| self.label(id))
+        {
+            if fields[2] == name {
+                fields[2] = format!("name-of-{label}");
+            }
+            fields[0] = label;
+            if fields[4] == self.client {
+                fields[4] = "CLIENT-URL".to_string();
+            }
+            return fields.join(", ");
+        }
+        // `Member ID updated in cluster ID`, `... removed from cluster ID`:
+        // etcdctl pads both to 16 hex digits.
+        let mut line = line.replace(&format!("cluster {:16x}", self.cluster), "cluster CLUSTER");
+        for (id, _) in &self.members {
+            if let Some((label, _)) = self.label(*id) {
+                line = line.replace(&format!("Member {id:16x} "), &format!("Member {label} "));
+            }
+        }
+        line
+    }
+
+    /// A member in etcd's JSON.
+    fn member(&self, member: &mut serde_json::Value) {
+        let Some((label, name)) = member["ID"].as_u64().and_then(|id| self.label(id)) else {
+            return;
+        };
+        if member["name"] == name {
+            member["name"] = format!("name-of-{label}").into();
+        }
+        member["ID"] = label.into();
+        if let Some(urls) = member["clientURLs"].as_array_mut() {
+            for url in urls.iter_mut().filter(|url| **url == *self.client) {
+                *url = "CLIENT-URL".into();
+            }
+        }
+    }
+}
+
+/// The members `endpoint` lists (`member list -w json`), once `expected`
+/// holds for them (a change is answered before every view shows it).
+async fn members_become(
+    endpoint: &str,
+    what: &str,
+    expected: impl Fn(&[serde_json::Value]) -> bool,
+) -> Vec<serde_json::Value> {
+    eventually(Duration::from_secs(10), what, || async {
+        let run = etcdctl(endpoint, &["-w", "json", "member", "list"], "");
+        let listed: serde_json::Value = serde_json::from_str(run.stdout.trim()).ok()?;
+        let members = listed["members"].as_array()?;
+        expected(members).then(|| members.clone())
+    })
+    .await
+}
+
+/// The peer URLs `member` (etcd's JSON) has.
+fn peer_urls(member: &serde_json::Value) -> Vec<&str> {
+    member["peerURLs"]
+        .as_array()
+        .map(|urls| urls.iter().filter_map(serde_json::Value::as_str).collect())
+        .unwrap_or_default()
+}
+
+/// What `etcdctl` prints on the one-member cluster at `endpoint` for each
+/// step of the script, normalised ([`Ids`]), with the step as shown
+/// (`ID` for the member's id, `LEARNER` for the learner's): its member's
+/// peer URL updated to `urls.moved` (plain and as JSON, twice), an
+/// unknown member, URLs that do not parse, the listing and a write after
+/// it, the URL of a learner added for the purpose, the learner removed,
+/// and the listing again.
+async fn update_transcript(endpoint: &str, urls: &Urls) -> Vec<(String, Run)> {
+    let listed = etcdctl(endpoint, &["-w", "json", "member", "list"], "");
+    assert_eq!(listed.code, 0, "{listed:?}");
+    let listed: serde_json::Value = serde_json::from_str(listed.stdout.trim()).expect("JSON");
+    let [member] = listed["members"].as_array().expect("members").as_slice() else {
+        panic!("one member: {listed}");
+    };
+    let own = member["ID"].as_u64().expect("an ID");
+    let mut ids = Ids {
+        members: vec![(own, member["name"].as_str().unwrap_or_default().to_string())],
+        cluster: listed["header"]["cluster_id"]
+            .as_u64()
+            .expect("a cluster id"),
+        client: format!("http://{endpoint}"),
+    };
+    let id = format!("{own:x}");
+    let mut transcript = Vec::new();
+    let mut step = |args: &[&str], ids: &Ids, learner: &str| {
+        let shown = args
+            .iter()
+            .map(|arg| match *arg {
+                arg if arg == id => "ID",
+                arg if arg == learner => "LEARNER",
+                arg => arg,
+            })
+            .collect::<Vec<_>>()
+            .join(" ");
+        transcript.push((shown, ids.run(etcdctl(endpoint, args, ""))));
+    };
+    let moved = urls.moved.as_str();
+    let own_moved = |members: &[serde_json::Value]| {
+        members
+            .iter()
+            .any(|member| member["ID"] == own && peer_urls(member) == [moved])
+    };
+
+    step(&["member", "update", &id, "--peer-urls", moved], &ids, "");
+    members_become(endpoint, "the new peer URL listed", own_moved).await;
+    // The same URL again.
+    step(&["member", "update", &id, "--peer-urls", moved], &ids, "");
+    step(
+        &["-w", "json", "member", "update", &id, "--peer-urls", moved],
+        &ids,
+        "",
+    );
+    step(
+        &[
+            "member",
+            "update",
+            "abcdef",
+            "--peer-urls",
+            "http://127.0.0.1:1",
+        ],
+        &ids,
+        "",
+    );
+    // URLs that do not parse (etcdctl itself refuses them, as etcd does).
+    // Not among them: a URL without a host (`http://:1`), which etcd
+    // records and oncekv refuses (a member's address needs a host).
+    for bad in [
+        "not a url",
+        "127.0.0.1:5",
+        "http://127.0.0.1",
+        "ftp://127.0.0.1:5",
+        "http://%zz",
+    ] {
+        step(&["member", "update", &id, "--peer-urls", bad], &ids, "");
+    }
+    step(&["member", "list"], &ids, "");
+    step(&["-w", "json", "member", "list"], &ids, "");
+    step(&["put", "after-the-update", "1"], &ids, "");
+
+    // Another member's peer URL: a learner's, added for it (not compared:
+    // etcd reads both URLs as the learner's peer URLs, oncekv the second
+    // as its client URL, and etcd lists it unstarted and unnamed).
+    let both = format!("{},{}", urls.learner_peer, urls.learner_client);
+    let added = etcdctl(
+        endpoint,
+        &[
+            "-w",
+            "json",
+            "member",
+            "add",
+            "learner",
+            "--learner",
+            "--peer-urls",
+            &both,
+        ],
+        "",
+    );
+    assert_eq!(added.code, 0, "{added:?}");
+    let added: serde_json::Value = serde_json::from_str(added.stdout.trim()).expect("JSON");
+    let learner_id = added["member"]["ID"].as_u64().expect("the learner's ID");
+    ids.members.push((
+        learner_id,
+        added["member"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+    ));
+    let learner = format!("{learner_id:x}");
+    members_become(endpoint, "the learner listed", |members| members.len() == 2).await;
+    let taken = urls.learner_peer.as_str();
+    step(
+        &["member", "update", &id, "--peer-urls", taken],
+        &ids,
+        &learner,
+    );
+    step(&["member", "remove", &learner], &ids, &learner);
+    members_become(endpoint, "the learner gone", |members| members.len() == 1).await;
+    step(&["member", "list"], &ids, &learner);
+    step(&["-w", "json", "member", "list"], &ids, &learner);
+    transcript
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcdctl_updates_a_members_peer_url_on_oncekv_as_on_etcd() {
+    let _one = exclusive().await;
+    let Some(etcd) =
+        reference("etcd_member_update::etcdctl_updates_a_members_peer_url_on_oncekv_as_on_etcd")
+    else {
+        return;
+    };
+    let mut cluster = Cluster::start(1, FAST);
+    cluster.leader(Duration::from_secs(15)).await;
+    let oncekv = cluster.node(1).client.clone();
+    answering(&etcd.endpoint).await;
+    answering(&oncekv).await;
+    let url = || format!("http://127.0.0.1:{}", free_port());
+    let urls = Urls {
+        moved: url(),
+        learner_peer: url(),
+        learner_client: url(),
+    };
+
+    let expected = update_transcript(&etcd.endpoint, &urls).await;
+    let actual = update_transcript(&oncekv, &urls).await;
+    assert_eq!(expected.len(), actual.len());
+    for ((command, want), (_, got)) in expected.iter().zip(&actual) {
+        assert_eq!(
+            got,
+            want,
+            "{command}: oncekv (left) differs from etcd (right)\netcd log:\n{}",
+            etcd.log()
+        );
+    }
+    // What both printed is what was meant: the update made and listed,
+    // each refusal etcd's.
+    let printed = |shown: &str| {
+        actual
+            .iter()
+            .filter(|(command, _)| command == shown)
+            .map(|(_, run)| run)
+            .collect::<Vec<_>>()
+    };
+    let updated = format!("member update ID --peer-urls {}", urls.moved);
+    for run in printed(&updated) {
+        assert_eq!(
+            (run.code, run.stdout.as_str()),
+            (0, "Member member-1 updated in cluster CLUSTER\n"),
+            "{run:?}"
+        );
+    }
+    let listed = format!(
+        "member-1, started, name-of-member-1, {}, CLIENT-URL, false\n",
+        urls.moved
+    );
+    let lists = printed("member list");
+    assert_eq!(lists.len(), 2);
+    for run in lists {
+        assert_eq!(run.stdout, listed, "{run:?}");
+    }
+    let refusals = [
+        (
+            "member update abcdef --peer-urls http://127.0.0.1:1".to_string(),
+            "Error: etcdserver: member not found",
+        ),
+        (
+            format!("member update ID --peer-urls {}", urls.learner_peer),
+            "Error: etcdserver: Peer URLs already exists",
+        ),
+        (
+            "member update ID --peer-urls not a url".to_string(),
+            "Error: URL scheme must be http, https, unix, or unixs: not a url",
+        ),
+    ];
+    for (shown, error) in refusals {
+        let runs = printed(&shown);
+        assert_eq!(runs.len(), 1, "{shown}");
+        assert_eq!(
+            (runs[0].code, runs[0].stderr.as_str()),
+            (1, error),
+            "{shown}"
+        );
+    }
 }

@@ -1,5 +1,6 @@
 //! `oncekv verify` end to end, short: a run with every fault kind that can
-//! run here must pass (transfers and watchers included), and both negative
+//! run here must pass (transfers and watchers included, each fault window
+//! reported with the write stall it caused), and both negative
 //! controls (nodes without dedup; a naive client resending plain requests)
 //! must be caught as violations, by the appends, the transfers and the
 //! key-value linearizability checker.
@@ -94,6 +95,19 @@ fn a_short_run_under_every_fault_kind_passes() {
     }
     assert!(json["coverage"]["replies_dropped_after_commit"].as_u64() >= Some(1));
     assert!(json["coverage"]["replayed"].as_u64() >= Some(1));
+    // Each fault window comes with the write stall the clients saw.
+    let stalls = json["stalls"].as_array().expect("a stalls list");
+    assert_eq!(
+        stalls.len(),
+        json["faults"].as_array().map_or(0, Vec::len),
+        "{json:#}"
+    );
+    assert!(
+        stalls
+            .iter()
+            .any(|s| s["mark"] == false && s["longest_gap_ms"].is_number()),
+        "{json:#}"
+    );
     // Transfers ran and were checked; watchers followed them.
     for (name, idle) in [
         ("transfers", "no transfers recorded"),

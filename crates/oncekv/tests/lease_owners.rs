@@ -668,8 +668,9 @@ async fn a_user_squatting_an_election_key_cannot_make_two_leaders() {
     // Bob puts, on a short lease of his, the key Alice's campaigner would
     // queue at. Were it taken as hers, she would lead on Bob's lease: once
     // he let it end, a second campaigner would lead while she still did.
+    // (Six seconds: long past her campaign on a loaded machine.)
     let granted = bob
-        .lease_grant("bob-squats", Duration::from_secs(2))
+        .lease_grant("bob-squats", Duration::from_secs(6))
         .await
         .expect("bob grants");
     assert!(matches!(granted, Reply::LeaseGranted { .. }), "{granted:?}");

@@ -1,15 +1,17 @@
 //! A transaction's reply is bounded as a whole, on a real node: a small
 //! transaction of many reads of a large value is refused with a typed
 //! reason instead of building a reply of hundreds of megabytes, and what it
-//! wrote is undone; over the native API and over etcd's. One that only
-//! reads is answered (or refused) by the leader before anything is
-//! proposed: it costs no log entry.
+//! wrote is undone; over etcd's API and over the native one. One that only
+//! reads, sent plain, is answered (or refused) by the leader before
+//! anything is proposed: it costs no log entry.
 
 mod support;
 
 use oncekv_client::{Client, ClientError, ClientOptions, Rejection, Txn, TxnOp};
 use oncekv_proto::etcd::etcdserverpb::kv_client::KvClient;
-use oncekv_proto::etcd::etcdserverpb::{RangeRequest, RequestOp, TxnRequest, request_op};
+use oncekv_proto::etcd::etcdserverpb::{
+    PutRequest, RangeRequest, RequestOp, TxnRequest, request_op,
+};
 use std::time::Duration;
 use support::{Cluster, FAST, exclusive};
 
@@ -22,55 +24,27 @@ async fn a_transaction_of_many_large_reads_is_refused_whole() {
     let _one = exclusive().await;
     let cluster = Cluster::start(1, FAST);
     cluster.leader(Duration::from_secs(15)).await;
-    let endpoints: Vec<String> = cluster.nodes.iter().map(|n| n.client.clone()).collect();
-    let options = ClientOptions::default().with_deadline(Duration::from_secs(30));
-    let client = Client::connect(endpoints, options).expect("client");
-    client
-        .put("big", vec![b'v'; VALUE_BYTES])
-        .await
-        .expect("put");
 
-    // Three reads fit (3 MiB); a hundred would be 100 MiB.
-    let reads = |count: usize| {
-        (0..count).fold(
-            Txn::new().on_success(TxnOp::put("marker", "1")),
-            |txn, _| txn.on_success(TxnOp::get("big")),
-        )
-    };
-    let done = client.txn(reads(3)).await.expect("three reads fit");
-    assert_eq!(done.results.len(), 4);
-    client.delete("marker").await.expect("delete");
-    match client.txn(reads(100)).await {
-        Err(ClientError::Rejected(Rejection::ReplyTooLarge { bytes, max })) => {
-            assert_eq!(max, REPLY_BYTES_MAX);
-            assert!(bytes > max, "{bytes} counted, bound {max}");
-        }
-        other => panic!("a hundred reads of 1 MiB must be refused, got {other:?}"),
-    }
-    let marker = client.get("marker").await.expect("get");
-    assert_eq!(marker, None, "the refused transaction's put is undone");
-    let only_reads = (0..100).fold(Txn::new(), |txn, _| txn.on_success(TxnOp::get("big")));
-    match client.txn(only_reads).await {
-        Err(ClientError::Rejected(Rejection::ReplyTooLarge { bytes, max })) => {
-            assert_eq!(max, REPLY_BYTES_MAX);
-            assert!(bytes > max, "{bytes} counted, bound {max}");
-        }
-        other => panic!("a hundred reads of 1 MiB must be refused, got {other:?}"),
-    }
-
-    // The same over etcd's API: ResourceExhausted, with the reason.
+    // etcd's API first, with plain requests only: nothing here can expire
+    // (no session, lease or idempotency key), so the leader proposes no
+    // tick, and nothing moves the revision but a log entry.
     let mut etcd = KvClient::connect(format!("http://{}", cluster.nodes[0].client))
         .await
         .expect("etcd client")
         .max_decoding_message_size(64 * 1024 * 1024);
+    etcd.put(PutRequest {
+        key: b"big".to_vec(),
+        value: vec![b'v'; VALUE_BYTES],
+        ..Default::default()
+    })
+    .await
+    .expect("put");
     let get = || RequestOp {
         request: Some(request_op::Request::RequestRange(RangeRequest {
             key: b"big".to_vec(),
             ..Default::default()
         })),
     };
-    // Nothing here can expire, so nothing moves the revision but a log
-    // entry: a transaction that only reads must not make one.
     let reader = etcd.clone();
     let revision = || {
         let mut etcd = reader.clone();
@@ -115,4 +89,37 @@ async fn a_transaction_of_many_large_reads_is_refused_whole() {
         before,
         "a read-only txn is refused before anything is proposed"
     );
+
+    // The native API: a transaction that writes too is refused whole at
+    // apply, its write undone; one that only reads is refused too.
+    let endpoints: Vec<String> = cluster.nodes.iter().map(|n| n.client.clone()).collect();
+    let options = ClientOptions::default().with_deadline(Duration::from_secs(30));
+    let client = Client::connect(endpoints, options).expect("client");
+    // Three reads fit (3 MiB); a hundred would be 100 MiB.
+    let reads = |count: usize| {
+        (0..count).fold(
+            Txn::new().on_success(TxnOp::put("marker", "1")),
+            |txn, _| txn.on_success(TxnOp::get("big")),
+        )
+    };
+    let done = client.txn(reads(3)).await.expect("three reads fit");
+    assert_eq!(done.results.len(), 4);
+    client.delete("marker").await.expect("delete");
+    match client.txn(reads(100)).await {
+        Err(ClientError::Rejected(Rejection::ReplyTooLarge { bytes, max })) => {
+            assert_eq!(max, REPLY_BYTES_MAX);
+            assert!(bytes > max, "{bytes} counted, bound {max}");
+        }
+        other => panic!("a hundred reads of 1 MiB must be refused, got {other:?}"),
+    }
+    let marker = client.get("marker").await.expect("get");
+    assert_eq!(marker, None, "the refused transaction's put is undone");
+    let only_reads = (0..100).fold(Txn::new(), |txn, _| txn.on_success(TxnOp::get("big")));
+    match client.txn(only_reads).await {
+        Err(ClientError::Rejected(Rejection::ReplyTooLarge { bytes, max })) => {
+            assert_eq!(max, REPLY_BYTES_MAX);
+            assert!(bytes > max, "{bytes} counted, bound {max}");
+        }
+        other => panic!("a hundred reads of 1 MiB must be refused, got {other:?}"),
+    }
 }

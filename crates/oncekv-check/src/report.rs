@@ -428,8 +428,9 @@ svg { border: 1px solid #ddd; background: #fff; }
 svg text { font-family: system-ui, sans-serif; font-size: 11px; fill: #333; }
 ";
 
-/// Escapes text for HTML and SVG.
-fn esc(text: &str) -> String {
+/// Escapes text for HTML and SVG (also for the harness's own tables
+/// beside the timeline).
+pub fn esc(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for ch in text.chars() {
         match ch {

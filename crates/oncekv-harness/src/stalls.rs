@@ -35,6 +35,7 @@
 
 use crate::nemesis::Fault;
 use oncekv_check::record::{FaultId, FaultKind, FaultWindow, NodeId, Op, Outcome, Record};
+use oncekv_check::report::esc;
 use std::fmt::Write as _;
 
 /// Windows shorter than this are marks, not faults.
@@ -376,21 +377,6 @@ pub fn to_text(stalls: &[WindowStall]) -> String {
     }
     if let Some(marks) = marks_left_out(stalls) {
         let _ = writeln!(out, "({marks})");
-    }
-    out
-}
-
-fn esc(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for ch in text.chars() {
-        match ch {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
     }
     out
 }

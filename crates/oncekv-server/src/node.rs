@@ -286,9 +286,13 @@ impl Node {
     }
 
     /// [`execute`](Self::execute) for many requests from one caller: each
-    /// is admitted, joined to its in-flight twin or refused on its own, and
-    /// those left are proposed together, in their order, as consecutive log
-    /// entries of one write. Returns one result per request, in order.
+    /// is admitted, joined to its in-flight twin, refused, or (a plain
+    /// request that only reads) answered at once as a read, on its own,
+    /// and those left are proposed together, in their order, as
+    /// consecutive log entries of one write. A read answered at once may
+    /// not see the writes of the same batch: they were sent together, so
+    /// neither is ordered before the other. Returns one result per
+    /// request, in order.
     pub async fn execute_many(
         &self,
         requests: Vec<Request>,

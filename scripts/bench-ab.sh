@@ -17,6 +17,9 @@
 #                        (default: oncekv-bench beside A_BIN)
 #        ROUNDS=3 DURATION=5s WARMUP=1s NODES="3 1" WRITERS="1 64"
 #        MODES="plain session"
+#        TARGETS="oncekv"    the load generator's client: oncekv's own, or
+#                            etcd (etcd's client against the etcd API the
+#                            nodes serve on their client ports; plain mode)
 # Nodes keep their data under target/ (the project's disk, not a tmpfs),
 # so fsyncs reach a real disk.
 set -euo pipefail
@@ -36,6 +39,7 @@ warmup=${WARMUP:-1s}
 node_counts=${NODES:-3 1}
 writers=${WRITERS:-1 64}
 modes=${MODES:-plain session}
+targets=${TARGETS:-oncekv}
 out=${1:-}
 python3 --version >/dev/null
 mkdir -p target
@@ -89,16 +93,19 @@ for round in $(seq "$rounds"); do
     for nodes in $node_counts; do
         for concurrency in $writers; do
             for mode in $modes; do
+              for target in $targets; do
+                [[ "$target" == etcd && "$mode" != plain ]] && continue
                 for variant in A B; do
                     endpoints_var="endpoints_${variant}_$nodes"
                     # The client is always the one load generator: only the
                     # servers differ.
-                    report=$("$bench_bin" --endpoints "${!endpoints_var}" --workload put \
+                    report=$("$bench_bin" --target "$target" --endpoints "${!endpoints_var}" --workload put \
                         --mode "$mode" --concurrency "$concurrency" --key-bytes 8 --value-bytes 64 \
                         --duration "$duration" --warmup "$warmup" -o json)
                     printf '{"variant":"%s","nodes":%s,"round":%s,"report":%s}\n' \
                         "$variant" "$nodes" "$round" "$report" >>"$results"
                 done
+              done
             done
         done
     done
@@ -109,26 +116,26 @@ python3 - "$results" "$a_name" "$b_name" "$rounds" "$duration" "$out" <<'PY'
 import json, os, statistics, sys
 results, a_name, b_name, rounds, duration, out = sys.argv[1:7]
 rows = [json.loads(line) for line in open(results)]
-def med(variant, nodes, conc, mode, field):
+def med(variant, nodes, conc, mode, target, field):
     return statistics.median(
         r["report"][field] for r in rows
-        if r["variant"] == variant and r["nodes"] == nodes
+        if r["variant"] == variant and r["nodes"] == nodes and r["report"]["target"] == target
         and r["report"]["concurrency"] == conc and r["report"]["mode"] == mode)
 load = open("/proc/loadavg").read().split()[:3]
 lines = [
     f"A = {a_name}, B = {b_name}; median of {rounds} alternating rounds of {duration};",
     f"{os.cpu_count()} cores, load average at the end {' '.join(load)}.",
     "",
-    "| nodes | writers | mode | A ops/s | B ops/s | B/A ops | A p50 ms | B p50 ms | B/A p50 | A p99 ms | B p99 ms |",
-    "|---|---|---|---|---|---|---|---|---|---|---|",
+    "| nodes | writers | mode | client | A ops/s | B ops/s | B/A ops | A p50 ms | B p50 ms | B/A p50 | A p99 ms | B p99 ms |",
+    "|---|---|---|---|---|---|---|---|---|---|---|---|",
 ]
-keys = sorted({(r["nodes"], r["report"]["concurrency"], r["report"]["mode"]) for r in rows},
-              key=lambda k: (-k[0], k[1], k[2]))
-for nodes, conc, mode in keys:
-    a_ops, b_ops = med("A", nodes, conc, mode, "throughput_ops"), med("B", nodes, conc, mode, "throughput_ops")
-    a_p50, b_p50 = med("A", nodes, conc, mode, "p50_ms"), med("B", nodes, conc, mode, "p50_ms")
-    a_p99, b_p99 = med("A", nodes, conc, mode, "p99_ms"), med("B", nodes, conc, mode, "p99_ms")
-    lines.append(f"| {nodes} | {conc} | {mode} | {a_ops:.0f} | {b_ops:.0f} | {b_ops / a_ops:.3f} | "
+keys = sorted({(r["nodes"], r["report"]["concurrency"], r["report"]["mode"], r["report"]["target"])
+               for r in rows}, key=lambda k: (-k[0], k[1], k[2], k[3]))
+for nodes, conc, mode, target in keys:
+    a_ops, b_ops = (med(v, nodes, conc, mode, target, "throughput_ops") for v in "AB")
+    a_p50, b_p50 = (med(v, nodes, conc, mode, target, "p50_ms") for v in "AB")
+    a_p99, b_p99 = (med(v, nodes, conc, mode, target, "p99_ms") for v in "AB")
+    lines.append(f"| {nodes} | {conc} | {mode} | {target} | {a_ops:.0f} | {b_ops:.0f} | {b_ops / a_ops:.3f} | "
                  f"{a_p50:.3f} | {b_p50:.3f} | {b_p50 / a_p50:.3f} | {a_p99:.2f} | {b_p99:.2f} |")
 errors = {}
 for r in rows:

@@ -1,7 +1,8 @@
 //! [`Node`]: an oncekv replica as its services see it. It refuses before
 //! proposing what the state machine would refuse whatever the state (so a
-//! refusal costs no log entry), limits the rate of session opens, stamps
-//! proposals with cluster time, joins a retry to the identical request
+//! refusal costs no log entry), limits the rate of session opens, proposes
+//! what concurrent callers hand over together (one write to the log, not
+//! one per caller), stamps proposals with cluster time, joins a retry to the identical request
 //! already in flight (the retry rendezvous, keyed by the whole header,
 //! secret included), answers a plain request that only reads (a
 //! transaction of reads, say) as a linearizable read with no log entry,
@@ -121,6 +122,20 @@ struct InFlightRequest {
     sender: watch::Sender<InFlightResult>,
 }
 
+/// A request waiting to be proposed, with who sent it.
+type Waiting = (Request, InFlightRequest, Option<Principal>);
+
+/// The requests that callers handed over for proposing and that no
+/// proposal has taken yet: the concurrent calls of many clients (each an
+/// etcd call or an `ExecuteBatch`) go out as one proposal, consecutive
+/// log entries of one write, rather than one proposal each.
+#[derive(Default)]
+struct ProposalQueue {
+    waiting: Vec<Waiting>,
+    /// A task is on its way to propose what is waiting.
+    scheduled: bool,
+}
+
 /// A request's answer: known at once (refused before proposing), or once
 /// its entry (or its twin's, already in flight) is applied.
 enum Answer {
@@ -134,6 +149,7 @@ struct Inner {
     limits: oncekv_state::Limits,
     clock: LeaderClock,
     in_flight: Mutex<InFlight>,
+    proposals: Mutex<ProposalQueue>,
     last_proposal: Mutex<Instant>,
     session_opens: Mutex<RateLimit>,
     /// One state digest at a time: it reads the whole state.
@@ -166,6 +182,7 @@ impl Node {
                 limits,
                 clock: LeaderClock::default(),
                 in_flight: Mutex::new(HashMap::new()),
+                proposals: Mutex::default(),
                 last_proposal: Mutex::new(Instant::now()),
                 session_opens,
                 digesting: tokio::sync::Mutex::new(()),
@@ -289,7 +306,8 @@ impl Node {
     /// is admitted, joined to its in-flight twin, refused, or (a plain
     /// request that only reads) answered at once as a read, on its own,
     /// and those left are proposed together, in their order, as
-    /// consecutive log entries of one write. A read answered at once may
+    /// consecutive log entries of one write (with those of other callers
+    /// that came meanwhile). A read answered at once may
     /// not see the writes of the same batch: they were sent together, so
     /// neither is ordered before the other. Returns one result per
     /// request, in order.
@@ -338,12 +356,9 @@ impl Node {
                 key,
                 sender,
             };
-            proposing.push((request, in_flight));
+            proposing.push((request, in_flight, principal.clone()));
         }
-        if !proposing.is_empty() {
-            let node = self.clone();
-            tokio::spawn(async move { node.propose(proposing, principal).await });
-        }
+        self.queue_for_proposal(proposing);
         let waits = answers.into_iter().map(|answer| async move {
             match answer {
                 Answer::Now(result) => result,
@@ -404,15 +419,43 @@ impl Node {
         Ok(request)
     }
 
+    /// Queues `requests` for proposing, in their order, and makes sure a
+    /// task will propose them. That task first lets the other tasks that
+    /// are ready run (the calls that arrived with these), so what they
+    /// hand over meanwhile joins the same proposal; with nothing else
+    /// ready, it proposes at once.
+    fn queue_for_proposal(&self, requests: Vec<Waiting>) {
+        if requests.is_empty() {
+            return;
+        }
+        let mut queue = lock(&self.inner.proposals);
+        queue.waiting.extend(requests);
+        if std::mem::replace(&mut queue.scheduled, true) {
+            return;
+        }
+        drop(queue);
+        let node = self.clone();
+        tokio::spawn(async move {
+            after_the_ready_tasks().await;
+            let waiting = {
+                let mut queue = lock(&node.inner.proposals);
+                queue.scheduled = false;
+                std::mem::take(&mut queue.waiting)
+            };
+            node.propose(waiting).await;
+        });
+    }
+
     /// Proposes `requests` in one write, answers each through its channel
     /// as its entry applies, and then forgets it as in flight.
-    async fn propose(
-        &self,
-        requests: Vec<(Request, InFlightRequest)>,
-        principal: Option<Principal>,
-    ) {
-        let (requests, in_flight): (Vec<Request>, Vec<InFlightRequest>) =
-            requests.into_iter().unzip();
+    async fn propose(&self, requests: Vec<Waiting>) {
+        let mut in_flight = Vec::with_capacity(requests.len());
+        let mut proposing = Vec::with_capacity(requests.len());
+        for (request, waiting, principal) in requests {
+            in_flight.push(waiting);
+            proposing.push((request, principal));
+        }
+        let requests = proposing;
         // Refused here, nothing reaches openraft: "not the leader" is true.
         let leadership = match self.inner.consensus.leading() {
             Ok(leadership) => leadership,
@@ -429,7 +472,7 @@ impl Node {
         let time = self.inner.clock.stamp(leadership.term, applied_time);
         let proposals = requests
             .into_iter()
-            .map(|mut request| {
+            .map(|(mut request, principal)| {
                 match &mut request.command {
                     Command::OpenSession { secret, .. } => *secret = Node::draw_secret(),
                     Command::Auth(oncekv_state::AuthCommand::Enable { token_key }) => {
@@ -439,7 +482,7 @@ impl Node {
                 }
                 Proposal {
                     time,
-                    principal: principal.clone(),
+                    principal,
                     request,
                 }
             })
@@ -900,4 +943,23 @@ async fn wait_for(
         Ok(Err(_)) => unknown("its proposer went away before answering".to_string()),
         Err(_) => unknown(format!("not applied within {} ms", deadline.as_millis())),
     }
+}
+
+/// Resolves once the tasks that were ready to run on this worker have run:
+/// the task wakes itself, which puts it at the back of the worker's queue
+/// (a task woken while it runs is queued behind the others, never in the
+/// slot that runs next). Unlike `tokio::task::yield_now`, which waits
+/// for the worker to next poll its I/O driver (under load, dozens of
+/// tasks later), this lets only what was ready go first.
+async fn after_the_ready_tasks() {
+    let mut woken = false;
+    std::future::poll_fn(|cx| {
+        if std::mem::replace(&mut woken, true) {
+            std::task::Poll::Ready(())
+        } else {
+            cx.waker().wake_by_ref();
+            std::task::Poll::Pending
+        }
+    })
+    .await;
 }

@@ -7,8 +7,11 @@
 //! been proposed". Every request of a batch, and a retry joined to its
 //! in-flight twin, gets such an answer of its own.
 //!
+//! And what callers send at the same moment is proposed together.
+//!
 //! Nodes run in this process: one node over a log whose writes can be made
-//! to fail, or three nodes behind peer proxies that can cut one off.
+//! to fail (and are counted), or three nodes behind peer proxies that can
+//! cut one off.
 
 use oncekv_harness::peer_proxy::{Partitions, PeerProxy, source_ip};
 use oncekv_harness::testing::eventually;
@@ -39,18 +42,27 @@ use std::fmt::Debug;
 use std::io;
 use std::ops::RangeBounds;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 /// Longest any one wait of these tests may take.
 const WAIT: Duration = Duration::from_secs(30);
 
-/// The durable log, whose appends fail once `fail` is set (as a failed
-/// write or fsync would).
+/// What a test sees and steers of its node's log.
+#[derive(Debug, Default)]
+struct LogControl {
+    /// Appends fail once this is set (as a failed write or fsync would).
+    fail: AtomicBool,
+    /// Appends asked of the log (each a write of the entries openraft
+    /// had for it).
+    appends: AtomicUsize,
+}
+
+/// The durable log, steered by a [`LogControl`].
 #[derive(Clone, Debug)]
 struct FailingLog {
     log: SegmentLog,
-    fail: Arc<AtomicBool>,
+    control: Arc<LogControl>,
 }
 
 impl RaftLogReader<TypeConfig> for FailingLog {
@@ -90,7 +102,8 @@ impl RaftLogStorage<TypeConfig> for FailingLog {
         I: IntoIterator<Item = EntryOf<TypeConfig>> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        if self.fail.load(Ordering::SeqCst) {
+        self.control.appends.fetch_add(1, Ordering::SeqCst);
+        if self.control.fail.load(Ordering::SeqCst) {
             return Err(io::Error::other("injected: the log write failed"));
         }
         self.log.append(entries, callback).await
@@ -108,11 +121,11 @@ impl RaftLogStorage<TypeConfig> for FailingLog {
     }
 }
 
-/// Node 1 of `members` in this process, over a log that fails once
-/// `fail` is set; and where its data lives.
+/// Node 1 of `members` in this process, over a log `control` steers;
+/// and where its data lives.
 async fn start_node(
     members: BTreeMap<NodeId, NodeInfo>,
-    fail: Arc<AtomicBool>,
+    control: Arc<LogControl>,
 ) -> (tempfile::TempDir, Node) {
     let dir = tempfile::tempdir().expect("temp dir");
     let log = SegmentLog::open(&dir.path().join("log")).expect("open the log");
@@ -122,7 +135,7 @@ async fn start_node(
     let consensus = Consensus::start(
         1,
         &ConsensusOptions::default(),
-        FailingLog { log, fail },
+        FailingLog { log, control },
         state,
         PeerNetwork::default(),
         Some(members),
@@ -140,8 +153,8 @@ fn info(peer_address: &str) -> NodeInfo {
 }
 
 /// A one-node cluster whose node leads.
-async fn leading_node(fail: Arc<AtomicBool>) -> (tempfile::TempDir, Node) {
-    let (dir, node) = start_node(BTreeMap::from([(1, info("127.0.0.1:1"))]), fail).await;
+async fn leading_node(control: Arc<LogControl>) -> (tempfile::TempDir, Node) {
+    let (dir, node) = start_node(BTreeMap::from([(1, info("127.0.0.1:1"))]), control).await;
     eventually(WAIT, "node 1 leads", || {
         let leads = node.consensus().leadership().is_leader;
         async move { leads.then_some(()) }
@@ -261,14 +274,14 @@ async fn a_node_whose_consensus_shut_down_answers_unavailable_not_a_redirect() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_log_write_answers_unavailable_to_every_request_in_flight_and_after() {
-    let fail = Arc::new(AtomicBool::new(false));
-    let (_dir, node) = leading_node(fail.clone()).await;
+    let control = Arc::new(LogControl::default());
+    let (_dir, node) = leading_node(control.clone()).await;
     let service = KvService::new(node.clone());
 
     // A batch whose one write to the log fails: a plain request, a request
     // on a session, and a retry of it joined to it in flight. The write
     // stops consensus; nobody is told "not proposed".
-    fail.store(true, Ordering::SeqCst);
+    control.fail.store(true, Ordering::SeqCst);
     let batch = execute_batch(&service, &[put("a"), on_session(1), on_session(1)]).await;
     assert_eq!(batch.len(), 3);
     for response in &batch {
@@ -568,4 +581,31 @@ async fn a_membership_change_cut_short_after_its_first_entry_is_unavailable() {
         return;
     }
     panic!("the leader changed before every learner's entry committed");
+}
+
+/// Writes that callers send at the same moment go to the log together:
+/// the node proposes what is waiting as one batch, so openraft appends
+/// it in one write instead of one write per caller.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_callers_are_proposed_together() {
+    const CALLERS: usize = 64;
+    let control = Arc::new(LogControl::default());
+    let (_dir, node) = leading_node(control.clone()).await;
+    // Applied, so the node is past its first entries.
+    node.execute(put("warm"), None).await.expect("applied");
+    let before = control.appends.load(Ordering::SeqCst);
+    let callers: Vec<_> = (0..CALLERS)
+        .map(|caller| {
+            let node = node.clone();
+            tokio::spawn(async move { node.execute(put(&format!("k{caller}")), None).await })
+        })
+        .collect();
+    for caller in callers {
+        caller.await.expect("the caller ran").expect("applied");
+    }
+    let appends = control.appends.load(Ordering::SeqCst) - before;
+    assert!(
+        appends <= CALLERS / 4,
+        "{CALLERS} concurrent writes took {appends} log appends"
+    );
 }

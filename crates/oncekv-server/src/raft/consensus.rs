@@ -49,6 +49,10 @@ pub enum ReadPolicy {
 /// clocks, and NTP's slewing, stay well under 0.1%).
 pub const LEASE_PERCENT_OF_ELECTION_TIMEOUT: u64 = 90;
 
+/// How often [`Consensus::stopped_fatally`] looks whether consensus has
+/// stopped: how long a node that cannot go on lingers before it stops.
+pub const FATAL_STOP_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
+
 impl ReadPolicy {
     /// The lease a leader reads under, for `election_timeout_max_ms`.
     pub fn lease(election_timeout_max_ms: u64) -> Duration {
@@ -524,16 +528,17 @@ impl Consensus {
     /// (a failed log write or sync, say). A node in that state can neither
     /// lead nor follow; it must stop, so that it restarts from its durable
     /// state instead of lingering half alive.
+    ///
+    /// Checked every [`FATAL_STOP_CHECK_INTERVAL`] rather than on every
+    /// change of openraft's metrics: those change with every batch the
+    /// node writes or applies, and a waiter on them would wake a thread
+    /// that many times a second for a state that almost never comes.
     pub async fn stopped_fatally(&self) -> String {
-        use openraft::async_runtime::WatchReceiver;
-        let mut metrics = self.raft.metrics();
         loop {
-            if let Err(fatal) = &metrics.borrow_watched().running_state {
-                return fatal.to_string();
+            if let Some(cause) = self.stopped() {
+                return cause;
             }
-            if metrics.changed().await.is_err() {
-                return "consensus stopped".to_string();
-            }
+            tokio::time::sleep(FATAL_STOP_CHECK_INTERVAL).await;
         }
     }
 

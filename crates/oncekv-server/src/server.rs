@@ -17,8 +17,10 @@
 //! UNAUTHENTICATED from its headers alone ([`crate::raft::peer_token`]).
 //! The peer port also serves etcd's services (not Watch) for the calls
 //! followers forward to the leader, only to a member forwarding a call as
-//! itself ([`crate::grpc::etcd::MemberCheck`]), and within the client
-//! port's message limit.
+//! itself ([`crate::grpc::etcd::MemberCheck`]), under the client port's
+//! message limit and in-flight cap (a cap of their own, beside Raft's
+//! messages' peer cap: [`crate::transport::InFlightShare`]), with as many
+//! streams per connection as the larger of the two ports allows.
 //! [`ServerLimits`] also bounds the node's watchers and the events they
 //! hold unsent; the hub holds them to those bounds, shared among users as
 //! the replicated budgets are ([`WatchBounds`]).
@@ -36,7 +38,7 @@ use crate::raft::state_machine_store::StateMachineStore;
 use crate::raft::type_config::{NodeId, NodeInfo};
 use crate::tls::{PeerTls, ServerTls};
 use crate::transport::{
-    answer_plaintext, answer_refused, limit_connections, limit_requests, sort_if_tls,
+    InFlightShare, answer_plaintext, answer_refused, limit_connections, limit_requests, sort_if_tls,
 };
 use crate::watch::{WATCH_BYTES_MAX_DEFAULT, WATCHERS_MAX_DEFAULT, WatchBounds};
 use oncekv_proto::v1::kv_server::KvServer;
@@ -763,25 +765,44 @@ impl Listeners {
             config.peer_tls.is_some(),
         );
         let bytes = config.client_message_bytes_max;
-        let peer = grpc_server(&limits.peer, peer_tls, "peer")?
+        // Raft's messages and the forwarded calls each have their in-flight
+        // cap (the peer port's, and the client port's: what the calls
+        // had there), so neither takes the other's slots; and a follower's
+        // forwarded calls, which share one connection, as many streams on
+        // it as a client's connection has.
+        let raft_cap = InFlightShare::cap(limits.peer.in_flight_max, "peer");
+        let forwarded_cap = InFlightShare::cap(limits.client.in_flight_max, "forwarded");
+        let peer_limits = ListenerLimits {
+            streams_per_connection_max: limits
+                .peer
+                .streams_per_connection_max
+                .max(limits.client.streams_per_connection_max),
+            ..limits.peer.clone()
+        };
+        let peer = grpc_server(&peer_limits, peer_tls, "peer")?
             .layer(limit_requests(
-                limits.peer.in_flight_max,
+                limits
+                    .peer
+                    .in_flight_max
+                    .saturating_add(limits.client.in_flight_max),
                 limits.peer.call_timeout,
                 "peer",
             ))
-            .add_service(InterceptedService::new(
-                RaftPeerServer::new(peer_service)
-                    .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
-                    .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX),
-                PeerTokenCheck::new(config.peer_token.clone()),
-            ))
-            .add_service(members.guard(etcd.kv_server(bytes)))
-            .add_service(members.guard(etcd.lease_server(bytes)))
-            .add_service(members.guard(etcd.cluster_server(bytes)))
-            .add_service(members.guard(etcd.maintenance_server(bytes)))
-            .add_service(members.guard(etcd.lock_server(bytes)))
-            .add_service(members.guard(etcd.election_server(bytes)))
-            .add_service(members.guard(etcd.auth_server(bytes)))
+            .add_service(
+                raft_cap.limit(InterceptedService::new(
+                    RaftPeerServer::new(peer_service)
+                        .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
+                        .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX),
+                    PeerTokenCheck::new(config.peer_token.clone()),
+                )),
+            )
+            .add_service(forwarded_cap.limit(members.guard(etcd.kv_server(bytes))))
+            .add_service(forwarded_cap.limit(members.guard(etcd.lease_server(bytes))))
+            .add_service(forwarded_cap.limit(members.guard(etcd.cluster_server(bytes))))
+            .add_service(forwarded_cap.limit(members.guard(etcd.maintenance_server(bytes))))
+            .add_service(forwarded_cap.limit(members.guard(etcd.lock_server(bytes))))
+            .add_service(forwarded_cap.limit(members.guard(etcd.election_server(bytes))))
+            .add_service(forwarded_cap.limit(members.guard(etcd.auth_server(bytes))))
             .serve_with_incoming_shutdown(peer_incoming, signal(stopped.clone()));
         let reflection = crate::grpc::reflection_service()
             .map_err(|error| ServeError::Reflection(error.to_string()))?;

@@ -44,6 +44,59 @@ use tonic::transport::{Channel, Endpoint};
 /// The longest any one step may take before the test fails.
 const STEP: Duration = Duration::from_secs(20);
 
+/// Whether a call was answered "no leader" or "not leader": nothing was
+/// sent, and the call may be made again once the cluster has a leader.
+trait Leaderless {
+    fn leaderless(&self) -> bool;
+}
+
+impl Leaderless for tonic::Status {
+    fn leaderless(&self) -> bool {
+        self.code() == tonic::Code::Unavailable
+            && matches!(
+                self.message(),
+                "etcdserver: no leader" | "etcdserver: not leader"
+            )
+    }
+}
+
+impl Leaderless for etcd_client::Error {
+    fn leaderless(&self) -> bool {
+        matches!(self, etcd_client::Error::GRpcStatus(status) if status.leaderless())
+    }
+}
+
+/// `call`'s answer once a leader carries it out: a call answered "no
+/// leader" (an election, which a loaded machine may start at any moment)
+/// is made again, for at most [`STEP`].
+async fn led<T, E, F, Fut>(mut call: F) -> Result<T, E>
+where
+    E: Leaderless,
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, E>>,
+{
+    let deadline = tokio::time::Instant::now() + STEP;
+    loop {
+        match call().await {
+            Err(error) if error.leaderless() && tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            answer => return answer,
+        }
+    }
+}
+
+/// `$call` on a clone of `$client` (named `$c` in it), through [`led`].
+macro_rules! led {
+    ($client:expr, |$c:ident| $call:expr) => {
+        led(|| {
+            let mut $c = $client.clone();
+            async move { $call.await }
+        })
+        .await
+    };
+}
+
 fn read(path: &Path) -> Vec<u8> {
     std::fs::read(path).expect("a certificate file")
 }
@@ -90,6 +143,16 @@ async fn held(client: &mut Client, key: &str) -> Option<Vec<u8>> {
         .kvs()
         .first()
         .map(|kv| kv.value().to_vec())
+}
+
+/// Waits until `client`'s node holds `expected` under `key` ([`held`]:
+/// after a leader change it may still be applying what it committed).
+async fn until_seen(client: &Client, key: &str, expected: Option<&[u8]>) {
+    eventually(STEP, &format!("{key} = {expected:?} on the leader"), || {
+        let mut client = client.clone();
+        async move { (held(&mut client, key).await.as_deref() == expected).then_some(()) }
+    })
+    .await;
 }
 
 /// The gRPC code of an etcd-client error.
@@ -186,35 +249,40 @@ async fn a_follower_on_tls_forwards_every_leader_call_and_keeps_the_caller_s_cer
     let follower = (1..=3).find(|id| *id != leader).expect("a follower");
     let follower_address = cluster.node(follower).client.clone();
     let leader_address = cluster.node(leader).client.clone();
-    let mut through = tls_client(&follower_address, &dir, &root).await;
-    let mut at_leader = tls_client(&leader_address, &dir, &root).await;
+    let through = tls_client(&follower_address, &dir, &root).await;
+    let at_leader = tls_client(&leader_address, &dir, &root).await;
     until_it_writes(&through).await;
 
     // A put and a linearizable get.
-    through.put("k", "v1", None).await.expect("a put");
-    assert_eq!(held(&mut at_leader, "k").await.as_deref(), Some(&b"v1"[..]));
-    let got = through.get("k", None).await.expect("a linearizable get");
+    led!(through, |c| c.put("k", "v1", None)).expect("a put");
+    until_seen(&at_leader, "k", Some(&b"v1"[..])).await;
+    let got = led!(through, |c| c.get("k", None)).expect("a linearizable get");
     assert_eq!(got.kvs().first().map(|kv| kv.value()), Some(&b"v1"[..]));
 
     // A transaction.
     let txn = Txn::new()
         .when([Compare::value("k", CompareOp::Equal, "v1")])
         .and_then([TxnOp::put("k", "v2", None)]);
-    let answer = through.txn(txn).await.expect("a transaction");
+    let txn = &txn;
+    let answer = led!(through, |c| c.txn(txn.clone())).expect("a transaction");
     assert!(answer.succeeded(), "{answer:?}");
-    assert_eq!(held(&mut at_leader, "k").await.as_deref(), Some(&b"v2"[..]));
+    until_seen(&at_leader, "k", Some(&b"v2"[..])).await;
 
     // A lease granted, then revoked.
-    let lease = through.lease_grant(60, None).await.expect("a grant").id();
+    let lease = led!(through, |c| c.lease_grant(60, None))
+        .expect("a grant")
+        .id();
     let listed = |leases: etcd_client::LeaseLeasesResponse| {
         leases.leases().iter().any(|status| status.id() == lease)
     };
-    assert!(listed(at_leader.leases().await.expect("the leases")));
-    through.lease_revoke(lease).await.expect("a revoke");
-    assert!(!listed(at_leader.leases().await.expect("the leases")));
+    assert!(listed(led!(at_leader, |c| c.leases()).expect("the leases")));
+    led!(through, |c| c.lease_revoke(lease)).expect("a revoke");
+    assert!(!listed(
+        led!(at_leader, |c| c.leases()).expect("the leases")
+    ));
 
     // The member list.
-    let members = through.member_list().await.expect("the member list");
+    let members = led!(through, |c| c.member_list()).expect("the member list");
     assert_eq!(members.members().len(), 3, "{members:?}");
     assert!(
         members
@@ -225,23 +293,29 @@ async fn a_follower_on_tls_forwards_every_leader_call_and_keeps_the_caller_s_cer
     );
 
     // A lock taken and released.
-    let lease = through.lease_grant(60, None).await.expect("a grant").id();
-    let lock = through
-        .lock("jobs", Some(LockOptions::new().with_lease(lease)))
-        .await
-        .expect("a lock");
-    let key = String::from_utf8(lock.key().to_vec()).expect("a UTF-8 key");
-    assert!(held(&mut at_leader, &key).await.is_some(), "{key}");
-    through.unlock(lock.key()).await.expect("an unlock");
-    assert!(held(&mut at_leader, &key).await.is_none(), "{key}");
+    let lease = led!(through, |c| c.lease_grant(60, None))
+        .expect("a grant")
+        .id();
+    let lock = led!(through, |c| c
+        .lock("jobs", Some(LockOptions::new().with_lease(lease))))
+    .expect("a lock");
+    let key = lock.key().to_vec();
+    let name = String::from_utf8(key.clone()).expect("a UTF-8 key");
+    eventually(STEP, "the lock's key on the leader", || {
+        let mut client = at_leader.clone();
+        let name = name.clone();
+        async move { held(&mut client, &name).await.map(drop) }
+    })
+    .await;
+    let key = &key;
+    led!(through, |c| c.unlock(key.clone())).expect("an unlock");
+    until_seen(&at_leader, &name, None).await;
 
     // An election campaign.
-    let elected = through
-        .campaign("chair", "from-a-follower", lease)
-        .await
-        .expect("a campaign");
+    let elected =
+        led!(through, |c| c.campaign("chair", "from-a-follower", lease)).expect("a campaign");
     assert!(elected.leader().is_some(), "{elected:?}");
-    let seen = at_leader.leader("chair").await.expect("the leader");
+    let seen = led!(at_leader, |c| c.leader("chair")).expect("the leader");
     assert_eq!(
         seen.kv().map(|kv| kv.value()),
         Some(&b"from-a-follower"[..])
@@ -249,64 +323,51 @@ async fn a_follower_on_tls_forwards_every_leader_call_and_keeps_the_caller_s_cer
 
     // Users set up through the follower, as the certificates name them.
     let no_password = || Some(UserAddOptions::new().with_no_pwd());
-    through
-        .user_add("root", "", no_password())
-        .await
-        .expect("root");
-    through
-        .user_grant_role("root", "root")
-        .await
-        .expect("root's role");
-    through.role_add("app").await.expect("a role");
-    through
-        .role_grant_permission("app", Permission::read_write("app/").with_prefix())
-        .await
-        .expect("a grant");
-    through
-        .user_add("alice", "", no_password())
-        .await
-        .expect("alice");
-    through
-        .user_grant_role("alice", "app")
-        .await
-        .expect("alice's role");
-    through.auth_enable().await.expect("authentication enabled");
+    led!(through, |c| c.user_add("root", "", no_password())).expect("root");
+    led!(through, |c| c.user_grant_role("root", "root")).expect("root's role");
+    led!(through, |c| c.role_add("app")).expect("a role");
+    led!(through, |c| c.role_grant_permission(
+        "app",
+        Permission::read_write("app/").with_prefix()
+    ))
+    .expect("a grant");
+    led!(through, |c| c.user_add("alice", "", no_password())).expect("alice");
+    led!(through, |c| c.user_grant_role("alice", "app")).expect("alice's role");
+    led!(through, |c| c.auth_enable()).expect("authentication enabled");
 
-    let mut as_alice = tls_client(&follower_address, &dir, &alice).await;
+    let as_alice = tls_client(&follower_address, &dir, &alice).await;
     eventually(STEP, "alice's put within her grants", || {
         let mut client = as_alice.clone();
         async move { client.put("app/x", "1", None).await.ok().map(drop) }
     })
     .await;
-    assert_eq!(
-        held(&mut at_leader, "app/x").await.as_deref(),
-        Some(&b"1"[..])
-    );
-    let denied = as_alice
-        .put("other", "1", None)
-        .await
-        .expect_err("outside alice's grants");
+    until_seen(&at_leader, "app/x", Some(&b"1"[..])).await;
+    let denied = led!(as_alice, |c| c.put("other", "1", None)).expect_err("outside alice's grants");
     assert_eq!(code_of(denied), tonic::Code::PermissionDenied);
-    let denied = as_alice.user_list().await.expect_err("alice is no admin");
+    let denied = led!(as_alice, |c| c.user_list()).expect_err("alice is no admin");
     assert_eq!(code_of(denied), tonic::Code::PermissionDenied);
-    through.user_list().await.expect("root lists the users");
+    led!(through, |c| c.user_list()).expect("root lists the users");
 
     // Alice claiming to be root in the forwarding marks stays alice, and
     // her call is still forwarded and applied within her grants.
-    let mut raw = raw_tls_kv(&follower_address, &dir, &alice, None).await;
-    let refused = raw
-        .put(marked_put("other", "2", leader, Some("root")))
-        .await
-        .expect_err("alice is not root");
+    let raw = raw_tls_kv(&follower_address, &dir, &alice, None).await;
+    let refused = led!(raw, |c| c.put(marked_put(
+        "other",
+        "2",
+        leader,
+        Some("root")
+    )))
+    .expect_err("alice is not root");
     assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
-    raw.put(marked_put("app/y", "2", leader, Some("root")))
-        .await
-        .expect("forwarded as alice's");
-    assert_eq!(
-        held(&mut at_leader, "app/y").await.as_deref(),
-        Some(&b"2"[..])
-    );
-    assert_eq!(held(&mut at_leader, "other").await, None);
+    led!(raw, |c| c.put(marked_put(
+        "app/y",
+        "2",
+        leader,
+        Some("root")
+    )))
+    .expect("forwarded as alice's");
+    until_seen(&at_leader, "app/y", Some(&b"2"[..])).await;
+    until_seen(&at_leader, "other", None).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -370,20 +431,18 @@ async fn the_peer_port_serves_etcd_calls_only_to_members_forwarding_them() {
     assert!(refused.message().contains("not a member"), "{refused:?}");
 
     // The member forwarding as itself is served.
-    as_member
-        .put(marked_put("p", "1", other, None))
-        .await
+    led!(as_member, |c| c.put(marked_put("p", "1", other, None)))
         .expect("a member's forwarded call");
     let leader_address = cluster.node(leader).client.clone();
     let tls =
         TlsOptions::new().ca_certificate(Certificate::from_pem(read(&certs::ca_files(&dir).cert)));
-    let mut at_leader = Client::connect(
+    let at_leader = Client::connect(
         [format!("https://{leader_address}")],
         Some(ConnectOptions::new().with_tls(tls).with_timeout(STEP)),
     )
     .await
     .expect("connect etcd-client over TLS");
-    assert_eq!(held(&mut at_leader, "p").await.as_deref(), Some(&b"1"[..]));
+    until_seen(&at_leader, "p", Some(&b"1"[..])).await;
     assert!(
         cluster.logs().contains("forwarded etcd call refused"),
         "the refusals are logged"
@@ -399,20 +458,15 @@ async fn a_client_s_own_forwarding_marks_are_not_believed() {
     let follower_address = cluster.node(follower).client.clone();
     let leader_address = cluster.node(leader).client.clone();
     let through = plain_client(&follower_address).await;
-    let mut at_leader = plain_client(&leader_address).await;
+    let at_leader = plain_client(&leader_address).await;
     until_it_writes(&through).await;
 
     // Marked as forwarded by the leader itself, on a follower's client
     // port: forwarded and applied as any other call (a forwarded call
     // would be answered "not leader" there).
-    let mut raw = raw_plain_kv(&follower_address).await;
-    raw.put(marked_put("marked", "1", leader, None))
-        .await
-        .expect("forwarded and applied");
-    assert_eq!(
-        held(&mut at_leader, "marked").await.as_deref(),
-        Some(&b"1"[..])
-    );
+    let raw = raw_plain_kv(&follower_address).await;
+    led!(raw, |c| c.put(marked_put("marked", "1", leader, None))).expect("forwarded and applied");
+    until_seen(&at_leader, "marked", Some(&b"1"[..])).await;
 
     // The peer port wants the peer token before anything else, and then
     // the forwarding mark.
@@ -429,26 +483,27 @@ async fn a_client_s_own_forwarding_marks_are_not_believed() {
     token.attach(&mut unmarked);
     let refused = on_peer.put(unmarked).await.expect_err("unmarked");
     assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
-    let mut marked = marked_put("p", "1", follower, None);
-    token.attach(&mut marked);
-    on_peer
-        .put(marked)
-        .await
-        .expect("a member's forwarded call");
+    let token = &token;
+    led!(on_peer, |c| {
+        let mut marked = marked_put("p", "1", follower, None);
+        token.attach(&mut marked);
+        c.put(marked)
+    })
+    .expect("a member's forwarded call");
 
     // With authentication on, a call claiming a certificate user in the
     // marks, on a port that asks for no certificate, names nobody.
-    let mut admin = through.clone();
-    admin.user_add("root", "secret", None).await.expect("root");
-    admin
-        .user_grant_role("root", "root")
-        .await
-        .expect("root's role");
-    admin.auth_enable().await.expect("authentication enabled");
-    let refused = raw
-        .put(marked_put("claimed", "1", leader, Some("root")))
-        .await
-        .expect_err("nobody is authenticated");
+    let admin = through.clone();
+    led!(admin, |c| c.user_add("root", "secret", None)).expect("root");
+    led!(admin, |c| c.user_grant_role("root", "root")).expect("root's role");
+    led!(admin, |c| c.auth_enable()).expect("authentication enabled");
+    let refused = led!(raw, |c| c.put(marked_put(
+        "claimed",
+        "1",
+        leader,
+        Some("root")
+    )))
+    .expect_err("nobody is authenticated");
     assert_ne!(refused.code(), tonic::Code::Ok);
     assert!(
         refused.message().contains("user name is empty"),

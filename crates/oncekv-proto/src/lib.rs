@@ -85,5 +85,26 @@ pub const BEARER: &str = "Bearer ";
 /// token.
 pub const PEER_TOKEN_METADATA: &str = "oncekv-peer-token";
 
+/// The gRPC metadata entry on an etcd call one member forwards to the
+/// leader's peer port: the forwarding member's node id. The leader serves
+/// such a call only from a member authenticated as that node (its peer
+/// certificate for `node-<id>`, or the peer token); on a client port the
+/// entry means nothing.
+pub const FORWARDED_BY_METADATA: &str = "oncekv-forwarded-by";
+
+/// The gRPC metadata entry on a forwarded etcd call naming its caller's
+/// source address, as the forwarding member saw it.
+pub const FORWARDED_FOR_METADATA: &str = "oncekv-forwarded-for";
+
+/// The binary gRPC metadata entry on a forwarded etcd call holding the
+/// Common Name (UTF-8) of the client certificate the forwarding member
+/// verified on the caller's connection (absent: none).
+pub const FORWARDED_CERTIFICATE_USER_METADATA: &str = "oncekv-forwarded-certificate-user-bin";
+
+/// The binary gRPC metadata entry on a forwarded etcd call holding the
+/// serial number (big-endian bytes) of that client certificate, so that
+/// the leader refuses a revoked one.
+pub const FORWARDED_CERTIFICATE_SERIAL_METADATA: &str = "oncekv-forwarded-certificate-serial-bin";
+
 /// Most requests one `ExecuteBatch` message may carry.
 pub const BATCH_REQUESTS_MAX: usize = 256;

@@ -1,8 +1,8 @@
 //! The wire contract's constants are defined once, here: no other crate's
 //! code spells the metadata names (overloaded, idempotency key, the
-//! authorization header and its bearer prefix, the peer token) or the
-//! batch limit itself, so a change to the contract cannot leave a stale
-//! copy behind.
+//! authorization header and its bearer prefix, the peer token, the
+//! marks of a forwarded etcd call) or the batch limit itself, so a
+//! change to the contract cannot leave a stale copy behind.
 
 use std::path::{Path, PathBuf};
 
@@ -16,6 +16,22 @@ const DEFINED_HERE: &[(&str, &str)] = &[
     ("\"authorization\"", "oncekv_proto::AUTHORIZATION_METADATA"),
     ("\"Bearer ", "oncekv_proto::BEARER"),
     ("\"oncekv-peer-token\"", "oncekv_proto::PEER_TOKEN_METADATA"),
+    (
+        "\"oncekv-forwarded-by\"",
+        "oncekv_proto::FORWARDED_BY_METADATA",
+    ),
+    (
+        "\"oncekv-forwarded-for\"",
+        "oncekv_proto::FORWARDED_FOR_METADATA",
+    ),
+    (
+        "\"oncekv-forwarded-certificate-user-bin\"",
+        "oncekv_proto::FORWARDED_CERTIFICATE_USER_METADATA",
+    ),
+    (
+        "\"oncekv-forwarded-certificate-serial-bin\"",
+        "oncekv_proto::FORWARDED_CERTIFICATE_SERIAL_METADATA",
+    ),
     (
         "BATCH_REQUESTS_MAX: usize =",
         "oncekv_proto::BATCH_REQUESTS_MAX",

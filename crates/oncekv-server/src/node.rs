@@ -236,6 +236,14 @@ impl Node {
             .map(|info| info.client_address)
     }
 
+    /// The peer address of node `id`, if it is a member.
+    pub fn peer_address_of(&self, id: NodeId) -> Option<String> {
+        self.inner
+            .consensus
+            .member(id)
+            .map(|info| info.peer_address)
+    }
+
     /// Asks for a snapshot when enough bytes were applied since the last
     /// one (the entry-count policy is openraft's own).
     async fn snapshot_if_due(&self) {

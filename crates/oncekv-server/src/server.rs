@@ -15,11 +15,18 @@
 //! [`crate::raft::peer_service`]. With a peer token
 //! ([`ServerConfig::peer_token`]), a peer call without it is answered
 //! UNAUTHENTICATED from its headers alone ([`crate::raft::peer_token`]).
+//! The peer port also serves etcd's services (not Watch) for the calls
+//! followers forward to the leader, only to a member forwarding a call as
+//! itself ([`crate::grpc::etcd::MemberCheck`]), under the client port's
+//! message limit and in-flight cap (a cap of their own, beside Raft's
+//! messages' peer cap: [`crate::transport::InFlightShare`]), with as many
+//! streams per connection as the larger of the two ports allows.
 //! [`ServerLimits`] also bounds the node's watchers and the events they
 //! hold unsent; the hub holds them to those bounds, shared among users as
 //! the replicated budgets are ([`WatchBounds`]).
 
 use crate::grpc::KvService;
+use crate::grpc::etcd::MemberCheck;
 use crate::identity::{self, IdentityError};
 use crate::node::{Node, NodeOptions};
 use crate::raft::consensus::{Consensus, ConsensusOptions, StartError};
@@ -31,7 +38,7 @@ use crate::raft::state_machine_store::StateMachineStore;
 use crate::raft::type_config::{NodeId, NodeInfo};
 use crate::tls::{PeerTls, ServerTls};
 use crate::transport::{
-    answer_plaintext, answer_refused, limit_connections, limit_requests, sort_if_tls,
+    InFlightShare, answer_plaintext, answer_refused, limit_connections, limit_requests, sort_if_tls,
 };
 use crate::watch::{WATCH_BYTES_MAX_DEFAULT, WATCHERS_MAX_DEFAULT, WatchBounds};
 use oncekv_proto::v1::kv_server::KvServer;
@@ -617,13 +624,7 @@ async fn start_consensus(
         &config.consensus,
         log,
         state,
-        PeerNetwork {
-            source_ip: config.peer_source_ip,
-            connector: config.peer_connector.clone(),
-            tls: config.peer_tls.clone(),
-            token: config.peer_token.clone(),
-            append: config.consensus.peer_append,
-        },
+        peer_network(config),
         config.initial_cluster.clone(),
     )
     .await?;
@@ -633,6 +634,19 @@ async fn start_consensus(
     };
     let node = Node::new(consensus.clone(), node_options);
     Ok((consensus, node))
+}
+
+/// How the node reaches its peers, as `config` says (its connector, source
+/// address, TLS and token): for Raft, and for the etcd calls a follower
+/// forwards to its leader.
+fn peer_network(config: &ServerConfig) -> PeerNetwork {
+    PeerNetwork {
+        source_ip: config.peer_source_ip,
+        connector: config.peer_connector.clone(),
+        tls: config.peer_tls.clone(),
+        token: config.peer_token.clone(),
+        append: config.consensus.peer_append,
+    }
 }
 
 /// The connections a node serves: its client and peer streams, and etcd's
@@ -729,33 +743,69 @@ impl Listeners {
                 signal(stopped.clone()),
             )),
         ];
-        let peer_service = consensus
-            .peer_service()
-            .with_snapshot_spool(spool)
-            .with_peer_certificates(config.peer_tls.is_some())
-            .with_stop_signal(stopped.clone());
-        let peer = grpc_server(&limits.peer, peer_tls, "peer")?
-            .layer(limit_requests(
-                limits.peer.in_flight_max,
-                limits.peer.call_timeout,
-                "peer",
-            ))
-            .add_service(InterceptedService::new(
-                RaftPeerServer::new(peer_service)
-                    .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
-                    .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX),
-                PeerTokenCheck::new(config.peer_token.clone()),
-            ))
-            .serve_with_incoming_shutdown(peer_incoming, signal(stopped.clone()));
-        let reflection = crate::grpc::reflection_service()
-            .map_err(|error| ServeError::Reflection(error.to_string()))?;
         let etcd = crate::grpc::etcd::EtcdApi::new(
             node.clone(),
             cluster,
             client_tls.is_some(),
             config.client_message_bytes_max,
         )
-        .reporting_version(&config.etcd_version);
+        .reporting_version(&config.etcd_version)
+        .forwarding_with(peer_network(config).dialer());
+        let peer_service = consensus
+            .peer_service()
+            .with_snapshot_spool(spool)
+            .with_peer_certificates(config.peer_tls.is_some())
+            .with_stop_signal(stopped.clone());
+        // etcd's services (not Watch) for the calls followers forward
+        // here, only from an authenticated member, and within the client
+        // port's message limit.
+        let members = MemberCheck::new(
+            node.clone(),
+            config.peer_token.clone(),
+            config.peer_tls.is_some(),
+        );
+        let bytes = config.client_message_bytes_max;
+        // Raft's messages and the forwarded calls each have their in-flight
+        // cap (the peer port's, and the client port's: what the calls
+        // had there), so neither takes the other's slots; and a follower's
+        // forwarded calls, which share one connection, as many streams on
+        // it as a client's connection has.
+        let raft_cap = InFlightShare::cap(limits.peer.in_flight_max, "peer");
+        let forwarded_cap = InFlightShare::cap(limits.client.in_flight_max, "forwarded");
+        let peer_limits = ListenerLimits {
+            streams_per_connection_max: limits
+                .peer
+                .streams_per_connection_max
+                .max(limits.client.streams_per_connection_max),
+            ..limits.peer.clone()
+        };
+        let peer = grpc_server(&peer_limits, peer_tls, "peer")?
+            .layer(limit_requests(
+                limits
+                    .peer
+                    .in_flight_max
+                    .saturating_add(limits.client.in_flight_max),
+                limits.peer.call_timeout,
+                "peer",
+            ))
+            .add_service(
+                raft_cap.limit(InterceptedService::new(
+                    RaftPeerServer::new(peer_service)
+                        .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
+                        .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX),
+                    PeerTokenCheck::new(config.peer_token.clone()),
+                )),
+            )
+            .add_service(forwarded_cap.limit(members.guard(etcd.kv_server(bytes))))
+            .add_service(forwarded_cap.limit(members.guard(etcd.lease_server(bytes))))
+            .add_service(forwarded_cap.limit(members.guard(etcd.cluster_server(bytes))))
+            .add_service(forwarded_cap.limit(members.guard(etcd.maintenance_server(bytes))))
+            .add_service(forwarded_cap.limit(members.guard(etcd.lock_server(bytes))))
+            .add_service(forwarded_cap.limit(members.guard(etcd.election_server(bytes))))
+            .add_service(forwarded_cap.limit(members.guard(etcd.auth_server(bytes))))
+            .serve_with_incoming_shutdown(peer_incoming, signal(stopped.clone()));
+        let reflection = crate::grpc::reflection_service()
+            .map_err(|error| ServeError::Reflection(error.to_string()))?;
         let client = grpc_server(&limits.client, client_tls.clone(), "client")?
             .layer(limit_requests(
                 limits.client.in_flight_max,
@@ -809,7 +859,6 @@ impl Listeners {
                     client_tls.clone(),
                     signal(stopped.clone()),
                 )));
-                let bytes = config.client_message_bytes_max;
                 let server = grpc_server(&limits.client, client_tls.clone(), "etcd")?
                     .layer(limit_requests(
                         limits.client.in_flight_max,

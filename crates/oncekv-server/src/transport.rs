@@ -16,6 +16,10 @@
 //!   timeout ([`CallTimeout`]), which the calls that wait for a turn
 //!   ([`UNTIMED_PATHS`]) do not have.
 //!
+//! - [`InFlightShare`]: a cap of their own for some services of a server,
+//!   within its in-flight cap (the peer port's Raft messages, and the
+//!   etcd calls followers forward to it).
+//!
 //! - [`sort_tls`]: on a TLS port, tells a TLS client (its first byte
 //!   opens a handshake record) from a plaintext one; [`answer_plaintext`]
 //!   answers the plaintext one's requests with [`TLS_REQUIRED`] instead
@@ -581,6 +585,102 @@ pub fn limit_requests(
             timeout: call_timeout,
         })
         .into_inner()
+}
+
+/// A service with an in-flight cap of its own, inside its server's
+/// ([`limit_requests`]): at most so many of its requests are handled at
+/// once (services made with one [`InFlightShare::cap`] share it); one more
+/// is refused at once with [`overloaded`]`(`[`IN_FLIGHT`]`)`, never
+/// queued. The peer port gives Raft's messages and the etcd calls
+/// followers forward a cap each, so neither takes the other's slots.
+#[derive(Clone, Debug)]
+pub struct InFlightShare<S> {
+    inner: S,
+    permits: Arc<Semaphore>,
+    max: usize,
+    listener: &'static str,
+}
+
+/// The cap [`InFlightShare`]s share: `max` requests at once.
+#[derive(Clone, Debug)]
+pub struct InFlightCap {
+    permits: Arc<Semaphore>,
+    max: usize,
+    listener: &'static str,
+}
+
+impl InFlightShare<()> {
+    /// A cap of `max` requests at once for services of `listener`.
+    pub fn cap(max: usize, listener: &'static str) -> InFlightCap {
+        InFlightCap {
+            permits: Arc::new(Semaphore::new(max)),
+            max,
+            listener,
+        }
+    }
+}
+
+impl InFlightCap {
+    /// `service`, under this cap.
+    pub fn limit<S>(&self, service: S) -> InFlightShare<S> {
+        InFlightShare {
+            inner: service,
+            permits: Arc::clone(&self.permits),
+            max: self.max,
+            listener: self.listener,
+        }
+    }
+}
+
+impl<S, B> tower::Service<http::Request<Body>> for InFlightShare<S>
+where
+    S: tower::Service<
+            http::Request<Body>,
+            Response = http::Response<B>,
+            Error = std::convert::Infallible,
+        >,
+    S::Future: Send + 'static,
+    B: tonic::codegen::Body<Data = tonic::codegen::Bytes> + Send + 'static,
+    B::Error: Into<tonic::codegen::StdError>,
+{
+    type Response = http::Response<Body>;
+    type Error = std::convert::Infallible;
+    type Future =
+        Pin<Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+        let Ok(permit) = Arc::clone(&self.permits).try_acquire_owned() else {
+            let (listener, max) = (self.listener, self.max);
+            metrics::counter!(
+                "oncekv_requests_shed_total",
+                "listener" => listener,
+                "limit" => IN_FLIGHT
+            )
+            .increment(1);
+            tracing::debug!(listener, limit = max, "request shed");
+            let refused = overloaded(
+                IN_FLIGHT,
+                format!(
+                    "server overloaded: {max} {listener} requests already in flight; not handled, retry later"
+                ),
+            );
+            return Box::pin(std::future::ready(Ok(refused.into_http())));
+        };
+        let answer = self.inner.call(request);
+        Box::pin(async move {
+            let answered = answer.await;
+            drop(permit);
+            answered.map(|response| response.map(Body::new))
+        })
+    }
+}
+
+impl<S: tonic::server::NamedService> tonic::server::NamedService for InFlightShare<S> {
+    const NAME: &'static str = S::NAME;
 }
 
 /// Describes the metrics of this module to the exporter.

@@ -328,12 +328,16 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", default_value_t = PEER.connections_max)]
     peer_max_connections: usize,
 
-    /// Most concurrent calls (HTTP/2 streams) on one peer connection.
+    /// Most concurrent calls (HTTP/2 streams) on one peer connection (at
+    /// least --client-max-streams: the etcd calls a follower forwards to
+    /// the leader's peer port share one connection).
     #[arg(long, value_name = "N", default_value_t = PEER.streams_per_connection_max)]
     peer_max_streams: u32,
 
-    /// Most peer requests handled at once over all connections; one more is
-    /// refused unhandled (RESOURCE_EXHAUSTED) and Raft sends it again.
+    /// Most peer (Raft) requests handled at once over all connections; one
+    /// more is refused unhandled (RESOURCE_EXHAUSTED) and Raft sends it
+    /// again. The etcd calls followers forward to the peer port have a cap
+    /// of their own, --client-max-in-flight.
     #[arg(long, value_name = "N", default_value_t = PEER.in_flight_max)]
     peer_max_in_flight: usize,
 

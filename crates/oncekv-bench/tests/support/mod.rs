@@ -13,3 +13,9 @@ pub use oncekv_harness::testing::{
 pub fn start(size: u64, extra: &[&str]) -> Cluster {
     oncekv_harness::testing::start(oncekv_binary(), size, extra)
 }
+
+/// Starts `size` nodes of `oncekv` with extra `serve` flags and TLS on
+/// both ports (client certificates required if `client_certificates`).
+pub fn start_tls(size: u64, extra: &[&str], client_certificates: bool) -> Cluster {
+    oncekv_harness::testing::start_tls(oncekv_binary(), size, extra, client_certificates)
+}

@@ -4,9 +4,11 @@
 //! file as they are sent, one chunk in memory at a time (the receiver
 //! spools them to disk, see `peer_service`). Every call
 //! has a deadline, HTTP/2 keep-alives detect dead connections, and a
-//! timed-out connection is dropped and redialled on the next call. How a
-//! channel reaches a peer is a [`PeerConnector`]: TCP unless one is
-//! injected (a simulated network). With peer TLS ([`PeerTls`]), a peer is
+//! timed-out connection is dropped and redialled on the next call. A
+//! [`PeerDialer`] makes the channels, here and for the etcd calls a
+//! follower forwards to its leader's peer port (`grpc::etcd`), so both
+//! reach a peer the same way. How a channel reaches a peer is a
+//! [`PeerConnector`]: TCP unless one is injected (a simulated network). With peer TLS ([`PeerTls`]), a peer is
 //! dialled over `https`, its certificate verified against the peer CA for
 //! the name `node-<its id>`, and this node presents its own certificate.
 //! With a peer token ([`PeerToken`], `--peer-token-file`), every call
@@ -69,6 +71,60 @@ pub trait PeerConnector: Send + Sync + std::fmt::Debug {
     fn connect_lazy(&self, endpoint: Endpoint) -> Channel;
 }
 
+/// How this node dials a peer's port: the transport, the source address,
+/// TLS and the peer token. Raft's channels are made by it, and so are
+/// those a follower forwards etcd calls to its leader over
+/// (`grpc::etcd::forward`), so both reach a peer the same way.
+#[derive(Clone, Debug, Default)]
+pub struct PeerDialer {
+    /// The source address of outgoing TCP connections, if set.
+    pub source_ip: Option<IpAddr>,
+    /// The transport to peers; `None` is TCP.
+    pub connector: Option<Arc<dyn PeerConnector>>,
+    /// Mutual TLS to peers; `None`: plaintext.
+    pub tls: Option<PeerTls>,
+    /// The cluster's shared peer secret, sent with every call; `None`:
+    /// none sent.
+    pub token: Option<PeerToken>,
+}
+
+impl PeerDialer {
+    /// A channel to node `target`'s peer port at `address`, connected on
+    /// first use: over `https` with peer TLS (the peer verified for
+    /// `node-<target>`, this node presenting its own certificate), with a
+    /// short connect timeout and HTTP/2 keep-alives, through the injected
+    /// connector if there is one.
+    pub fn channel(
+        &self,
+        target: NodeId,
+        address: &str,
+    ) -> Result<Channel, tonic::transport::Error> {
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let mut endpoint = Endpoint::from_shared(format!("{scheme}://{address}"))?;
+        if let Some(tls) = &self.tls {
+            endpoint = endpoint.tls_config(tls.client_config(target))?;
+        }
+        let endpoint = endpoint
+            .connect_timeout(Duration::from_millis(500))
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(Duration::from_secs(1))
+            .keep_alive_timeout(Duration::from_secs(2))
+            .keep_alive_while_idle(true);
+        Ok(match &self.connector {
+            Some(connector) => connector.connect_lazy(endpoint),
+            None => endpoint.local_address(self.source_ip).connect_lazy(),
+        })
+    }
+
+    /// Puts the peer token's credential, if there is one, in `request`'s
+    /// metadata.
+    pub fn authorize<T>(&self, request: &mut tonic::Request<T>) {
+        if let Some(token) = &self.token {
+            token.attach(request);
+        }
+    }
+}
+
 /// Makes clients to peers.
 #[derive(Clone, Debug, Default)]
 pub struct PeerNetwork {
@@ -97,6 +153,18 @@ pub enum PeerAppend {
     Unary,
 }
 
+impl PeerNetwork {
+    /// How this network dials a peer.
+    pub fn dialer(&self) -> PeerDialer {
+        PeerDialer {
+            source_ip: self.source_ip,
+            connector: self.connector.clone(),
+            tls: self.tls.clone(),
+            token: self.token.clone(),
+        }
+    }
+}
+
 impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
     type Network = PeerClient;
 
@@ -104,10 +172,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
         PeerClient {
             target,
             address: node.peer_address.clone(),
-            source_ip: self.source_ip,
-            connector: self.connector.clone(),
-            tls: self.tls.clone(),
-            token: self.token.clone(),
+            dialer: self.dialer(),
             client: None,
             append: self.append,
         }
@@ -119,10 +184,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
 pub struct PeerClient {
     target: NodeId,
     address: String,
-    source_ip: Option<IpAddr>,
-    connector: Option<Arc<dyn PeerConnector>>,
-    tls: Option<PeerTls>,
-    token: Option<PeerToken>,
+    dialer: PeerDialer,
     client: Option<RaftPeerClient<Channel>>,
     /// Falls to [`PeerAppend::Unary`] when the peer lacks `StreamAppend`.
     append: PeerAppend,
@@ -150,9 +212,7 @@ impl PeerClient {
     /// `message` as a call: with the peer token's credential, if any.
     fn request<T>(&self, message: T) -> tonic::Request<T> {
         let mut request = tonic::Request::new(message);
-        if let Some(token) = &self.token {
-            token.attach(&mut request);
-        }
+        self.dialer.authorize(&mut request);
         request
     }
 
@@ -160,24 +220,10 @@ impl PeerClient {
         if let Some(client) = &self.client {
             return Ok(client.clone());
         }
-        let scheme = if self.tls.is_some() { "https" } else { "http" };
-        let mut endpoint = Endpoint::from_shared(format!("{scheme}://{}", self.address))
+        let channel = self
+            .dialer
+            .channel(self.target, &self.address)
             .map_err(|e| unreachable(&e))?;
-        if let Some(tls) = &self.tls {
-            endpoint = endpoint
-                .tls_config(tls.client_config(self.target))
-                .map_err(|e| unreachable(&e))?;
-        }
-        let endpoint = endpoint
-            .connect_timeout(Duration::from_millis(500))
-            .tcp_nodelay(true)
-            .http2_keep_alive_interval(Duration::from_secs(1))
-            .keep_alive_timeout(Duration::from_secs(2))
-            .keep_alive_while_idle(true);
-        let channel = match &self.connector {
-            Some(connector) => connector.connect_lazy(endpoint),
-            None => endpoint.local_address(self.source_ip).connect_lazy(),
-        };
         let client = RaftPeerClient::new(channel)
             .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
             .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX);

@@ -26,7 +26,7 @@
 //! refused as not served.
 
 use super::errors::{EtcdError, error_of};
-use super::forward::{Route, answered};
+use super::forward::{Route, answered, caller_address};
 use super::{EtcdApi, origin_of};
 use crate::auth::LoginError;
 use crate::login_guard::LoginRefused;
@@ -387,7 +387,7 @@ impl Auth for EtcdApi {
         &self,
         request: tonic::Request<AuthenticateRequest>,
     ) -> Result<Response<AuthenticateResponse>, Status> {
-        let source = request.remote_addr().map(|address| address.ip());
+        let source = caller_address(&request);
         if let Route::Leader(channel) = self.route(&request).await? {
             // Limited here as well, for the caller's own address (the
             // leader sees this node's), before anything is forwarded.

@@ -36,7 +36,7 @@
 //! holders.
 
 use super::errors::{EtcdError, error_of};
-use super::forward::{FORWARDED_FOR_METADATA, FORWARDED_METADATA, Route, answered};
+use super::forward::{Route, answered, caller_address};
 use super::{EtcdApi, origin_of, revision_from_wire, revision_to_wire};
 use crate::watch::{PROGRESS_INTERVAL_DEFAULT, WatchMessage, WatchSpec};
 use oncekv_proto::IDEMPOTENCY_KEY_METADATA;
@@ -267,18 +267,10 @@ impl EtcdApi {
 /// authentication off its source address (for a call a member forwarded,
 /// the address the member names).
 fn waiting_caller<T>(request: &tonic::Request<T>, principal: Option<&Principal>) -> String {
-    let metadata = request.metadata();
-    let forwarded_for = metadata
-        .get(FORWARDED_FOR_METADATA)
-        .filter(|_| metadata.contains_key(FORWARDED_METADATA))
-        .and_then(|value| value.to_str().ok());
-    match (principal, forwarded_for) {
+    match (principal, caller_address(request)) {
         (Some(principal), _) => format!("user {}", principal.0),
         (None, Some(address)) => format!("address {address}"),
-        (None, None) => request.remote_addr().map_or_else(
-            || "unknown".to_string(),
-            |at| format!("address {}", at.ip()),
-        ),
+        (None, None) => "unknown".to_string(),
     }
 }
 
@@ -705,16 +697,24 @@ mod tests {
 
     #[test]
     fn a_forwarded_wait_counts_against_the_caller_the_member_names() {
+        use super::super::forward::{FORWARDED_BY_METADATA, FORWARDED_FOR_METADATA, Forwarded};
         let mut direct = tonic::Request::new(());
         direct
             .metadata_mut()
             .insert(FORWARDED_FOR_METADATA, "10.0.0.7".parse().unwrap());
-        // Named by a caller itself, not by a forwarding member: not heeded.
+        direct
+            .metadata_mut()
+            .insert(FORWARDED_BY_METADATA, "2".parse().unwrap());
+        // Named by a caller itself, not by a member the peer port
+        // authenticated: not heeded.
         assert_eq!(waiting_caller(&direct, None), "unknown");
         let mut forwarded = direct;
-        forwarded
-            .metadata_mut()
-            .insert(FORWARDED_METADATA, "2".parse().unwrap());
+        forwarded.extensions_mut().insert(Forwarded {
+            by: 2,
+            caller: "10.0.0.7".parse().ok(),
+            certificate_user: None,
+            certificate_serial: None,
+        });
         assert_eq!(waiting_caller(&forwarded, None), "address 10.0.0.7");
         let alice = Principal("alice".into());
         assert_eq!(waiting_caller(&forwarded, Some(&alice)), "user alice");

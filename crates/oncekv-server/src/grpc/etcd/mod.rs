@@ -14,9 +14,10 @@
 //! texts etcd's clients match on, from one table (`errors`).
 //!
 //! Any member accepts every call: writes and linearizable reads are
-//! carried out by the leader, to which a follower forwards them
-//! (`forward`); watches and serializable reads are served by any member
-//! from its applied state.
+//! carried out by the leader, to which a follower forwards them over the
+//! peer port (`forward`, whose [`MemberCheck`] admits them there only
+//! from an authenticated member); watches and serializable reads are
+//! served by any member from its applied state.
 
 mod auth;
 mod cluster;
@@ -51,6 +52,7 @@ use std::sync::{Arc, OnceLock};
 use tonic::Status;
 
 pub use errors::status_of;
+pub use forward::{Forwarded, MemberCallRefused, MemberCheck};
 pub use maintenance::ETCD_VERSION;
 
 /// The metadata entry etcd's clients carry their login token in.
@@ -66,7 +68,8 @@ pub struct EtcdApi {
     /// The hash of the initial membership this node was started with,
     /// until the state machine has one.
     configured_cluster_id: u64,
-    /// Whether the client port is on TLS (then calls are not forwarded).
+    /// Whether the client port is on TLS (the scheme of the URLs members
+    /// are listed with).
     client_tls: bool,
     /// Largest message forwarded to the leader or taken back.
     message_bytes_max: usize,
@@ -95,6 +98,14 @@ impl EtcdApi {
             version: Arc::from(ETCD_VERSION),
             waiters: Arc::default(),
         }
+    }
+
+    /// The same services, forwarding to the leader's peer port as
+    /// `dialer` dials it (the node's peer transport, TLS and token;
+    /// without it, plaintext TCP with no token).
+    pub fn forwarding_with(mut self, dialer: crate::raft::network::PeerDialer) -> EtcdApi {
+        self.leaders = forward::LeaderChannels::new(dialer);
+        self
     }
 
     /// The same services, reporting etcd version `version`.
@@ -204,9 +215,15 @@ impl EtcdApi {
 }
 
 /// What `request` presented: etcd's `token` metadata, or oncekv's own
-/// `authorization`, and a client certificate.
+/// `authorization`, and a client certificate: for a call a member
+/// forwarded, the one that member verified on the caller's connection
+/// (never the member's own peer certificate).
 fn credentials_of<T>(request: &tonic::Request<T>) -> Credentials {
     let mut credentials = Credentials::of(request);
+    if let Some(forwarded) = forward::forwarded_of(request) {
+        credentials.certificate_user = forwarded.certificate_user.clone();
+        credentials.certificate_serial = forwarded.certificate_serial.clone();
+    }
     if credentials.token.is_none() {
         credentials.token = request
             .metadata()

@@ -10,8 +10,9 @@
 //! node's packets to its peers (or theirs to it) are dropped one way, a
 //! follower is cut from the leader only, the cluster splits into a
 //! minority and a majority (2/3 of five), and a node's link flaps. There
-//! a partition is a cut of both directions between the node and the
-//! others, in the network rather than in the peer proxies. The links heal
+//! a cut is silent, in the peer proxies and in the network
+//! ([`Cluster::cut`]), and a partition is a cut of both directions between
+//! the node and the others. The links heal
 //! at the end of each fault's window; a failure to make or heal one is
 //! kept in [`Nemesis::failures`].
 //!
@@ -460,16 +461,16 @@ impl Nemesis {
                     self.nodes().into_iter().filter(|&n| n != target).collect();
                 let detail = format!("{target} | {others:?}");
                 let id = recorder.fault_started(fault.kind(), Some(target), Some(detail));
-                let network = lock(cluster).network();
-                match &network {
-                    Some(network) => self.change("partition", || network.split(&[target], &others)),
-                    None => lock(cluster).partitions().split(&[target], &others),
+                let between_hosts = lock(cluster).network().is_some();
+                if between_hosts {
+                    self.change("partition", || {
+                        lock(cluster).cut_between(&[target], &others)
+                    });
+                } else {
+                    lock(cluster).partitions().split(&[target], &others);
                 }
                 sleep_or_stop(hold, stop).await;
-                match &network {
-                    Some(network) => self.change("healing a partition", || network.heal()),
-                    None => lock(cluster).partitions().heal(),
-                }
+                self.change("healing a partition", || lock(cluster).heal_cuts());
                 recorder.fault_ended(id);
             }
             Fault::LinkDown | Fault::OneWay | Fault::CutLeader | Fault::Split | Fault::Flap => {
@@ -545,9 +546,13 @@ impl Nemesis {
         rng: &mut StdRng,
         stop: &mut watch::Receiver<bool>,
     ) {
-        let (Some(network), Some(target)) = (self.network(), self.target(first, rng)) else {
+        let (Some(cluster), Some(network), Some(target)) =
+            (&self.cluster, self.network(), self.target(first, rng))
+        else {
             return;
         };
+        let cut = |from: NodeId, to: NodeId| lock(cluster).cut(from, to);
+        let heal = || lock(cluster).heal_cuts();
         let nodes = self.nodes();
         let others: Vec<NodeId> = nodes.iter().copied().filter(|&n| n != target).collect();
         // Long enough for the others to elect a leader without the target.
@@ -567,14 +572,14 @@ impl Nemesis {
                 self.change("one-way partition", || {
                     others.iter().try_for_each(|&other| {
                         if outbound {
-                            network.cut(target, other)
+                            cut(target, other)
                         } else {
-                            network.cut(other, target)
+                            cut(other, target)
                         }
                     })
                 });
                 sleep_or_stop(hold, stop).await;
-                self.change("healing a one-way partition", || network.heal());
+                self.change("healing a one-way partition", heal);
                 recorder.fault_ended(id);
                 return;
             }
@@ -591,10 +596,10 @@ impl Nemesis {
                 let detail = format!("node {follower} cut from the leader {leader} only");
                 let id = recorder.fault_started(fault.kind(), Some(follower), Some(detail));
                 self.change("cutting a node from the leader", || {
-                    network.split(&[follower], &[leader])
+                    lock(cluster).cut_between(&[follower], &[leader])
                 });
                 sleep_or_stop(hold, stop).await;
-                self.change("healing a cut from the leader", || network.heal());
+                self.change("healing a cut from the leader", heal);
                 recorder.fault_ended(id);
                 return;
             }
@@ -610,9 +615,11 @@ impl Nemesis {
                 rest.sort_unstable();
                 let detail = format!("split {minority:?} | {rest:?}");
                 let id = recorder.fault_started(fault.kind(), Some(target), Some(detail));
-                self.change("splitting the cluster", || network.split(&minority, &rest));
+                self.change("splitting the cluster", || {
+                    lock(cluster).cut_between(&minority, &rest)
+                });
                 sleep_or_stop(hold, stop).await;
-                self.change("healing a split", || network.heal());
+                self.change("healing a split", heal);
                 recorder.fault_ended(id);
                 return;
             }

@@ -37,7 +37,7 @@
 
 use crate::disk::{DiskOptions, PrivateDisks};
 use crate::netns::{self, Network};
-use crate::peer_proxy::{Partitions, PeerProxy, source_ip};
+use crate::peer_proxy::{LinkShape, Partitions, PeerProxy, source_ip};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use oncekv_check::record::NodeId;
@@ -116,6 +116,13 @@ pub struct ClusterOptions {
     /// mount namespace of the cluster's ([`crate::disk`]; root only), so
     /// a disk can be filled; the nodes then start through `nsenter`.
     pub private_disks: Option<DiskOptions>,
+    /// Every peer link's delay, jitter and loss from the start, where the
+    /// cluster has peer proxies (between namespaces, or started with
+    /// [`Cluster::start_partitionable`]); changed later through
+    /// [`Cluster::partitions`].
+    pub link_shape: LinkShape,
+    /// Seeds the links' draws ([`crate::peer_proxy::Shaping::set_seed`]).
+    pub link_seed: u64,
 }
 
 /// The name of a cluster's peer token file, in its folder.
@@ -755,6 +762,8 @@ impl Cluster {
             slots.push(slot);
         }
         let partitions = Partitions::default();
+        partitions.shaping().set_seed(options.link_seed);
+        partitions.shaping().set_all(options.link_shape);
         if let Some(network) = &network {
             for slot in &slots {
                 let host = slot.host.unwrap_or_default();
@@ -1155,6 +1164,8 @@ mod tests {
             insecure_peers: false,
             topology: Topology::Loopback,
             private_disks: None,
+            link_shape: LinkShape::default(),
+            link_seed: 0,
         }
     }
 

@@ -1,7 +1,8 @@
 //! `oncekv verify`: a fault run from this binary. It starts a local
 //! cluster of `oncekv serve` processes, on loopback or each on a host of
-//! its own (`--topology netns`: network namespaces, root only), or uses
-//! `--endpoints`, runs the
+//! its own (`--topology netns`: network namespaces, root only), its peer
+//! links shaped if asked (`--link-delay`, `--link-jitter`, `--link-loss`),
+//! or uses `--endpoints`, runs the
 //! workload under the nemesis with a progress bar, heals, checks the
 //! history, prints the summary table, the write stall of each fault window
 //! and the seed, writes the history and an HTML timeline, and exits
@@ -14,6 +15,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use oncekv_check::coverage::RunVerdict;
 use oncekv_harness::cluster::Topology;
 use oncekv_harness::nemesis::Fault;
+use oncekv_harness::peer_proxy::{LinkShape, SHAPE_DURATION_MAX, Spread};
 use oncekv_harness::run::{self, Api, Progress, RunConfig, Target};
 use oncekv_harness::stalls::{self, WindowStall};
 use oncekv_harness::workload::{ClientMode, WorkloadOptions};
@@ -62,6 +64,24 @@ added at its addresses), grow-shrink (3 -> 5 -> 3), rolling-restart
 still runs is watched before it is stopped: no member may follow it, it
 may not lead. Example:
   oncekv verify --duration 60s --faults transfer,add-learner,replace,grow-shrink,rolling-restart
+
+slow-link, on either topology, only when named in --faults: the peer link
+between a node (the leader the first time) and another slows for a window,
+both ways: 50 to 200 ms one way, as much jitter, 10% of its chunks lost.
+
+Every peer link shaped for the whole run (--link-delay, --link-jitter,
+--link-loss; either topology, a cluster the run starts): each node's Raft
+traffic passes through a proxy in front of its peer port (no netem
+needed), which holds each chunk of bytes for the delay of its link
+(sender to receiver, each direction on its own), give or take the jitter
+(uniform; --link-spread normal for a normal spread; never below zero, and
+never overtaking the chunk before it on its connection). A lost chunk
+(--link-loss percent of them) is what TCP makes of a lost segment: it
+arrives a retransmission timeout (200 ms) late, the stream whole. Clients
+reach the nodes unshaped, so a write takes at least one round trip
+between nodes (twice the delay) besides the disk. Examples:
+  oncekv verify --link-delay 5ms --link-jitter 1ms
+  sudo oncekv verify --topology netns --link-delay 10ms --link-loss 1% --faults slow-link,split
 
 full-disk, on either topology, only when named in --faults (root and
 util-linux's unshare/nsenter; skipped with a message otherwise): each
@@ -129,6 +149,59 @@ pub struct VerifyArgs {
     /// checkers must catch it.
     #[arg(long)]
     unsafe_no_dedup: bool,
+    /// Every peer link's one-way delay, for the whole run (each direction
+    /// of each node-to-node link; e.g. 500us, 2ms, 10ms; at most 60s).
+    #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = link_duration)]
+    link_delay: Duration,
+    /// How far each chunk's delay strays from --link-delay, either way
+    /// (never below zero, never reordering a connection's bytes).
+    #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = link_duration)]
+    link_jitter: Duration,
+    /// How the jitter spreads: uniformly within it, or normally (the
+    /// jitter the standard deviation).
+    #[arg(long, value_enum, default_value_t = SpreadArg::Uniform)]
+    link_spread: SpreadArg,
+    /// The share of each peer link's chunks lost, in percent (0 to 100;
+    /// "1%" or "1"): each arrives a retransmission timeout (200 ms) late,
+    /// as TCP resends a lost segment.
+    #[arg(long, value_name = "PERCENT", default_value = "0", value_parser = loss_percent)]
+    link_loss: f64,
+}
+
+/// `--link-spread`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum SpreadArg {
+    /// Uniformly within the jitter either side of the delay.
+    Uniform,
+    /// Normally, the jitter being the standard deviation.
+    Normal,
+}
+
+/// Parses a link's delay or jitter: a duration of at most
+/// [`SHAPE_DURATION_MAX`].
+fn link_duration(text: &str) -> Result<Duration, String> {
+    let duration = humantime::parse_duration(text.trim())
+        .map_err(|error| format!("`{text}` is not a duration (e.g. 500us, 2ms, 1s): {error}"))?;
+    if duration > SHAPE_DURATION_MAX {
+        return Err(format!(
+            "`{text}` is longer than a link's delay or jitter may be ({SHAPE_DURATION_MAX:?})"
+        ));
+    }
+    Ok(duration)
+}
+
+/// Parses a loss rate in percent, `1.5` or `1.5%`, from 0 to 100.
+fn loss_percent(text: &str) -> Result<f64, String> {
+    let number = text.trim().trim_end_matches('%').trim();
+    let percent: f64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` is not a percentage (e.g. 0.5, 1%, 10%)"))?;
+    if !(0.0..=100.0).contains(&percent) {
+        return Err(format!(
+            "`{text}`: a loss rate is from 0 to 100 percent of a link's chunks"
+        ));
+    }
+    Ok(percent)
 }
 
 /// `--topology`.
@@ -196,6 +269,21 @@ async fn run_inner(
             anyhow::bail!("--topology netns cannot run here: {why}");
         }
     }
+    let links = LinkShape::new(
+        args.link_delay,
+        args.link_jitter,
+        match args.link_spread {
+            SpreadArg::Uniform => Spread::Uniform,
+            SpreadArg::Normal => Spread::Normal,
+        },
+        args.link_loss,
+    )?;
+    if endpoints_given && !links.is_none() {
+        anyhow::bail!(
+            "--link-delay, --link-jitter and --link-loss shape the links of a cluster verify \
+             starts: they do not go with --endpoints"
+        );
+    }
     if connection.tls.cacert.is_some() {
         anyhow::bail!(
             "oncekv verify does not connect over TLS (--cacert): run it on a plaintext cluster"
@@ -235,6 +323,7 @@ async fn run_inner(
         seed,
         faults,
         out_dir: Some(out),
+        links,
     };
     eprintln!("oncekv verify: seed {seed}");
     let bar = ProgressBar::new(args.duration.as_millis().try_into().unwrap_or(u64::MAX));

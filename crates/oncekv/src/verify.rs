@@ -9,13 +9,13 @@
 //! non-zero on any violation.
 
 use crate::commands::{Connection, Output};
+use crate::links::LinkArgs;
 use anyhow::Context;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use oncekv_check::coverage::RunVerdict;
 use oncekv_harness::cluster::Topology;
 use oncekv_harness::nemesis::Fault;
-use oncekv_harness::peer_proxy::{LinkShape, SHAPE_DURATION_MAX, Spread};
 use oncekv_harness::run::{self, Api, Progress, RunConfig, Target};
 use oncekv_harness::stalls::{self, WindowStall};
 use oncekv_harness::workload::{ClientMode, WorkloadOptions};
@@ -149,59 +149,9 @@ pub struct VerifyArgs {
     /// checkers must catch it.
     #[arg(long)]
     unsafe_no_dedup: bool,
-    /// Every peer link's one-way delay, for the whole run (each direction
-    /// of each node-to-node link; e.g. 500us, 2ms, 10ms; at most 60s).
-    #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = link_duration)]
-    link_delay: Duration,
-    /// How far each chunk's delay strays from --link-delay, either way
-    /// (never below zero, never reordering a connection's bytes).
-    #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = link_duration)]
-    link_jitter: Duration,
-    /// How the jitter spreads: uniformly within it, or normally (the
-    /// jitter the standard deviation).
-    #[arg(long, value_enum, default_value_t = SpreadArg::Uniform)]
-    link_spread: SpreadArg,
-    /// The share of each peer link's chunks lost, in percent (0 to 100;
-    /// "1%" or "1"): each arrives a retransmission timeout (200 ms) late,
-    /// as TCP resends a lost segment.
-    #[arg(long, value_name = "PERCENT", default_value = "0", value_parser = loss_percent)]
-    link_loss: f64,
-}
-
-/// `--link-spread`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-enum SpreadArg {
-    /// Uniformly within the jitter either side of the delay.
-    Uniform,
-    /// Normally, the jitter being the standard deviation.
-    Normal,
-}
-
-/// Parses a link's delay or jitter: a duration of at most
-/// [`SHAPE_DURATION_MAX`].
-fn link_duration(text: &str) -> Result<Duration, String> {
-    let duration = humantime::parse_duration(text.trim())
-        .map_err(|error| format!("`{text}` is not a duration (e.g. 500us, 2ms, 1s): {error}"))?;
-    if duration > SHAPE_DURATION_MAX {
-        return Err(format!(
-            "`{text}` is longer than a link's delay or jitter may be ({SHAPE_DURATION_MAX:?})"
-        ));
-    }
-    Ok(duration)
-}
-
-/// Parses a loss rate in percent, `1.5` or `1.5%`, from 0 to 100.
-fn loss_percent(text: &str) -> Result<f64, String> {
-    let number = text.trim().trim_end_matches('%').trim();
-    let percent: f64 = number
-        .parse()
-        .map_err(|_| format!("`{text}` is not a percentage (e.g. 0.5, 1%, 10%)"))?;
-    if !(0.0..=100.0).contains(&percent) {
-        return Err(format!(
-            "`{text}`: a loss rate is from 0 to 100 percent of a link's chunks"
-        ));
-    }
-    Ok(percent)
+    /// Every peer link's delay, jitter and loss, for the whole run.
+    #[command(flatten)]
+    links: LinkArgs,
 }
 
 /// `--topology`.
@@ -269,15 +219,7 @@ async fn run_inner(
             anyhow::bail!("--topology netns cannot run here: {why}");
         }
     }
-    let links = LinkShape::new(
-        args.link_delay,
-        args.link_jitter,
-        match args.link_spread {
-            SpreadArg::Uniform => Spread::Uniform,
-            SpreadArg::Normal => Spread::Normal,
-        },
-        args.link_loss,
-    )?;
+    let links = args.links.shape()?;
     if endpoints_given && !links.is_none() {
         anyhow::bail!(
             "--link-delay, --link-jitter and --link-loss shape the links of a cluster verify \

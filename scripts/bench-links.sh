@@ -154,21 +154,7 @@ start_etcd() {
             --initial-cluster-token "bench-links" 2>"$dir/etcd$id.log" &
         pids+=($!)
     done
-    in_client python3 - "${clients[@]}" <<'PY'
-import json, sys, time, urllib.request
-deadline = time.time() + 60
-for address in sys.argv[1:]:
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://{address}/health", timeout=1) as r:
-                if json.load(r).get("health") == "true":
-                    break
-        except Exception:
-            pass
-        if time.time() > deadline:
-            sys.exit(f"etcd at {address} not healthy within 60 s")
-        time.sleep(0.2)
-PY
+    in_client python3 scripts/wait-etcd-healthy.py 60 "${clients[@]}"
     endpoints_etcd=$endpoints
 }
 

@@ -1025,13 +1025,11 @@ impl Cluster {
     /// [`Cluster::cut`]s both directions between every node of `side` and
     /// every node of `other`.
     pub fn cut_between(&self, side: &[NodeId], other: &[NodeId]) -> std::io::Result<()> {
-        for &a in side {
-            for &b in other {
-                self.cut(a, b)?;
-                self.cut(b, a)?;
-            }
+        self.partitions.cut_between(side, other);
+        match &self.network {
+            Some(network) => network.split(side, other),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// Heals every partition and cut (in the proxies, and between

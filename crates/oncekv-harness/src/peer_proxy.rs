@@ -739,11 +739,10 @@ mod tests {
             )
     }
 
-    #[tokio::test]
-    async fn a_partition_cuts_open_links_and_refuses_new_ones_until_healed() {
+    /// A proxy for node 1 (of 1, 2 and 3), in front of an echo server.
+    async fn echo_node_1(partitions: &Partitions) -> PeerProxy {
         let upstream = echo_server().await;
         let (proxy, listener) = PeerProxy::bind().await.unwrap();
-        let partitions = Partitions::default();
         PeerProxy::run(
             listener,
             1,
@@ -751,6 +750,13 @@ mod tests {
             Arc::new(vec![1, 2, 3]),
             partitions.clone(),
         );
+        proxy
+    }
+
+    #[tokio::test]
+    async fn a_partition_cuts_open_links_and_refuses_new_ones_until_healed() {
+        let partitions = Partitions::default();
+        let proxy = echo_node_1(&partitions).await;
         let mut from2 = connect_from(2, proxy.address()).await.unwrap();
         let mut from3 = connect_from(3, proxy.address()).await.unwrap();
         assert!(echoes(&mut from2).await && echoes(&mut from3).await);
@@ -943,7 +949,7 @@ mod tests {
         assert!(shape(0.0).unwrap().is_none());
     }
 
-    /// How long an echo from node `id` through the proxy takes.
+    /// How long an echo through the proxy takes, if it comes.
     async fn echo_time(stream: &mut TcpStream) -> Option<Duration> {
         let sent = std::time::Instant::now();
         echoes(stream).await.then(|| sent.elapsed())
@@ -951,16 +957,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_link_s_setting_and_a_one_way_cut_touch_that_link_only() {
-        let upstream = echo_server().await;
-        let (proxy, listener) = PeerProxy::bind().await.unwrap();
         let partitions = Partitions::default();
-        PeerProxy::run(
-            listener,
-            1,
-            upstream,
-            Arc::new(vec![1, 2, 3]),
-            partitions.clone(),
-        );
+        let proxy = echo_node_1(&partitions).await;
         let slow = Duration::from_millis(300);
         partitions
             .shaping()

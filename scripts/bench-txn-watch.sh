@@ -117,21 +117,7 @@ start_etcd() {
             2>"$work/etcd-node$id.log" &
         pids+=($!)
     done
-    python3 - "${client[@]}" <<'PY'
-import json, sys, time, urllib.request
-deadline = time.time() + 30
-for address in sys.argv[1:]:
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://{address}/health", timeout=1) as r:
-                if json.load(r).get("health") == "true":
-                    break
-        except Exception:
-            pass
-        if time.time() > deadline:
-            sys.exit(f"etcd at {address} not healthy within 30 s")
-        time.sleep(0.2)
-PY
+    python3 scripts/wait-etcd-healthy.py 30 "${client[@]}"
     etcd_endpoints=$endpoints
 }
 

@@ -12,12 +12,14 @@
 //! [`ClusterOptions::private_disks`] each node's data directory is a
 //! tmpfs of its own in a mount namespace of the cluster's
 //! ([`crate::disk`]; a node that joins later gets one too), and every
-//! node starts through `nsenter` into it. Started
-//! with [`Cluster::start_partitionable`], each node's peer address is a
-//! [`PeerProxy`] and its outgoing peer connections come from its own
-//! loopback source address, so partitions can be cut between any pair.
-//! (Peer proxies are for the loopback topology: between namespaces, the
-//! links themselves are cut, [`crate::netns::Network`].) Every process is
+//! node starts through `nsenter` into it. Each node's peer address is a
+//! [`PeerProxy`] where the cluster's [`Partitions`] cut links and shape
+//! them ([`Cluster::partitions`]): on loopback when the cluster is started
+//! with [`Cluster::start_partitionable`] (each node's outgoing peer
+//! connections then come from its own loopback source address), always
+//! between namespaces (the proxies run in the clients' namespace,
+//! [`Network::run_peer_proxy`], and know callers by their hosts'
+//! addresses). Every process is
 //! stopped by PID when its [`NodeProcess`] is dropped; the namespaces go
 //! when the cluster is dropped, after the processes.
 //! With [`ClusterOptions::tls`], a CA and node certificates are made in
@@ -35,7 +37,7 @@
 
 use crate::disk::{DiskOptions, PrivateDisks};
 use crate::netns::{self, Network};
-use crate::peer_proxy::{Partitions, PeerProxy, source_ip};
+use crate::peer_proxy::{LinkShape, Partitions, PeerProxy, source_ip};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use oncekv_check::record::NodeId;
@@ -114,6 +116,13 @@ pub struct ClusterOptions {
     /// mount namespace of the cluster's ([`crate::disk`]; root only), so
     /// a disk can be filled; the nodes then start through `nsenter`.
     pub private_disks: Option<DiskOptions>,
+    /// Every peer link's delay, jitter and loss from the start, where the
+    /// cluster has peer proxies (between namespaces, or started with
+    /// [`Cluster::start_partitionable`]); changed later through
+    /// [`Cluster::partitions`].
+    pub link_shape: LinkShape,
+    /// Seeds the links' draws ([`crate::peer_proxy::Shaping::set_seed`]).
+    pub link_seed: u64,
 }
 
 /// The name of a cluster's peer token file, in its folder.
@@ -417,7 +426,8 @@ impl NodeTemplate {
             Some(initial) => args.extend(["--initial-cluster".into(), initial.into()]),
             None => args.push("--join".into()),
         }
-        if slot.peer_proxy.is_some() {
+        // Between hosts a node calls from its host's address.
+        if slot.peer_proxy.is_some() && slot.host.is_none() {
             args.extend(["--peer-source-ip".into(), source_ip(id).to_string().into()]);
         }
         if let Some(log) = &options.log {
@@ -602,10 +612,10 @@ impl Cluster {
     }
 
     /// Starts the nodes of `options` behind peer proxies (on the current
-    /// tokio runtime), so that [`Cluster::partitions`] can cut their
-    /// links. Does not wait for a leader. On the netns topology there are
-    /// no peer proxies: the links between the hosts are cut in the
-    /// network ([`Cluster::network`]).
+    /// tokio runtime), so that [`Cluster::partitions`] can cut and shape
+    /// their links. Does not wait for a leader. On the netns topology
+    /// every cluster has peer proxies (on a runtime of their own): this
+    /// is [`Cluster::start`].
     pub async fn start_partitionable(options: &ClusterOptions) -> Result<Cluster, ClusterError> {
         if options.topology == Topology::Netns {
             return Cluster::start(options);
@@ -645,7 +655,8 @@ impl Cluster {
                 Network::create(&ids).map_err(io("making the hosts' network namespaces"))?,
             )),
         };
-        // Peer proxies listen on loopback: they are for loopback nodes.
+        // These peer proxies listen on loopback: they are for loopback
+        // nodes. Between namespaces each host has one in the clients'.
         let proxies = proxies.filter(|_| network.is_none());
         let mut addresses = Vec::new();
         for &id in &ids {
@@ -661,9 +672,13 @@ impl Cluster {
             let peer = free_address().map_err(io("finding a free port"))?;
             addresses.push((client, peer));
         }
-        let advertised: Vec<Option<SocketAddr>> = match &proxies {
-            Some(proxies) => proxies.iter().map(|(p, _)| Some(p.address())).collect(),
-            None => vec![None; ids.len()],
+        let advertised: Vec<Option<SocketAddr>> = match (&proxies, &network) {
+            (Some(proxies), _) => proxies.iter().map(|(p, _)| Some(p.address())).collect(),
+            (None, Some(_)) => ids
+                .iter()
+                .map(|&id| Some(netns::peer_proxy_address(id)))
+                .collect(),
+            (None, None) => vec![None; ids.len()],
         };
         let initial: Vec<String> = ids
             .iter()
@@ -747,6 +762,16 @@ impl Cluster {
             slots.push(slot);
         }
         let partitions = Partitions::default();
+        partitions.shaping().set_seed(options.link_seed);
+        partitions.shaping().set_all(options.link_shape);
+        if let Some(network) = &network {
+            for slot in &slots {
+                let host = slot.host.unwrap_or_default();
+                network
+                    .run_peer_proxy(host, slot.occupant.clone(), partitions.clone())
+                    .map_err(io(format!("running host {host}'s peer proxy")))?;
+            }
+        }
         if let Some(proxies) = proxies {
             for ((_, listener), slot) in proxies.into_iter().zip(&slots) {
                 PeerProxy::run_as(
@@ -850,11 +875,15 @@ impl Cluster {
                     .add_node_host(host)
                     .map_err(io("making a host for a slot"))?;
                 let ip = std::net::IpAddr::V4(netns::node_ip(host));
+                let occupant = Arc::new(AtomicU64::new(0));
+                let proxy = network
+                    .run_peer_proxy(host, occupant.clone(), self.partitions.clone())
+                    .map_err(io(format!("running host {host}'s peer proxy")))?;
                 self.slots.push(Slot {
                     client: SocketAddr::new(ip, netns::CLIENT_PORT).to_string(),
                     peer: SocketAddr::new(ip, netns::PEER_PORT),
-                    peer_proxy: None,
-                    occupant: Arc::new(AtomicU64::new(0)),
+                    peer_proxy: Some(proxy),
+                    occupant,
                     host: Some(host),
                 });
             }
@@ -962,34 +991,61 @@ impl Cluster {
         true
     }
 
-    /// Cuts node `target` off from `others`, both ways: through the peer
-    /// proxies on loopback, in the network between namespaces. A cut that
-    /// cannot be made is logged (the run records what it did).
+    /// Cuts node `target` off from `others`, both ways: its peer links are
+    /// reset on loopback ([`Partitions::split`]), cut silently between
+    /// namespaces ([`Cluster::cut_between`]). A cut that cannot be made is
+    /// logged (the run records what it did).
     pub fn isolate(&self, target: NodeId, others: &[NodeId]) {
-        match &self.network {
-            Some(network) => {
-                if let Err(error) = network.split(&[target], others) {
-                    eprintln!("cutting node {target} off: {error}");
-                }
-            }
-            None => self.partitions.split(&[target], others),
+        if self.network.is_none() {
+            self.partitions.split(&[target], others);
+        } else if let Err(error) = self.cut_between(&[target], others) {
+            eprintln!("cutting node {target} off: {error}");
         }
     }
 
     /// Ends the cuts [`Cluster::isolate`] made.
     pub fn heal_isolation(&self) {
-        match &self.network {
-            Some(network) => {
-                if let Err(error) = network.heal() {
-                    eprintln!("healing the network: {error}");
-                }
-            }
-            None => self.partitions.heal(),
+        if let Err(error) = self.heal_cuts() {
+            eprintln!("healing the cuts: {error}");
         }
     }
 
-    /// The peer-link partitions (they cut links only between nodes started
-    /// by [`Cluster::start_partitionable`]).
+    /// Cuts what node `from` sends node `to`, one way and silently: held
+    /// in the peer proxies ([`Partitions::cut`]), and, between
+    /// namespaces, dropped in the network too ([`Network::cut`]: what
+    /// `from` sends `to` directly, not through a proxy).
+    pub fn cut(&self, from: NodeId, to: NodeId) -> std::io::Result<()> {
+        self.partitions.cut(from, to);
+        match &self.network {
+            Some(network) => network.cut(from, to),
+            None => Ok(()),
+        }
+    }
+
+    /// [`Cluster::cut`]s both directions between every node of `side` and
+    /// every node of `other`.
+    pub fn cut_between(&self, side: &[NodeId], other: &[NodeId]) -> std::io::Result<()> {
+        self.partitions.cut_between(side, other);
+        match &self.network {
+            Some(network) => network.split(side, other),
+            None => Ok(()),
+        }
+    }
+
+    /// Heals every partition and cut (in the proxies, and between
+    /// namespaces in the network, where links that are down come up
+    /// too); the links' shaping stays.
+    pub fn heal_cuts(&self) -> std::io::Result<()> {
+        self.partitions.heal();
+        match &self.network {
+            Some(network) => network.heal(),
+            None => Ok(()),
+        }
+    }
+
+    /// The peer links' partitions, cuts and shaping (they act on the links
+    /// between nodes started by [`Cluster::start_partitionable`], or
+    /// between namespaces).
     pub fn partitions(&self) -> &Partitions {
         &self.partitions
     }
@@ -1038,12 +1094,8 @@ impl Cluster {
     /// Resumes paused nodes, restarts dead ones and heals partitions (and,
     /// between namespaces, sets every link up and removes every cut).
     pub fn heal(&mut self) -> std::io::Result<()> {
-        self.partitions.heal();
         // The nodes run again even if a link could not be repaired.
-        let links = match &self.network {
-            Some(network) => network.heal(),
-            None => Ok(()),
-        };
+        let links = self.heal_cuts();
         let ids: Vec<NodeId> = self.nodes.iter().map(|n| n.id).collect();
         for id in ids {
             self.resume(id);
@@ -1110,6 +1162,8 @@ mod tests {
             insecure_peers: false,
             topology: Topology::Loopback,
             private_disks: None,
+            link_shape: LinkShape::default(),
+            link_seed: 0,
         }
     }
 
@@ -1218,33 +1272,45 @@ mod tests {
         let mut with = options(3);
         with.topology = Topology::Netns;
         with.binary = PathBuf::from("/bin/true");
-        // No peer proxies between namespaces: the links themselves are cut.
+        // Every node's peer traffic goes through its host's proxy, in the
+        // clients' namespace.
         let cluster = Cluster::start_partitionable(&with).await.expect("start");
         assert_eq!(cluster.topology(), Topology::Netns);
         let network = cluster.network().expect("a network");
         for node in &cluster.nodes {
             let own = netns::node_ip(node.id);
+            let proxy = netns::peer_proxy_address(node.id);
+            assert_eq!(proxy.ip(), netns::CLIENT_HOST);
             let namespace = network.namespace(node.id);
             assert_eq!(node.namespace(), Some(namespace.as_str()));
             assert_eq!(node.netns_exec, ["ip", "netns", "exec", namespace.as_str()]);
-            assert!(node.peer_proxy.is_none() && node.launcher.is_empty());
+            assert_eq!(node.peer_proxy, Some(proxy));
+            assert!(node.launcher.is_empty());
             assert_eq!(node.client, format!("{own}:{}", netns::CLIENT_PORT));
             assert_eq!(
                 flag(node, "--listen-peer"),
                 Some(format!("{own}:{}", netns::PEER_PORT))
             );
+            assert_eq!(flag(node, "--advertise-peer"), Some(proxy.to_string()));
             assert!(
                 flag(node, "--initial-cluster").is_some_and(|c| c.contains(&format!(
-                    "{}={own}:{}/{own}:{}",
+                    "{}={proxy}/{own}:{}",
                     node.id,
-                    netns::PEER_PORT,
                     netns::CLIENT_PORT
                 )))
             );
-            for absent in ["--advertise-peer", "--peer-source-ip"] {
-                assert!(!args(node).iter().any(|a| a == absent), "{absent}");
-            }
+            assert!(!args(node).iter().any(|a| a == "--peer-source-ip"));
         }
+        // The proxies listen in the clients' namespace, whatever runtime
+        // asks.
+        let reached = network
+            .block_on(async {
+                tokio::net::TcpStream::connect(netns::peer_proxy_address(2))
+                    .await
+                    .is_ok()
+            })
+            .expect("the clients' namespace");
+        assert!(reached, "no peer proxy in the clients' namespace");
         let names = network.namespaces();
         drop(network);
         drop(cluster);

@@ -10,8 +10,9 @@
 //! node's packets to its peers (or theirs to it) are dropped one way, a
 //! follower is cut from the leader only, the cluster splits into a
 //! minority and a majority (2/3 of five), and a node's link flaps. There
-//! a partition is a cut of both directions between the node and the
-//! others, in the network rather than in the peer proxies. The links heal
+//! a cut is silent, in the peer proxies and in the network
+//! ([`Cluster::cut`]), and a partition is a cut of both directions between
+//! the node and the others. The links heal
 //! at the end of each fault's window; a failure to make or heal one is
 //! kept in [`Nemesis::failures`].
 //!
@@ -22,6 +23,10 @@
 //! steps to the end (each bounded, waiting on what the nodes report), so
 //! its window is as long as the change takes.
 //!
+//! Asked for by name, on either topology, where the run started the
+//! nodes, a peer link slows ([`Fault::SlowLink`]): the peer proxies delay, jitter and lose
+//! what a node and another send each other, both ways.
+//!
 //! Asked for by name, where each node's data directory is a disk of its
 //! own ([`crate::disk`], root only), a node's disk fills up
 //! ([`Fault::FullDisk`]): the node must stop on it (exit code 12), and
@@ -31,6 +36,7 @@ use crate::client_proxy::{ClientProxy, ReplyFault};
 use crate::cluster::{Cluster, Topology};
 use crate::membership::Changes;
 use crate::netns::Network;
+use crate::peer_proxy::{LinkShape, Spread};
 use crate::recorder::Recorder;
 use oncekv_check::record::{FaultKind, NodeId};
 use rand::rngs::StdRng;
@@ -45,6 +51,9 @@ use tokio::sync::watch;
 /// How long a node given failing syncs is waited for to exit before it
 /// is started again (one that syncs nothing meanwhile keeps running).
 const SYNC_STOP_MAX: Duration = Duration::from_secs(3);
+
+/// The share of a slowed link's chunks lost ([`Fault::SlowLink`]).
+const SLOW_LINK_LOSS_PERCENT: f64 = 10.0;
 
 /// How long a node whose disk was filled is waited for to stop on it:
 /// under load its next log write, within milliseconds, needs a block.
@@ -103,11 +112,15 @@ pub enum Fault {
     /// Fill a node's disk (its data directory, a tmpfs of its own): it
     /// must stop (exit code 12); then free it and start the node again.
     FullDisk,
+    /// Slow the peer link between a node and another, both ways: a delay
+    /// of 50 to 200 ms with as much jitter, and 10% of its chunks lost
+    /// (each a retransmission timeout late), in the peer proxies.
+    SlowLink,
 }
 
 impl Fault {
     /// Every kind, in the order of `--faults`.
-    pub const ALL: [Fault; 21] = [
+    pub const ALL: [Fault; 22] = [
         Fault::Kill,
         Fault::Pause,
         Fault::DropReply,
@@ -129,6 +142,7 @@ impl Fault {
         Fault::GrowShrink,
         Fault::RollingRestart,
         Fault::FullDisk,
+        Fault::SlowLink,
     ];
 
     /// The kinds made in the network between hosts of their own: only on
@@ -154,11 +168,12 @@ impl Fault {
 
     /// Whether a run injects it only when asked for by name: the
     /// membership changes ([`crate::membership::KINDS`]: each takes
-    /// seconds, and a short run would not reach the others), and the full
+    /// seconds, and a short run would not reach the others), the full
     /// disk (it mounts a disk for each node, as root, and its window lasts
-    /// until the node caught up again).
+    /// until the node caught up again), and the slow link (so the default
+    /// schedules of earlier runs replay unchanged).
     pub fn by_name_only(self) -> bool {
-        self.changes_membership() || self == Fault::FullDisk
+        self.changes_membership() || matches!(self, Fault::FullDisk | Fault::SlowLink)
     }
 
     /// Whether it changes the cluster's membership or leadership on
@@ -197,6 +212,7 @@ impl Fault {
             Fault::GrowShrink => "grow-shrink",
             Fault::RollingRestart => "rolling-restart",
             Fault::FullDisk => "full-disk",
+            Fault::SlowLink => "slow-link",
         }
     }
 
@@ -222,6 +238,7 @@ impl Fault {
                 | Fault::Fsync
                 | Fault::Flood
                 | Fault::FullDisk
+                | Fault::SlowLink
         ) || self.needs_namespaces()
             || self.changes_membership()
     }
@@ -245,8 +262,8 @@ impl Fault {
     }
 
     /// The kind recorded in the history: the network faults are
-    /// partitions (their detail says which), flapping links are failing
-    /// links (`message_loss`), a full disk is `other` (its detail says
+    /// partitions (their detail says which), flapping and slow links are
+    /// failing links (`message_loss`), a full disk is `other` (its detail says
     /// `disk of node N full`).
     pub fn kind(self) -> FaultKind {
         match self {
@@ -261,7 +278,7 @@ impl Fault {
             Fault::LinkDown | Fault::OneWay | Fault::CutLeader | Fault::Split => {
                 FaultKind::Partition
             }
-            Fault::Flap => FaultKind::MessageLoss,
+            Fault::Flap | Fault::SlowLink => FaultKind::MessageLoss,
             Fault::Transfer => FaultKind::LeaderTransfer,
             Fault::RollingRestart => FaultKind::Restart,
             Fault::Learner
@@ -460,16 +477,16 @@ impl Nemesis {
                     self.nodes().into_iter().filter(|&n| n != target).collect();
                 let detail = format!("{target} | {others:?}");
                 let id = recorder.fault_started(fault.kind(), Some(target), Some(detail));
-                let network = lock(cluster).network();
-                match &network {
-                    Some(network) => self.change("partition", || network.split(&[target], &others)),
-                    None => lock(cluster).partitions().split(&[target], &others),
+                let between_hosts = lock(cluster).network().is_some();
+                if between_hosts {
+                    self.change("partition", || {
+                        lock(cluster).cut_between(&[target], &others)
+                    });
+                } else {
+                    lock(cluster).partitions().split(&[target], &others);
                 }
                 sleep_or_stop(hold, stop).await;
-                match &network {
-                    Some(network) => self.change("healing a partition", || network.heal()),
-                    None => lock(cluster).partitions().heal(),
-                }
+                self.change("healing a partition", || lock(cluster).heal_cuts());
                 recorder.fault_ended(id);
             }
             Fault::LinkDown | Fault::OneWay | Fault::CutLeader | Fault::Split | Fault::Flap => {
@@ -495,6 +512,7 @@ impl Nemesis {
                 }
             }
             Fault::FullDisk => self.fill_disk(hold, first, rng, stop).await,
+            Fault::SlowLink => self.slow_link(hold, first, rng, stop).await,
             Fault::DropReply | Fault::Delay => {
                 let reply_fault = if fault == Fault::DropReply {
                     ReplyFault::Drop { probability: 0.5 }
@@ -545,9 +563,13 @@ impl Nemesis {
         rng: &mut StdRng,
         stop: &mut watch::Receiver<bool>,
     ) {
-        let (Some(network), Some(target)) = (self.network(), self.target(first, rng)) else {
+        let (Some(cluster), Some(network), Some(target)) =
+            (&self.cluster, self.network(), self.target(first, rng))
+        else {
             return;
         };
+        let cut = |from: NodeId, to: NodeId| lock(cluster).cut(from, to);
+        let heal = || lock(cluster).heal_cuts();
         let nodes = self.nodes();
         let others: Vec<NodeId> = nodes.iter().copied().filter(|&n| n != target).collect();
         // Long enough for the others to elect a leader without the target.
@@ -567,14 +589,14 @@ impl Nemesis {
                 self.change("one-way partition", || {
                     others.iter().try_for_each(|&other| {
                         if outbound {
-                            network.cut(target, other)
+                            cut(target, other)
                         } else {
-                            network.cut(other, target)
+                            cut(other, target)
                         }
                     })
                 });
                 sleep_or_stop(hold, stop).await;
-                self.change("healing a one-way partition", || network.heal());
+                self.change("healing a one-way partition", heal);
                 recorder.fault_ended(id);
                 return;
             }
@@ -591,10 +613,10 @@ impl Nemesis {
                 let detail = format!("node {follower} cut from the leader {leader} only");
                 let id = recorder.fault_started(fault.kind(), Some(follower), Some(detail));
                 self.change("cutting a node from the leader", || {
-                    network.split(&[follower], &[leader])
+                    lock(cluster).cut_between(&[follower], &[leader])
                 });
                 sleep_or_stop(hold, stop).await;
-                self.change("healing a cut from the leader", || network.heal());
+                self.change("healing a cut from the leader", heal);
                 recorder.fault_ended(id);
                 return;
             }
@@ -610,9 +632,11 @@ impl Nemesis {
                 rest.sort_unstable();
                 let detail = format!("split {minority:?} | {rest:?}");
                 let id = recorder.fault_started(fault.kind(), Some(target), Some(detail));
-                self.change("splitting the cluster", || network.split(&minority, &rest));
+                self.change("splitting the cluster", || {
+                    lock(cluster).cut_between(&minority, &rest)
+                });
                 sleep_or_stop(hold, stop).await;
-                self.change("healing a split", || network.heal());
+                self.change("healing a split", heal);
                 recorder.fault_ended(id);
                 return;
             }
@@ -636,6 +660,47 @@ impl Nemesis {
         }
         self.change("a link up", || network.set_link(target, true));
         recorder.fault_ended(id);
+    }
+
+    /// Slows the peer link between a node (the leader the first time) and
+    /// another, both ways, for `hold`; then gives it every link's shape
+    /// again.
+    async fn slow_link(
+        &self,
+        hold: Duration,
+        first: bool,
+        rng: &mut StdRng,
+        stop: &mut watch::Receiver<bool>,
+    ) {
+        let (Some(cluster), Some(target)) = (&self.cluster, self.target(first, rng)) else {
+            return;
+        };
+        let others: Vec<NodeId> = self.nodes().into_iter().filter(|&n| n != target).collect();
+        let Some(&other) = others.choose(rng) else {
+            return;
+        };
+        let delay = Duration::from_millis(rng.random_range(50..=200));
+        let slow = match LinkShape::new(delay, delay, Spread::Uniform, SLOW_LINK_LOSS_PERCENT) {
+            Ok(slow) => slow,
+            Err(error) => {
+                self.failed(format!("slow-link: {error}"));
+                return;
+            }
+        };
+        let shaping = lock(cluster).partitions().shaping().clone();
+        let detail = format!(
+            "slow link {target} <-> {other}: {delay:?} one way, jitter {delay:?}, \
+             {SLOW_LINK_LOSS_PERCENT}% lost"
+        );
+        let id = self
+            .recorder
+            .fault_started(Fault::SlowLink.kind(), Some(target), Some(detail));
+        shaping.set_link(target, other, slow);
+        shaping.set_link(other, target, slow);
+        sleep_or_stop(hold, stop).await;
+        shaping.clear_link(target, other);
+        shaping.clear_link(other, target);
+        self.recorder.fault_ended(id);
     }
 
     /// Fills the disk of a running node (the leader the first time) and
@@ -830,8 +895,9 @@ mod tests {
     fn network_faults_are_the_netns_topology_s_only() {
         let loopback = Fault::defaults(Topology::Loopback);
         let netns = Fault::defaults(Topology::Netns);
-        // The membership kinds and the full disk, by name only.
-        let named = crate::membership::KINDS.len() + 1;
+        // The membership kinds, the full disk and the slow link, by name
+        // only.
+        let named = crate::membership::KINDS.len() + 2;
         assert!(Fault::ALL.iter().filter(|f| f.by_name_only()).count() == named);
         assert_eq!(netns.len(), Fault::ALL.len() - named);
         assert!(netns.iter().all(|f| !f.by_name_only()));

@@ -56,36 +56,59 @@
 //! then execs the command in the same process, so the PID the harness
 //! holds is the node's own, and stopping a node by PID is unchanged.
 //!
+//! # Peer proxies
+//!
+//! Every node's peer traffic passes through a peer proxy
+//! ([`crate::peer_proxy`]) in the clients' namespace: node `id` listens on
+//! its own address and [`PEER_PORT`], and advertises its proxy,
+//! [`CLIENT_HOST`] and [`peer_proxy_port`]`(host)`, as its peer address (its
+//! `--initial-cluster` entry, `--advertise-peer`). The proxy forwards to
+//! the node's own address and tells callers apart by the address they
+//! call from, their host's ([`node_ip`]; the node on a host is the one a
+//! membership change put there last). The proxies run on a thread of
+//! their own in the clients' namespace, with a tokio runtime of its own
+//! ([`Network::run_peer_proxy`]), so they serve whatever runtime the
+//! harness's clients use, and stop when the network is dropped, before its
+//! namespaces go. Clients reach the nodes directly, never through a peer
+//! proxy.
+//!
 //! # Faults
 //!
 //! * a link down: the node's veth is set down inside its namespace
 //!   ([`Network::set_link`]); the node loses its connected route, its
-//!   bridge port loses carrier, and nobody (peers or clients) reaches it
-//!   until it is set up again, when the kernel restores the route;
-//! * a cut from one node to another ([`Network::cut`]): a policy rule in
-//!   the receiver's namespace, `from <sender> iif <veth> blackhole`, drops
-//!   every packet the sender sends it, silently (the sender sees only
-//!   silence, as on a real lossy path). Each node's namespace moves the
-//!   `local` table's rule from priority 0 to [`LOCAL_RULE_PRIORITY`] when
-//!   it is made, so that the cut rules ([`CUT_RULE_PRIORITY`]) are
-//!   consulted before local delivery. A one-way partition is a set of such
-//!   cuts in one direction, a node cut from the leader only is the two
-//!   cuts between that pair, a split is both directions between two groups
-//!   ([`Network::split`]); the clients' packets are never cut;
+//!   bridge port loses carrier, and nobody (peers, their proxies or
+//!   clients) reaches it until it is set up again, when the kernel
+//!   restores the route;
 //! * flapping links are link downs and ups in quick succession (the
-//!   nemesis times them).
-//!
-//! Per-link delay and loss are not here: this kernel has no `netem`, and
-//! the peer proxies ([`crate::peer_proxy`]) on the loopback topology are
-//! where they are made.
+//!   nemesis times them);
+//! * a cut from one node to another ([`crate::cluster::Cluster::cut`]) is
+//!   made twice. In the peer proxies ([`crate::peer_proxy::Partitions::cut`]):
+//!   what the sender sends the receiver over their peer links is held,
+//!   silently (the sender sees only silence, as on a real lossy path),
+//!   until the cut heals. And in the network ([`Network::cut`]): a policy
+//!   rule in the receiver's namespace, `from <sender> iif <veth>
+//!   blackhole`, drops every packet the sender sends the receiver
+//!   directly (a follower forwarding an etcd call to the leader's client
+//!   port); the proxies' packets come from [`CLIENT_HOST`] and pass. Each
+//!   node's namespace moves the `local` table's rule from priority 0 to
+//!   [`LOCAL_RULE_PRIORITY`] when it is made, so that the cut rules
+//!   ([`CUT_RULE_PRIORITY`]) are consulted before local delivery. A
+//!   one-way partition is a set of such cuts in one direction, a node cut
+//!   from the leader only is the two cuts between that pair, a split is
+//!   both directions between two groups, and a partition of one node both
+//!   directions between it and the others; the clients' packets are never
+//!   cut;
+//! * a link's delay, jitter and loss are the peer proxies' shaping
+//!   ([`crate::peer_proxy::Shaping`]): this kernel has no `netem`.
 
+use crate::peer_proxy::{Hosts, Partitions, PeerProxy};
 use oncekv_check::record::NodeId;
 use std::collections::BTreeSet;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 /// The private range the hosts' addresses come from.
@@ -99,6 +122,10 @@ pub const CLIENT_PORT: u16 = 7379;
 
 /// The port every node serves its peers on, on its own address.
 pub const PEER_PORT: u16 = 7380;
+
+/// The port of host 0's peer proxy on [`CLIENT_HOST`]: host `h`'s is this
+/// plus `h` ([`peer_proxy_port`]).
+pub const PEER_PROXY_PORT_BASE: u16 = 7400;
 
 /// The most nodes a network holds (their role names stay one hex digit).
 pub const NODES_MAX: usize = 15;
@@ -119,6 +146,18 @@ const INTERFACE_NAME_MAX: usize = 15;
 pub fn node_ip(id: NodeId) -> Ipv4Addr {
     let host = u8::try_from(10 + id.min(NODES_MAX as NodeId)).unwrap_or(u8::MAX);
     Ipv4Addr::new(10, 77, 0, host)
+}
+
+/// The port of host `host`'s peer proxy, on [`CLIENT_HOST`].
+pub fn peer_proxy_port(host: NodeId) -> u16 {
+    let host = u16::try_from(host.min(NODES_MAX as NodeId)).unwrap_or(0);
+    PEER_PROXY_PORT_BASE + host
+}
+
+/// Where host `host`'s peer proxy listens: [`CLIENT_HOST`] and
+/// [`peer_proxy_port`]`(host)`.
+pub fn peer_proxy_address(host: NodeId) -> SocketAddr {
+    SocketAddr::new(IpAddr::V4(CLIENT_HOST), peer_proxy_port(host))
 }
 
 /// Whether networks of namespaces can be made here: `Ok` if this process
@@ -244,6 +283,66 @@ pub struct Network {
     cuts: Mutex<BTreeSet<(NodeId, NodeId)>>,
     /// Nodes whose link is down.
     down: Mutex<BTreeSet<NodeId>>,
+    /// The nodes on each host, as the peer proxies tell callers apart.
+    callers: Hosts,
+    /// The thread the peer proxies run on, once one runs.
+    proxies: Mutex<Option<ProxyThread>>,
+}
+
+/// A thread in the clients' namespace driving the tokio runtime the peer
+/// proxies run on, until it is told to stop.
+#[derive(Debug)]
+struct ProxyThread {
+    handle: tokio::runtime::Handle,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ProxyThread {
+    /// Starts it in namespace `namespace`.
+    fn start(namespace: String) -> std::io::Result<ProxyThread> {
+        let (started, handle) = std::sync::mpsc::channel();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("peer-proxies".into())
+            .spawn(move || {
+                let runtime = enter(&namespace).and_then(|()| {
+                    tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                });
+                match runtime {
+                    Ok(runtime) => {
+                        let _ = started.send(Ok(runtime.handle().clone()));
+                        runtime.block_on(async {
+                            let _ = stopped.await;
+                        });
+                    }
+                    Err(error) => {
+                        let _ = started.send(Err(error));
+                    }
+                }
+            })?;
+        let handle = handle
+            .recv()
+            .map_err(|_| std::io::Error::other("the peer proxies' thread ended at its start"))??;
+        Ok(ProxyThread {
+            handle,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for ProxyThread {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -277,6 +376,8 @@ impl Network {
             placed: Mutex::new(std::collections::BTreeMap::new()),
             cuts: Mutex::new(BTreeSet::new()),
             down: Mutex::new(BTreeSet::new()),
+            callers: Hosts::default(),
+            proxies: Mutex::new(None),
         };
         // From here on, a failure drops `network`, which removes what was
         // made.
@@ -352,6 +453,45 @@ impl Network {
             ip(&["-n", name, "rule", "del", "pref", "0"])?;
         }
         Ok(())
+    }
+
+    /// Runs host `host`'s peer proxy in the clients' namespace, on
+    /// [`CLIENT_HOST`] and [`peer_proxy_port`]`(host)`, forwarding to the
+    /// host's address and [`PEER_PORT`] for the node `occupant` holds
+    /// (0: none), under `partitions`; returns its address. The node
+    /// `occupant` holds is also the one calling from the host's address,
+    /// as every peer proxy of the network knows callers.
+    pub fn run_peer_proxy(
+        &self,
+        host: NodeId,
+        occupant: Arc<AtomicU64>,
+        partitions: Partitions,
+    ) -> std::io::Result<SocketAddr> {
+        let address = peer_proxy_address(host);
+        let upstream = SocketAddr::new(IpAddr::V4(node_ip(host)), PEER_PORT);
+        self.callers
+            .add(IpAddr::V4(node_ip(host)), occupant.clone());
+        let handle = {
+            let mut proxies = lock(&self.proxies);
+            if proxies.is_none() {
+                *proxies = Some(ProxyThread::start(self.client_namespace())?);
+            }
+            proxies.as_ref().map(|thread| thread.handle.clone())
+        }
+        .ok_or_else(|| std::io::Error::other("no peer proxies' thread"))?;
+        let (bound, outcome) = std::sync::mpsc::channel();
+        let callers = self.callers.clone();
+        handle.spawn(async move {
+            let listener = tokio::net::TcpListener::bind(address).await;
+            let result = listener.map(|listener| {
+                PeerProxy::run_between_hosts(listener, occupant, upstream, callers, partitions);
+            });
+            let _ = bound.send(result);
+        });
+        outcome
+            .recv_timeout(Duration::from_secs(10))
+            .map_err(|_| std::io::Error::other(format!("binding the peer proxy {address}")))??;
+        Ok(address)
     }
 
     /// What every name of this network begins with: `okv<pid>-<run>`.
@@ -451,7 +591,9 @@ impl Network {
         Ok(())
     }
 
-    /// Drops every packet node `from` sends node `to` (one direction).
+    /// Drops every packet node `from` sends node `to` directly (one
+    /// direction); their peer traffic passes through the peer proxies,
+    /// where [`crate::cluster::Cluster::cut`] cuts it too.
     pub fn cut(&self, from: NodeId, to: NodeId) -> std::io::Result<()> {
         if from == to || lock(&self.cuts).contains(&(from, to)) {
             return Ok(());
@@ -543,6 +685,8 @@ impl Network {
 
 impl Drop for Network {
     fn drop(&mut self) {
+        // The proxies stop before their namespace goes.
+        drop(lock(&self.proxies).take());
         self.remove();
     }
 }

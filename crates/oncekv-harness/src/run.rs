@@ -20,6 +20,7 @@ use crate::client_proxy::{ClientProxy, ProxyListener};
 use crate::cluster::{Cluster, ClusterOptions, STARTUP_TIMEOUT, Topology};
 use crate::disk::{DISK_SIZE, DiskOptions};
 use crate::nemesis::{Fault, Nemesis, fiu_available};
+use crate::peer_proxy::LinkShape;
 use crate::recorder::Recorder;
 use crate::stalls::{self, WindowStall};
 use crate::workload::{self, ClientMode, WorkloadOptions, client_options};
@@ -87,6 +88,10 @@ pub struct RunConfig {
     pub faults: Vec<Fault>,
     /// Where the history and the HTML report are written, if anywhere.
     pub out_dir: Option<PathBuf>,
+    /// Every peer link's delay, jitter and loss for the whole run (the
+    /// cluster's peer proxies shape them, seeded by the run's seed): only
+    /// on a cluster the run starts.
+    pub links: LinkShape,
 }
 
 /// What the run produced.
@@ -409,7 +414,7 @@ fn run_on_own_thread(
     else {
         return Err(RunError::Setup("a netns run starts its own nodes".into()));
     };
-    let options = local_options(binary, *nodes, *dedup, *topology, &faults, config.duration);
+    let options = local_options(binary, *nodes, *dedup, *topology, &faults, config);
     let cluster = Cluster::start(&options)?;
     let network = cluster
         .network()
@@ -438,15 +443,16 @@ fn run_on_own_thread(
 /// final reads and the reference read fit in it many times over.
 const DISKS_MARGIN: Duration = Duration::from_secs(600);
 
-/// The options of a cluster the run starts, for a run of `duration`.
+/// The options of a cluster the run `config` starts.
 fn local_options(
     binary: &std::path::Path,
     nodes: usize,
     dedup: bool,
     topology: Topology,
     faults: &[Fault],
-    duration: Duration,
+    config: &RunConfig,
 ) -> ClusterOptions {
+    let duration = config.duration;
     ClusterOptions {
         binary: binary.to_path_buf(),
         nodes,
@@ -467,6 +473,8 @@ fn local_options(
             size: DISK_SIZE.into(),
             lifetime: duration.saturating_mul(2) + DISKS_MARGIN,
         }),
+        link_shape: config.links,
+        link_seed: config.seed,
     }
 }
 
@@ -718,8 +726,7 @@ async fn start_target(
             let mut cluster = match prepared {
                 Some(cluster) => cluster,
                 None => {
-                    let options =
-                        local_options(binary, *nodes, *dedup, *topology, faults, config.duration);
+                    let options = local_options(binary, *nodes, *dedup, *topology, faults, config);
                     Cluster::start_partitionable(&options).await?
                 }
             };
@@ -732,6 +739,9 @@ async fn start_target(
             let real = cluster.slots();
             Ok((Some(Arc::new(Mutex::new(cluster))), real))
         }
+        Target::Endpoints(_) if !config.links.is_none() => Err(RunError::Setup(
+            "shaping the peer links needs a cluster the run starts, not --endpoints".into(),
+        )),
         Target::Endpoints(endpoints) => {
             Ok((None, endpoints.iter().map(|e| (None, e.clone())).collect()))
         }
@@ -809,8 +819,19 @@ fn describe(config: &RunConfig, faults: &[Fault]) -> String {
         } => format!(", {nodes} hosts in network namespaces"),
         _ => String::new(),
     };
+    let links = &config.links;
+    let links = if links.is_none() {
+        String::new()
+    } else {
+        format!(
+            ", every peer link {:?} one way, jitter {:?}, loss {}%",
+            links.one_way_delay(),
+            links.jitter(),
+            links.loss_percent()
+        )
+    };
     format!(
-        "{} clients ({:?} mode{}), faults [{}], {:?}{}{hosts}",
+        "{} clients ({:?} mode{}), faults [{}], {:?}{}{hosts}{links}",
         config.workload.clients,
         config.workload.mode,
         match config.api {

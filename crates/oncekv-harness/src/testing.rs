@@ -89,6 +89,8 @@ pub fn options(binary: impl AsRef<Path>, size: u64, extra: &[&str]) -> ClusterOp
         insecure_peers: false,
         topology: crate::cluster::Topology::Loopback,
         private_disks: None,
+        link_shape: crate::peer_proxy::LinkShape::default(),
+        link_seed: 0,
     }
 }
 

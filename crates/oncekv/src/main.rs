@@ -32,6 +32,8 @@ mod certs;
 mod commands;
 mod completion;
 mod exit;
+mod links;
+mod netns;
 mod serve;
 mod session_file;
 mod verify;
@@ -66,6 +68,10 @@ enum Commands {
     /// Prove exactly-once under faults: run a workload against a local
     /// cluster (or --endpoints) while injecting faults, then check it.
     Verify(verify::VerifyArgs),
+    /// Hold a network of hosts (network namespaces, root) whose peer
+    /// links pass through shaped proxies (delay, jitter, loss), for
+    /// benchmarks across hosts, until interrupted.
+    Netns(netns::NetnsArgs),
     /// Make the certificates of a TLS cluster: a CA, node and client
     /// certificates (PEM files).
     Certs(certs::CertsArgs),
@@ -110,6 +116,7 @@ fn main() -> ExitCode {
         Commands::Certs(args) => certs::run(args, cli.connection.login.as_deref()),
         Commands::Completion(args) => completion::run_completion(&args, Cli::command()),
         Commands::Man(args) => completion::run_man(&args, Cli::command()),
+        Commands::Netns(args) => runtime.block_on(netns::run(args)),
         Commands::Verify(args) => {
             runtime.block_on(verify::run(&cli.connection, args, endpoints_given))
         }

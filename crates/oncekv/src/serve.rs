@@ -737,7 +737,8 @@ fn bind_std(address: SocketAddr, what: &str) -> Result<std::net::TcpListener, St
         .map_err(|error| format!("cannot listen for {what} on {address}: {error}"))
 }
 
-async fn shutdown_signal() {
+/// Resolves on SIGINT or SIGTERM.
+pub(crate) async fn shutdown_signal() {
     let interrupt = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {

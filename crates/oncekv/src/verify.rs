@@ -1,13 +1,15 @@
 //! `oncekv verify`: a fault run from this binary. It starts a local
 //! cluster of `oncekv serve` processes, on loopback or each on a host of
-//! its own (`--topology netns`: network namespaces, root only), or uses
-//! `--endpoints`, runs the
+//! its own (`--topology netns`: network namespaces, root only), its peer
+//! links shaped if asked (`--link-delay`, `--link-jitter`, `--link-loss`),
+//! or uses `--endpoints`, runs the
 //! workload under the nemesis with a progress bar, heals, checks the
 //! history, prints the summary table, the write stall of each fault window
 //! and the seed, writes the history and an HTML timeline, and exits
 //! non-zero on any violation.
 
 use crate::commands::{Connection, Output};
+use crate::links::LinkArgs;
 use anyhow::Context;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -62,6 +64,24 @@ added at its addresses), grow-shrink (3 -> 5 -> 3), rolling-restart
 still runs is watched before it is stopped: no member may follow it, it
 may not lead. Example:
   oncekv verify --duration 60s --faults transfer,add-learner,replace,grow-shrink,rolling-restart
+
+slow-link, on either topology, only when named in --faults: the peer link
+between a node (the leader the first time) and another slows for a window,
+both ways: 50 to 200 ms one way, as much jitter, 10% of its chunks lost.
+
+Every peer link shaped for the whole run (--link-delay, --link-jitter,
+--link-loss; either topology, a cluster the run starts): each node's Raft
+traffic passes through a proxy in front of its peer port (no netem
+needed), which holds each chunk of bytes for the delay of its link
+(sender to receiver, each direction on its own), give or take the jitter
+(uniform; --link-spread normal for a normal spread; never below zero, and
+never overtaking the chunk before it on its connection). A lost chunk
+(--link-loss percent of them) is what TCP makes of a lost segment: it
+arrives a retransmission timeout (200 ms) late, the stream whole. Clients
+reach the nodes unshaped, so a write takes at least one round trip
+between nodes (twice the delay) besides the disk. Examples:
+  oncekv verify --link-delay 5ms --link-jitter 1ms
+  sudo oncekv verify --topology netns --link-delay 10ms --link-loss 1% --faults slow-link,split
 
 full-disk, on either topology, only when named in --faults (root and
 util-linux's unshare/nsenter; skipped with a message otherwise): each
@@ -129,6 +149,9 @@ pub struct VerifyArgs {
     /// checkers must catch it.
     #[arg(long)]
     unsafe_no_dedup: bool,
+    /// Every peer link's delay, jitter and loss, for the whole run.
+    #[command(flatten)]
+    links: LinkArgs,
 }
 
 /// `--topology`.
@@ -196,6 +219,13 @@ async fn run_inner(
             anyhow::bail!("--topology netns cannot run here: {why}");
         }
     }
+    let links = args.links.shape()?;
+    if endpoints_given && !links.is_none() {
+        anyhow::bail!(
+            "--link-delay, --link-jitter and --link-loss shape the links of a cluster verify \
+             starts: they do not go with --endpoints"
+        );
+    }
     if connection.tls.cacert.is_some() {
         anyhow::bail!(
             "oncekv verify does not connect over TLS (--cacert): run it on a plaintext cluster"
@@ -235,6 +265,7 @@ async fn run_inner(
         seed,
         faults,
         out_dir: Some(out),
+        links,
     };
     eprintln!("oncekv verify: seed {seed}");
     let bar = ProgressBar::new(args.duration.as_millis().try_into().unwrap_or(u64::MAX));

@@ -6,8 +6,11 @@
 //! it rejoins, catching up. Then a short `oncekv verify --topology netns`
 //! run under the network faults passes every checker, and one that
 //! changes the membership (members join on hosts of their own, a member
-//! is replaced on its host, a joined member's link goes down). After each,
-//! no namespace of the run is left.
+//! is replaced on its host, a joined member's link goes down). Three hosts
+//! whose peer links (their peer proxies, in the clients' namespace) each
+//! delay 20 ms one way pay a round trip for every write and stay
+//! consistent, and slowing one link slows only the node behind it. After
+//! each, no namespace of the run is left.
 //!
 //! Needs root and `ip netns`: without them each test says so through
 //! `missing_dependency` (a failure under `CI=true`). No packet goes
@@ -15,6 +18,7 @@
 
 use oncekv_harness::cluster::{Cluster, Topology};
 use oncekv_harness::netns::{self, Network};
+use oncekv_harness::peer_proxy::LinkShape;
 use oncekv_harness::testing::{self, Dependency, TestSession, eventually, missing_dependency};
 use oncekv_state::{Command, Outcome};
 use serde_json::Value;
@@ -319,4 +323,127 @@ fn membership_changes_between_hosts_pass_verify() {
         );
     }
     assert_eq!(left_by(pid), Vec::<String>::new());
+}
+
+/// Every peer link's one-way delay in the shaped test.
+const ONE_WAY: Duration = Duration::from_millis(20);
+
+/// The leader's link to one follower, slowed, in the shaped test: far
+/// more than the other link's round trip, far less than an election.
+const SLOW_ONE_WAY: Duration = Duration::from_millis(300);
+
+/// Writes through the leader, timing each; checks the links' delays show.
+async fn writes_pay_a_round_trip_and_a_slow_link_slows_only_its_node(cluster: &Cluster) {
+    let patience = Duration::from_secs(30);
+    let leader = cluster.leader(patience).await;
+    let session = TestSession::open(cluster, 120_000, 16).await;
+    let node = |id: u64| cluster.nodes.iter().find(|n| n.id == id).expect("a node");
+    let mut seq = 0;
+    let mut write = |key: String| {
+        seq += 1;
+        let request = put(&session, seq, &key, "v");
+        async move {
+            let sent = std::time::Instant::now();
+            let response = node(leader).execute(&request).await.expect("an answer");
+            let took = sent.elapsed();
+            let outcome = match response.result {
+                Some(oncekv_proto::v1::execute_response::Result::Outcome(outcome)) => {
+                    oncekv_proto::convert::outcome_from_wire(outcome).expect("an outcome")
+                }
+                other => panic!("no outcome from the leader {leader}: {other:?}"),
+            };
+            assert!(matches!(outcome, Outcome::Applied(_)), "{outcome:?}");
+            (sent, took)
+        }
+    };
+    // Committing needs a follower's copy: a round trip between hosts.
+    for n in 0..5 {
+        let (_, took) = write(format!("key-{n}")).await;
+        assert!(
+            took >= ONE_WAY * 2,
+            "a write took {took:?}, under a round trip"
+        );
+    }
+
+    // The leader's link to one follower slows; the other's does not.
+    let followers: Vec<u64> = [1, 2, 3].into_iter().filter(|&id| id != leader).collect();
+    let (slowed, other) = (followers[0], followers[1]);
+    let shaping = cluster.partitions().shaping();
+    shaping.set_link(
+        leader,
+        slowed,
+        LinkShape::delay(SLOW_ONE_WAY).expect("a shape"),
+    );
+    assert_eq!(shaping.link(leader, other).one_way_delay(), ONE_WAY);
+    let (sent, _) = write("after-the-slowdown".into()).await;
+    // When each follower first held it.
+    let seen = Mutex::new([None::<Duration>; 2]);
+    let (slow, fast) = eventually(patience, "both followers holding the write", || {
+        let seen = &seen;
+        async move {
+            let mut now = *seen.lock().unwrap_or_else(|p| p.into_inner());
+            for (at, id) in now.iter_mut().zip([slowed, other]) {
+                if at.is_none() && node(id).local_value(b"after-the-slowdown").await.is_some() {
+                    *at = Some(sent.elapsed());
+                }
+            }
+            *seen.lock().unwrap_or_else(|p| p.into_inner()) = now;
+            Some((now[0]?, now[1]?))
+        }
+    })
+    .await;
+    assert!(
+        slow >= SLOW_ONE_WAY,
+        "node {slowed} behind the slow link had it after {slow:?}"
+    );
+    assert!(
+        fast < slow,
+        "node {other} ({fast:?}) was no faster than node {slowed} ({slow:?})"
+    );
+
+    // Back to every link's delay: all three hold the same state.
+    shaping.clear_link(leader, slowed);
+    write("last".into()).await;
+    eventually(patience, "the same state on every node", || async {
+        let mut digests = Vec::new();
+        for id in [1, 2, 3] {
+            digests.push(node(id).state_digest().await.ok()?);
+        }
+        let same = digests.windows(2).all(|pair| pair[0] == pair[1]);
+        (same && digests[0].0.is_some()).then_some(())
+    })
+    .await;
+    for id in [1, 2, 3] {
+        for key in ["key-0", "key-4", "after-the-slowdown", "last"] {
+            assert_eq!(
+                node(id).local_value(key.as_bytes()).await.as_deref(),
+                Some(&b"v"[..]),
+                "{key} on node {id}"
+            );
+        }
+    }
+}
+
+#[test]
+fn three_hosts_with_delayed_peer_links_pay_a_round_trip_per_write_and_one_slow_link_slows_one_node()
+{
+    let test = "netns::three_hosts_with_delayed_peer_links_pay_a_round_trip_per_write_and_one_\
+                slow_link_slows_one_node";
+    if !namespaces_available(test) {
+        return;
+    }
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let mut options = testing::options(BINARY, 3, testing::FAST);
+    options.topology = Topology::Netns;
+    options.link_shape = LinkShape::delay(ONE_WAY).expect("a shape");
+    let cluster = Cluster::start(&options).expect("three hosts");
+    let network = cluster.network().expect("a network");
+    network
+        .block_on(writes_pay_a_round_trip_and_a_slow_link_slows_only_its_node(
+            &cluster,
+        ))
+        .unwrap_or_else(|e| panic!("the clients' namespace: {e}\n{}", cluster.logs()));
+    drop(network);
+    drop(cluster);
+    assert_eq!(left_by(std::process::id()), Vec::<String>::new());
 }

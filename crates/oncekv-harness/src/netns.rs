@@ -88,8 +88,10 @@
 //!   until the cut heals. And in the network ([`Network::cut`]): a policy
 //!   rule in the receiver's namespace, `from <sender> iif <veth>
 //!   blackhole`, drops every packet the sender sends the receiver
-//!   directly (a follower forwarding an etcd call to the leader's client
-//!   port); the proxies' packets come from [`CLIENT_HOST`] and pass. Each
+//!   directly, past the proxies (nodes forward etcd calls to the
+//!   leader's peer address, so through the proxies; the rule guards
+//!   whatever else one host might send another); the proxies' packets
+//!   come from [`CLIENT_HOST`] and pass. Each
 //!   node's namespace moves the `local` table's rule from priority 0 to
 //!   [`LOCAL_RULE_PRIORITY`] when it is made, so that the cut rules
 //!   ([`CUT_RULE_PRIORITY`]) are consulted before local delivery. A

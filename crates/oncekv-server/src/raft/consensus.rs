@@ -643,6 +643,7 @@ impl Consensus {
     /// [`WriteError::Unavailable`] (the node may be a learner already).
     pub async fn add_member(&self, id: NodeId, info: NodeInfo) -> Result<(), WriteError> {
         self.leading()?;
+        self.wait_until_established().await;
         // One entry (a learner changes no quorum, so no joint step):
         // `ForwardToLeader` here means it was not appended.
         self.raft
@@ -663,6 +664,7 @@ impl Consensus {
     /// `ForwardToLeader` does not say which of them it refused.
     pub async fn remove_member(&self, id: NodeId) -> Result<(), WriteError> {
         self.leading()?;
+        self.wait_until_established().await;
         let ids: BTreeSet<NodeId> = [id].into();
         self.raft
             .change_membership(ChangeMembers::RemoveVoters(ids.clone()), false)
@@ -753,6 +755,7 @@ impl Consensus {
         decided_on: &MembershipVersion,
     ) -> Result<(), MemberChangeError> {
         self.leading()?;
+        self.wait_until_established().await;
         let guard = Precondition::LastMembershipLogId {
             last_membership_log_id: decided_on.0,
         };
@@ -809,6 +812,33 @@ impl Consensus {
             .transfer_leader(to)
             .await
             .map_err(|fatal| WriteError::Unavailable(fatal.to_string()))
+    }
+
+    /// Waits, at most three maximum election timeouts, until this node,
+    /// if it leads, has applied an entry of its own term (the blank entry
+    /// a new leader appends): until then openraft may refuse a membership
+    /// change of a leader just elected (a member handing leadership over
+    /// forwards the change that removes it at once). Returns at once on a
+    /// node that does not lead.
+    async fn wait_until_established(&self) {
+        let timeout =
+            Duration::from_millis(self.raft.config().election_timeout_max).saturating_mul(3);
+        let established = self
+            .raft
+            .wait(Some(timeout))
+            .metrics(
+                |metrics| {
+                    metrics.state != ServerState::Leader
+                        || metrics.last_applied.as_ref().is_some_and(|applied| {
+                            applied.leader_id.term == metrics.vote.leader_id().term
+                        })
+                },
+                "the leader to apply an entry of its term",
+            )
+            .await;
+        if established.is_err() {
+            tracing::debug!("the leader has applied no entry of its term yet");
+        }
     }
 
     /// Waits until this node knows a leader (itself or another), for at

@@ -1302,15 +1302,23 @@ mod tests {
             assert!(!args(node).iter().any(|a| a == "--peer-source-ip"));
         }
         // The proxies listen in the clients' namespace, whatever runtime
-        // asks.
+        // asks (reached once the clients' link is up: its address is
+        // local only then).
         let reached = network
             .block_on(async {
-                tokio::net::TcpStream::connect(netns::peer_proxy_address(2))
-                    .await
-                    .is_ok()
+                let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+                loop {
+                    match tokio::net::TcpStream::connect(netns::peer_proxy_address(2)).await {
+                        Ok(_) => return Ok(()),
+                        Err(error) if tokio::time::Instant::now() >= deadline => return Err(error),
+                        Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+                    }
+                }
             })
             .expect("the clients' namespace");
-        assert!(reached, "no peer proxy in the clients' namespace");
+        if let Err(error) = reached {
+            panic!("no peer proxy in the clients' namespace: {error}");
+        }
         let names = network.namespaces();
         drop(network);
         drop(cluster);

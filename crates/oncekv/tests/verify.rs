@@ -156,8 +156,10 @@ fn a_naive_retrying_client_is_caught() {
     assert_eq!(code, 7, "expected a violation: {json:#}");
     assert_eq!(json["verdict"], "FAIL");
     assert_eq!(checker(&json, "exactly_once")["status"], "fail", "{json:#}");
-    // A resent transfer applies twice: its token is twice in the ledger.
-    assert_eq!(checker(&json, "transfers")["status"], "fail", "{json:#}");
+    // Which operations the dropped replies hit is timing: appends are
+    // resent in every run, a transfer not always (one run under load had
+    // none applied twice of 639). That a transfer applied twice is
+    // caught is shown by `nodes_without_dedup_are_caught`.
     assert_eq!(
         checker(&json, "linearizable_kv")["status"],
         "fail",

@@ -188,7 +188,10 @@ impl MemberCheck {
         InterceptedService::new(service, self.clone())
     }
 
-    fn admit<T>(&self, request: &tonic::Request<T>) -> Result<Forwarded, MemberCallRefused> {
+    fn forwarded_call<T>(
+        &self,
+        request: &tonic::Request<T>,
+    ) -> Result<Forwarded, MemberCallRefused> {
         let metadata = request.metadata();
         let by = metadata
             .get(FORWARDED_BY_METADATA)
@@ -246,7 +249,7 @@ impl tonic::service::Interceptor for MemberCheck {
     fn call(&mut self, request: tonic::Request<()>) -> Result<tonic::Request<()>, Status> {
         // The peer token first, as for every call of the peer port.
         let mut request = self.token.call(request)?;
-        match self.admit(&request) {
+        match self.forwarded_call(&request) {
             Ok(forwarded) => {
                 request.extensions_mut().insert(forwarded);
                 Ok(request)

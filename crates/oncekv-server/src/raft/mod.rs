@@ -14,4 +14,5 @@ pub mod snapshot_file;
 pub mod state_machine_store;
 pub mod storage_failure;
 pub mod type_config;
+pub mod write_behind;
 pub mod write_error;

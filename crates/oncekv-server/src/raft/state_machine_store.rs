@@ -23,6 +23,7 @@
 use super::snapshot_file::SnapshotFile;
 use super::storage_failure::StorageFailure;
 use super::type_config::{Applied, TypeConfig};
+use super::write_behind::WriteBehind;
 use futures_util::{Stream, StreamExt};
 use oncekv_state::{Entry, Limits, LogIndex, StateMachine};
 use openraft::alias::{LogIdOf, SnapshotMetaOf, SnapshotOf, StoredMembershipOf};
@@ -271,7 +272,7 @@ impl StateMachineStore {
     fn persist(
         &self,
         meta: &SnapshotMetaOf<TypeConfig>,
-        write_state: impl FnOnce(&mut std::fs::File) -> io::Result<u64>,
+        write_state: impl FnOnce(&mut WriteBehind<'_>) -> io::Result<u64>,
     ) -> io::Result<SnapshotFile> {
         let written = self.write_snapshot_file(meta, write_state);
         if let Err(error) = &written {
@@ -288,7 +289,7 @@ impl StateMachineStore {
     fn write_snapshot_file(
         &self,
         meta: &SnapshotMetaOf<TypeConfig>,
-        write_state: impl FnOnce(&mut std::fs::File) -> io::Result<u64>,
+        write_state: impl FnOnce(&mut WriteBehind<'_>) -> io::Result<u64>,
     ) -> io::Result<SnapshotFile> {
         let header = postcard::to_allocvec(&SnapshotHeader { meta: meta.clone() })
             .map_err(|e| invalid(format!("snapshot metadata does not encode: {e}")))?;
@@ -306,7 +307,9 @@ impl StateMachineStore {
             file.write_all(&header)?;
         }
         let offset = 16 + header.len() as u64;
-        let len = write_state(&mut file)?;
+        // Synced as it goes, so the log's syncs never wait behind a
+        // snapshot's worth of dirty pages.
+        let len = write_state(&mut WriteBehind::new(&mut file))?;
         file.sync_all()?;
         std::fs::rename(&tmp, self.dir.join(SNAPSHOT_FILE))?;
         std::fs::File::open(&self.dir)?.sync_all()?;

@@ -4,6 +4,9 @@
 //! and the restore that seeds a new node's data directory from it, so a
 //! new cluster starts with the same data, sessions, completion records and
 //! users (a retry after a restore is still answered from its record).
+//! A node makes a backup into a file of its own in its state directory and
+//! sends it from there in pieces ([`BackupFile`]): never a buffer as large
+//! as the state.
 //!
 //! File layout: `b"OKVBKUP1"`, the applied index (u64 LE), the SHA-256 of
 //! the body (32 bytes), then the body: the state machine's own snapshot
@@ -14,7 +17,9 @@
 //! ([`Backup::decode`]).
 
 use crate::raft::seed::{SeedError, seed};
+use crate::raft::snapshot_file::SnapshotFile;
 use crate::raft::type_config::{NodeId, NodeInfo};
+use crate::raft::write_behind::WriteBehind;
 use oncekv_state::{Limits, LogIndex, StateMachine};
 use sha2::{Digest as _, Sha256};
 use std::collections::BTreeMap;
@@ -171,6 +176,183 @@ impl Backup {
     }
 }
 
+/// The name, in the state's directory, of the file a backup is written to
+/// before it is sent (removed from the directory as soon as it is open).
+const BACKUP_FILE: &str = "backup.tmp";
+
+/// A backup this node made, to be sent: the state's snapshot bytes in a
+/// file of their own (already removed from its directory, so it goes with
+/// the last handle, also after a crash), their SHA-256 and the index they
+/// were taken at. It is read a piece at a time as it is sent, so a backup is
+/// never a buffer as large as the state.
+#[derive(Debug)]
+pub struct BackupFile {
+    applied_index: LogIndex,
+    state: SnapshotFile,
+    sha256: [u8; 32],
+}
+
+impl BackupFile {
+    /// Writes `machine`'s snapshot bytes to a file in `dir` (synced as it
+    /// goes, see [`WriteBehind`], so the log's syncs do not wait behind
+    /// it), then reads them back for their SHA-256. Blocks: call it off the
+    /// async threads, one at a time per directory.
+    pub fn make(machine: &StateMachine, dir: &Path) -> std::io::Result<BackupFile> {
+        let path = dir.join(BACKUP_FILE);
+        let mut file = crate::private_fs::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)?;
+        std::fs::remove_file(&path)?;
+        let len = machine.write_snapshot(&mut WriteBehind::new(&mut file))?;
+        let state = SnapshotFile::new(file, 0, len);
+        let mut hasher = Sha256::new();
+        std::io::copy(
+            &mut std::io::BufReader::with_capacity(1 << 20, state.reader()),
+            &mut hasher,
+        )?;
+        Ok(BackupFile {
+            applied_index: machine.last_applied().unwrap_or(LogIndex(0)),
+            state,
+            sha256: hasher.finalize().into(),
+        })
+    }
+
+    /// The log index of the last entry the state includes.
+    pub fn applied_index(&self) -> LogIndex {
+        self.applied_index
+    }
+
+    /// How many bytes the state has.
+    pub fn state_len(&self) -> u64 {
+        self.state.len()
+    }
+
+    /// The SHA-256 of the state's bytes.
+    pub fn sha256(&self) -> [u8; 32] {
+        self.sha256
+    }
+
+    /// The state's bytes, in pieces of at most `max` bytes.
+    pub fn into_state_pieces(self, max: usize) -> impl Iterator<Item = std::io::Result<Vec<u8>>> {
+        let max = max.max(1);
+        let state = self.state;
+        (0..state.len())
+            .step_by(max)
+            .map(move |start| state.read_piece(start, max))
+    }
+
+    /// How many bytes the backup file has ([`Backup::encode`]).
+    fn file_len(&self) -> u64 {
+        (HEADER_BYTES as u64).saturating_add(self.state.len())
+    }
+
+    /// How many bytes etcd's API streams for it ([`Backup::encode_for_etcd`]).
+    pub fn etcd_len(&self) -> u64 {
+        self.etcd_body_len().saturating_add(32)
+    }
+
+    /// The etcd stream's bytes before its trailing SHA-256: the file, its
+    /// padding and its length, whole 512-byte pages.
+    fn etcd_body_len(&self) -> u64 {
+        self.file_len()
+            .saturating_add(8)
+            .next_multiple_of(ETCD_PAGE_BYTES as u64)
+    }
+
+    /// The bytes etcd's API streams for it ([`Backup::encode_for_etcd`]),
+    /// in pieces of at most `max` bytes, the trailing SHA-256 a piece of its
+    /// own (as etcd sends it), hashed as they are read.
+    pub fn into_etcd_pieces(self, max: usize) -> EtcdPieces {
+        let mut header = [0u8; HEADER_BYTES];
+        header[..8].copy_from_slice(MAGIC);
+        header[8..16].copy_from_slice(&self.applied_index.0.to_le_bytes());
+        header[16..].copy_from_slice(&self.sha256);
+        EtcdPieces {
+            header,
+            file_len: self.file_len(),
+            body_len: self.etcd_body_len(),
+            state: self.state,
+            max: max.max(1) as u64,
+            position: 0,
+            hasher: Some(Sha256::new()),
+        }
+    }
+}
+
+/// The pieces of a [`BackupFile`] as etcd's API streams it
+/// ([`BackupFile::into_etcd_pieces`]).
+#[derive(Debug)]
+pub struct EtcdPieces {
+    header: [u8; HEADER_BYTES],
+    state: SnapshotFile,
+    file_len: u64,
+    body_len: u64,
+    max: u64,
+    position: u64,
+    /// Taken when the trailing SHA-256 is sent.
+    hasher: Option<Sha256>,
+}
+
+impl EtcdPieces {
+    /// The stream's bytes from `start` to `end` (both within the body).
+    fn body(&self, start: u64, end: u64) -> std::io::Result<Vec<u8>> {
+        let mut piece = Vec::with_capacity(usize::try_from(end - start).unwrap_or(0));
+        let header_end = HEADER_BYTES as u64;
+        let length_at = self.body_len - 8;
+        let mut at = start;
+        while at < end {
+            if at < header_end {
+                let to = end.min(header_end);
+                piece.extend_from_slice(&self.header[at as usize..to as usize]);
+                at = to;
+            } else if at < self.file_len {
+                let to = end.min(self.file_len);
+                let read = self
+                    .state
+                    .read_piece(at - header_end, usize::try_from(to - at).unwrap_or(0))?;
+                piece.extend_from_slice(&read);
+                at = to;
+            } else if at < length_at {
+                let to = end.min(length_at);
+                piece.resize(piece.len() + usize::try_from(to - at).unwrap_or(0), 0);
+                at = to;
+            } else {
+                let length = self.file_len.to_le_bytes();
+                let to = end.min(self.body_len);
+                piece.extend_from_slice(
+                    &length[(at - length_at) as usize..(to - length_at) as usize],
+                );
+                at = to;
+            }
+        }
+        Ok(piece)
+    }
+}
+
+impl Iterator for EtcdPieces {
+    type Item = std::io::Result<Vec<u8>>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.position < self.body_len {
+            let end = self.position.saturating_add(self.max).min(self.body_len);
+            let piece = self.body(self.position, end);
+            match (&piece, self.hasher.as_mut()) {
+                (Ok(bytes), Some(hasher)) => hasher.update(bytes),
+                // A failed read ends the stream: no hash of what was not sent.
+                _ => self.hasher = None,
+            }
+            self.position = if piece.is_ok() { end } else { self.body_len };
+            return Some(piece);
+        }
+        self.hasher
+            .take()
+            .map(|hasher| Ok(hasher.finalize().to_vec()))
+    }
+}
+
 /// Seeds the empty `data_dir` of node `id` of a new cluster of `members`
 /// with `backup`: the identity of the node, a log that starts after the
 /// backup's index, and the backup as the node's snapshot with the new
@@ -214,6 +396,41 @@ pub async fn restore(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_backup_file_sends_the_bytes_of_the_backup_in_pieces() {
+        let dir = tempfile::tempdir().unwrap();
+        let machine = StateMachine::new(Limits::default());
+        let state = machine.snapshot();
+        let backup = Backup {
+            applied_index: LogIndex(0),
+            state: state.clone(),
+        };
+        for max in [1, 7, 100, 1 << 20] {
+            let made = BackupFile::make(&machine, dir.path()).unwrap();
+            // Nothing is left in the directory: the file goes with its handle.
+            assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+            assert_eq!(made.state_len(), state.len() as u64);
+            assert_eq!(made.sha256().as_slice(), Sha256::digest(&state).as_slice());
+            let pieces: Vec<Vec<u8>> = made.into_state_pieces(max).map(Result::unwrap).collect();
+            assert!(pieces.iter().all(|piece| piece.len() <= max));
+            assert_eq!(pieces.concat(), state);
+
+            let made = BackupFile::make(&machine, dir.path()).unwrap();
+            let length = made.etcd_len();
+            let pieces: Vec<Vec<u8>> = made.into_etcd_pieces(max).map(Result::unwrap).collect();
+            let expected = backup.encode_for_etcd();
+            assert_eq!(length, expected.len() as u64);
+            // The SHA-256 is a piece of its own, the last.
+            assert_eq!(pieces.last().map(Vec::len), Some(32));
+            assert!(
+                pieces[..pieces.len() - 1]
+                    .iter()
+                    .all(|piece| piece.len() <= max)
+            );
+            assert_eq!(pieces.concat(), expected, "pieces of at most {max} bytes");
+        }
+    }
 
     #[test]
     fn a_file_saved_through_etcds_api_reads_as_the_backup() {

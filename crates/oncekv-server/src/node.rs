@@ -734,22 +734,26 @@ impl Node {
 
     /// A consistent copy of the whole state, for a backup: on the leader,
     /// after a read barrier (so it holds every acknowledged write); the
-    /// lock is held only to copy, the snapshot bytes are made off the async
-    /// threads, one backup or digest at a time.
-    pub async fn backup(&self) -> Result<crate::backup::Backup, WriteError> {
+    /// lock is held only to copy, the snapshot bytes are written to a file
+    /// off the async threads (never a buffer as large as the state), one
+    /// backup or digest at a time.
+    pub async fn backup(&self) -> Result<crate::backup::BackupFile, WriteError> {
         self.inner.consensus.leading()?;
         self.inner.consensus.read_barrier().await?;
         let _one_at_a_time = self.inner.digesting.lock().await;
         let copy = self.inner.consensus.state_copy();
-        let made = tokio::task::spawn_blocking(move || {
-            let applied_index = copy.last_applied().unwrap_or(LogIndex(0));
-            crate::backup::Backup {
-                applied_index,
-                state: copy.snapshot(),
-            }
-        })
-        .await;
-        made.map_err(|e| WriteError::Unavailable(format!("making the snapshot failed: {e}")))
+        let dir = self.inner.consensus.state_dir().to_path_buf();
+        let made =
+            tokio::task::spawn_blocking(move || crate::backup::BackupFile::make(&copy, &dir)).await;
+        match made {
+            Ok(Ok(backup)) => Ok(backup),
+            Ok(Err(error)) => Err(WriteError::Unavailable(format!(
+                "writing the backup failed: {error}"
+            ))),
+            Err(error) => Err(WriteError::Unavailable(format!(
+                "making the backup failed: {error}"
+            ))),
+        }
     }
 
     /// Adds a member (learner first, then voter). With peer TLS on, the new

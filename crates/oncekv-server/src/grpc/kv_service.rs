@@ -255,12 +255,6 @@ fn check_address(what: &str, address: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// The SHA-256 of `bytes`.
-fn sha256(bytes: &[u8]) -> Vec<u8> {
-    use sha2::Digest as _;
-    sha2::Sha256::digest(bytes).to_vec()
-}
-
 /// A request refused before it reached the node.
 fn invalid(reason: impl Into<String>) -> Failure {
     failure_to_wire(CallFailure::Invalid(reason.into()))
@@ -368,20 +362,22 @@ impl Kv for KvService {
             }
         };
         let info = SnapshotInfo {
-            applied_index: backup.applied_index.0,
-            bytes: backup.state.len() as u64,
-            sha256: sha256(&backup.state),
+            applied_index: backup.applied_index().0,
+            bytes: backup.state_len(),
+            sha256: backup.sha256().to_vec(),
         };
-        let state = backup.state;
-        // Chunks are cut as they are sent: the state is held once.
-        let chunks = state.len().div_ceil(SNAPSHOT_CHUNK_BYTES);
-        let data = (0..chunks).map(move |i| {
-            let start = i * SNAPSHOT_CHUNK_BYTES;
-            let end = (start + SNAPSHOT_CHUNK_BYTES).min(state.len());
-            Ok(SaveSnapshotChunk {
-                kind: Some(Kind::Data(state[start..end].to_vec())),
-            })
-        });
+        // Read from the backup's file as the pieces are sent: the state is
+        // never in memory whole.
+        let data = backup
+            .into_state_pieces(SNAPSHOT_CHUNK_BYTES)
+            .map(|piece| match piece {
+                Ok(data) => Ok(SaveSnapshotChunk {
+                    kind: Some(Kind::Data(data)),
+                }),
+                Err(error) => Err(Status::unavailable(format!(
+                    "reading the backup failed: {error}"
+                ))),
+            });
         let first = Ok(SaveSnapshotChunk {
             kind: Some(Kind::Info(info)),
         });

@@ -238,6 +238,9 @@ pub struct Consensus {
     id: NodeId,
     raft: Raft,
     state: SharedState,
+    /// The directory of the state machine's snapshot file (where a
+    /// backup is written before it is sent).
+    state_dir: std::path::PathBuf,
     snapshot_after_bytes: u64,
     read_policy: ReadPolicy,
     /// The lease of [`ReadPolicy::Lease`].
@@ -365,6 +368,7 @@ impl Consensus {
         .validate()
         .map_err(|e| StartError::Config(e.to_string()))?;
         let state = state_machine.shared();
+        let state_dir = state_machine.dir().to_path_buf();
         let started = tokio::time::Instant::now();
         let raft = Raft::new(id, Arc::new(config), network, log_store, state_machine)
             .await
@@ -402,6 +406,7 @@ impl Consensus {
             id,
             raft,
             state,
+            state_dir,
             snapshot_after_bytes: options.snapshot_after_bytes.max(1),
             read_policy: options.read_policy,
             read_lease: ReadPolicy::lease(options.election_timeout_max_ms),
@@ -452,6 +457,11 @@ impl Consensus {
     /// only).
     pub fn state_copy(&self) -> oncekv_state::StateMachine {
         self.state.lock().machine.clone()
+    }
+
+    /// The directory of the state machine's snapshot file.
+    pub fn state_dir(&self) -> &std::path::Path {
+        &self.state_dir
     }
 
     /// The peer service for this node's consensus.

@@ -212,6 +212,11 @@ impl StateMachineStore {
             .map_err(io::Error::other)?
     }
 
+    /// The directory of the store's snapshot file.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// The applied state, for reads.
     pub fn shared(&self) -> SharedState {
         self.state.clone()

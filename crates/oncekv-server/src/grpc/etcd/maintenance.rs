@@ -291,27 +291,29 @@ impl Maintenance for EtcdApi {
             .backup()
             .await
             .map_err(|error| Status::from(error_of(error)))?;
-        let header = self.header(backup.applied_index.0);
-        let bytes = backup.encode_for_etcd();
-        drop(backup);
-        // Chunks are cut as they are sent: the bytes are held once. The
-        // last chunk is the trailing SHA-256, as etcd sends it.
-        let body_end = bytes.len().saturating_sub(32);
-        let mut cuts: Vec<(usize, usize)> = (0..body_end)
-            .step_by(SNAPSHOT_CHUNK_BYTES)
-            .map(|start| (start, (start + SNAPSHOT_CHUNK_BYTES).min(body_end)))
-            .collect();
-        cuts.push((body_end, bytes.len()));
-        let total = bytes.len();
+        let header = self.header(backup.applied_index().0);
+        let total = backup.etcd_len();
         let version = self.version.clone();
-        let chunks = cuts.into_iter().map(move |(start, end)| {
-            Ok(SnapshotResponse {
-                header: Some(header),
-                remaining_bytes: (total - end) as u64,
-                blob: bytes[start..end].to_vec(),
-                version: version.to_string(),
-            })
-        });
+        // Read from the backup's file as the pieces are sent: the state is
+        // never in memory whole. The last piece is the trailing SHA-256, as
+        // etcd sends it.
+        let mut sent: u64 = 0;
+        let chunks = backup
+            .into_etcd_pieces(SNAPSHOT_CHUNK_BYTES)
+            .map(move |piece| match piece {
+                Ok(blob) => {
+                    sent = sent.saturating_add(blob.len() as u64);
+                    Ok(SnapshotResponse {
+                        header: Some(header),
+                        remaining_bytes: total.saturating_sub(sent),
+                        blob,
+                        version: version.to_string(),
+                    })
+                }
+                Err(error) => Err(Status::unavailable(format!(
+                    "etcdserver: reading the snapshot failed: {error}"
+                ))),
+            });
         Ok(Response::new(Box::pin(futures_util::stream::iter(chunks))))
     }
 }

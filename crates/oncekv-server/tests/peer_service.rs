@@ -333,7 +333,19 @@ async fn a_complete_snapshot_is_installed_and_its_spool_file_removed() {
         "the installed snapshot is persisted"
     );
     spool_empties(&node.spool()).await;
-    node.stop().await;
+    let dir = node.stop().await;
+    let state_dir = dir.path().join("state");
+    // The spool file was moved into place with its metadata appended: the
+    // store resumes from it.
+    let store = oncekv_server::raft::state_machine_store::StateMachineStore::open(
+        &state_dir,
+        Limits::default(),
+    )
+    .expect("the store reopens from the installed snapshot");
+    assert_eq!(
+        store.shared().lock().machine.last_applied(),
+        Some(LogIndex(5))
+    );
 }
 
 /// `crates/oncekv/tests/server_limits.rs` talks to a node process without

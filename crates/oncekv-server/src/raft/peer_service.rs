@@ -188,10 +188,12 @@ impl SpoolFile {
     }
 
     /// The bytes received, as a handle on the file (which stays readable
-    /// through it after this is dropped and the file removed).
+    /// through it after this is dropped and the file removed). The store
+    /// installing them may move the file into place: dropped after that,
+    /// this finds nothing to remove.
     fn snapshot(&mut self) -> io::Result<SnapshotFile> {
         drop(self.file.take());
-        SnapshotFile::whole(std::fs::File::open(&self.path)?)
+        SnapshotFile::movable(&self.path)
     }
 }
 

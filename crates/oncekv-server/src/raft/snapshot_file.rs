@@ -18,6 +18,7 @@ use oncekv_state::StateMachine;
 use std::fs::File;
 use std::io::{self, Read};
 use std::os::unix::fs::FileExt as _;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// A snapshot's state-machine bytes: `len` bytes from `offset` in `file`.
@@ -27,6 +28,9 @@ pub struct SnapshotFile {
     len: u64,
     /// The state the bytes restore to, when it is already known.
     restored: Option<StateMachine>,
+    /// Where the file is, when the bytes are all of it and the file may be
+    /// taken over (moved) by the store that installs them.
+    movable_from: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for SnapshotFile {
@@ -35,6 +39,7 @@ impl std::fmt::Debug for SnapshotFile {
             .field("offset", &self.offset)
             .field("len", &self.len)
             .field("restored", &self.restored.is_some())
+            .field("movable_from", &self.movable_from)
             .finish()
     }
 }
@@ -47,7 +52,22 @@ impl SnapshotFile {
             offset,
             len,
             restored: None,
+            movable_from: None,
         }
+    }
+
+    /// All of the file at `path`, which the store installing the bytes
+    /// may move into place instead of copying them (a received snapshot's
+    /// spool file).
+    pub fn movable(path: &Path) -> io::Result<SnapshotFile> {
+        let mut snapshot = SnapshotFile::whole(File::open(path)?)?;
+        snapshot.movable_from = Some(path.to_path_buf());
+        Ok(snapshot)
+    }
+
+    /// Where the file may be moved from, if it may ([`SnapshotFile::movable`]).
+    pub fn movable_from(&self) -> Option<&Path> {
+        self.movable_from.as_deref()
     }
 
     /// All of `file`, from its start.

@@ -3,7 +3,11 @@
 //! builds, persists and installs snapshots (sessions and completion records
 //! included). The newest snapshot is kept in one file, replaced atomically
 //! (write, fsync, rename, fsync the directory), so a restart resumes from it
-//! plus the log tail. Snapshot data is never a buffer as large as the state:
+//! plus the log tail. The file holds the state-machine bytes, then the
+//! snapshot's metadata, its length and a magic number, so a snapshot
+//! received into a spool file becomes the snapshot file by appending the
+//! metadata and renaming it, without a copy. Snapshot data is never a
+//! buffer as large as the state:
 //! openraft's `SnapshotData` is a [`SnapshotFile`], a handle on the bytes in
 //! that file (or in the spool file a received snapshot came into), read in
 //! pieces when a peer needs them.
@@ -16,9 +20,9 @@
 //! meanwhile, and the snapshot is still the state at exactly one applied
 //! index. Installing one restores it from its file through a reader
 //! (`StateMachine::restore_from`), or takes the state the peer service
-//! already restored it to, then copies its bytes into this store's file
-//! in bounded pieces. The state it replaces is dropped after the lock is
-//! released.
+//! already restored it to, then moves the spool file into place (or
+//! copies other bytes into this store's file in bounded pieces). The state
+//! it replaces is dropped after the lock is released.
 
 use super::snapshot_file::SnapshotFile;
 use super::storage_failure::StorageFailure;
@@ -40,7 +44,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 pub type Raft = openraft::Raft<TypeConfig, StateMachineStore>;
 
 const SNAPSHOT_FILE: &str = "snapshot.bin";
-const SNAPSHOT_MAGIC: &[u8; 8] = b"OKVRSNP1";
+/// The last 8 bytes of a snapshot file: the state-machine bytes come first,
+/// then the metadata, its length (u64 LE) and this.
+const SNAPSHOT_MAGIC: &[u8; 8] = b"OKVRSNP2";
+/// The first 8 bytes of a snapshot file written before the metadata moved
+/// to the end: the magic, the metadata's length, the metadata, then the
+/// state-machine bytes. Still read.
+const SNAPSHOT_MAGIC_METADATA_FIRST: &[u8; 8] = b"OKVRSNP1";
 
 /// The applied state, shared between the store (which applies) and the node
 /// (which reads from it for read-index and serializable reads, and status).
@@ -187,8 +197,9 @@ impl StateMachineStore {
         self
     }
 
-    /// Makes `data` with `meta` the durable snapshot (its bytes copied
-    /// in bounded pieces), off the async task unless `inline_io`.
+    /// Makes `data` with `meta` the durable snapshot, off the async task
+    /// unless `inline_io`: a received snapshot's spool file is moved into
+    /// place, other bytes are copied in bounded pieces.
     async fn persist_off_task(
         &self,
         meta: SnapshotMetaOf<TypeConfig>,
@@ -196,6 +207,13 @@ impl StateMachineStore {
     ) -> io::Result<()> {
         let store = self.clone();
         let persist = move || {
+            if let Some(path) = data.movable_from() {
+                let moved = store.move_into_place(&meta, path);
+                if let Err(error) = &moved {
+                    store.failure.record(error);
+                }
+                return moved;
+            }
             store
                 .persist(&meta, |file| {
                     // Copied a megabyte at a time.
@@ -296,8 +314,6 @@ impl StateMachineStore {
         meta: &SnapshotMetaOf<TypeConfig>,
         write_state: impl FnOnce(&mut WriteBehind<'_>) -> io::Result<u64>,
     ) -> io::Result<SnapshotFile> {
-        let header = postcard::to_allocvec(&SnapshotHeader { meta: meta.clone() })
-            .map_err(|e| invalid(format!("snapshot metadata does not encode: {e}")))?;
         let tmp = self.dir.join(format!("{SNAPSHOT_FILE}.tmp"));
         let mut file = crate::private_fs::options()
             .read(true)
@@ -305,20 +321,41 @@ impl StateMachineStore {
             .create(true)
             .truncate(true)
             .open(&tmp)?;
-        {
-            use std::io::Write;
-            file.write_all(SNAPSHOT_MAGIC)?;
-            file.write_all(&(header.len() as u64).to_le_bytes())?;
-            file.write_all(&header)?;
-        }
-        let offset = 16 + header.len() as u64;
         // Synced as it goes, so the log's syncs never wait behind a
         // snapshot's worth of dirty pages.
         let len = write_state(&mut WriteBehind::new(&mut file))?;
+        self.finish_snapshot_file(meta, &mut file, &tmp)?;
+        Ok(SnapshotFile::new(file, 0, len))
+    }
+
+    /// Makes the file at `path`, whose every byte is a snapshot's
+    /// state-machine bytes (a received snapshot's spool file, in the same
+    /// file system), this store's snapshot file with `meta`: the metadata
+    /// appended, then moved into place. No byte of the state is copied.
+    fn move_into_place(&self, meta: &SnapshotMetaOf<TypeConfig>, path: &Path) -> io::Result<()> {
+        let mut file = std::fs::OpenOptions::new().append(true).open(path)?;
+        self.finish_snapshot_file(meta, &mut file, path)
+    }
+
+    /// Appends `meta` to `file` (at `path`, holding the state-machine
+    /// bytes), syncs it, and renames it to the snapshot file, durably.
+    fn finish_snapshot_file(
+        &self,
+        meta: &SnapshotMetaOf<TypeConfig>,
+        file: &mut std::fs::File,
+        path: &Path,
+    ) -> io::Result<()> {
+        use std::io::Write;
+        let header = postcard::to_allocvec(&SnapshotHeader { meta: meta.clone() })
+            .map_err(|e| invalid(format!("snapshot metadata does not encode: {e}")))?;
+        let mut trailer = header;
+        trailer.extend_from_slice(&(trailer.len() as u64).to_le_bytes());
+        trailer.extend_from_slice(SNAPSHOT_MAGIC);
+        file.write_all(&trailer)?;
         file.sync_all()?;
-        std::fs::rename(&tmp, self.dir.join(SNAPSHOT_FILE))?;
+        std::fs::rename(path, self.dir.join(SNAPSHOT_FILE))?;
         std::fs::File::open(&self.dir)?.sync_all()?;
-        Ok(SnapshotFile::new(file, offset, len))
+        Ok(())
     }
 }
 
@@ -339,30 +376,47 @@ fn open_snapshot_file(
 /// Reads a snapshot file's magic and metadata; the rest of the file is
 /// the state-machine bytes.
 fn read_snapshot_header(
-    mut file: std::fs::File,
+    file: std::fs::File,
 ) -> Result<(SnapshotMetaOf<TypeConfig>, SnapshotFile), String> {
-    use std::io::Read;
+    use std::os::unix::fs::FileExt as _;
     let size = file.metadata().map_err(|e| e.to_string())?.len();
-    let mut start = [0u8; 16];
     if size < 16 {
         return Err("not a snapshot file (bad magic)".into());
     }
-    file.read_exact(&mut start).map_err(|e| e.to_string())?;
-    if &start[..8] != SNAPSHOT_MAGIC {
+    let read = |at: u64, length: u64| -> Result<Vec<u8>, String> {
+        let mut bytes = vec![0; usize::try_from(length).map_err(|e| e.to_string())?];
+        file.read_exact_at(&mut bytes, at)
+            .map_err(|e| e.to_string())?;
+        Ok(bytes)
+    };
+    let length_of = |bytes: &[u8]| {
+        let mut length = [0u8; 8];
+        length.copy_from_slice(bytes);
+        u64::from_le_bytes(length)
+    };
+    let end = read(size - 16, 16)?;
+    let start = read(0, 16)?;
+    // The metadata's place, and the state-machine bytes' (offset, length).
+    let (header_at, length, state) = if &end[8..] == SNAPSHOT_MAGIC {
+        let length = length_of(&end[..8]);
+        let header_at = (size - 16)
+            .checked_sub(length)
+            .filter(|_| length <= SNAPSHOT_HEADER_BYTES_MAX)
+            .ok_or("snapshot metadata truncated")?;
+        (header_at, length, (0, header_at))
+    } else if &start[..8] == SNAPSHOT_MAGIC_METADATA_FIRST {
+        let length = length_of(&start[8..]);
+        let state_at = 16u64
+            .checked_add(length)
+            .filter(|end| *end <= size && length <= SNAPSHOT_HEADER_BYTES_MAX)
+            .ok_or("snapshot metadata truncated")?;
+        (16, length, (state_at, size - state_at))
+    } else {
         return Err("not a snapshot file (bad magic)".into());
-    }
-    let mut length = [0u8; 8];
-    length.copy_from_slice(&start[8..16]);
-    let length = u64::from_le_bytes(length);
-    let end = 16u64
-        .checked_add(length)
-        .filter(|end| *end <= size && length <= SNAPSHOT_HEADER_BYTES_MAX)
-        .ok_or("snapshot header truncated")?;
-    let mut header = vec![0; usize::try_from(length).map_err(|e| e.to_string())?];
-    file.read_exact(&mut header).map_err(|e| e.to_string())?;
-    let header: SnapshotHeader =
-        postcard::from_bytes(&header).map_err(|e| format!("snapshot header: {e}"))?;
-    Ok((header.meta, SnapshotFile::new(file, end, size - end)))
+    };
+    let header: SnapshotHeader = postcard::from_bytes(&read(header_at, length)?)
+        .map_err(|e| format!("snapshot metadata: {e}"))?;
+    Ok((header.meta, SnapshotFile::new(file, state.0, state.1)))
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
@@ -522,8 +576,8 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             }
         };
         self.install_state(meta, machine);
-        // The bytes are copied into this store's file, the current
-        // snapshot, read back when a peer needs it.
+        // The bytes become this store's file, the current snapshot, read
+        // back when a peer needs it.
         self.persist_off_task(meta.clone(), snapshot).await?;
         *self.current_lock() = Some(meta.clone());
         Ok(())
@@ -551,5 +605,76 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             meta,
             snapshot: data,
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use openraft::vote::RaftLeaderIdExt as _;
+    use std::io::Write as _;
+
+    fn meta_at(index: u64) -> SnapshotMetaOf<TypeConfig> {
+        SnapshotMetaOf::<TypeConfig> {
+            last_log_id: Some(LogIdOf::<TypeConfig>::new(
+                <TypeConfig as openraft::RaftTypeConfig>::LeaderId::new_committed(1, 1),
+                index,
+            )),
+            last_membership: StoredMembershipOf::<TypeConfig>::default(),
+        }
+    }
+
+    fn machine_at(index: u64) -> StateMachine {
+        let mut machine = StateMachine::new(Limits::default());
+        machine.apply_empty(LogIndex(index));
+        machine
+    }
+
+    #[test]
+    fn a_snapshot_file_with_its_metadata_first_still_opens() {
+        let dir = tempfile::tempdir().unwrap();
+        let header = postcard::to_allocvec(&SnapshotHeader { meta: meta_at(7) }).unwrap();
+        let mut file = std::fs::File::create(dir.path().join(SNAPSHOT_FILE)).unwrap();
+        file.write_all(SNAPSHOT_MAGIC_METADATA_FIRST).unwrap();
+        file.write_all(&(header.len() as u64).to_le_bytes())
+            .unwrap();
+        file.write_all(&header).unwrap();
+        file.write_all(&machine_at(7).snapshot()).unwrap();
+        drop(file);
+        let store = StateMachineStore::open(dir.path(), Limits::default()).unwrap();
+        assert_eq!(
+            store.shared().lock().machine.last_applied(),
+            Some(LogIndex(7))
+        );
+    }
+
+    #[test]
+    fn a_moved_snapshot_file_and_a_written_one_open_alike() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateMachineStore::open(dir.path(), Limits::default()).unwrap();
+        store
+            .persist(&meta_at(3), |file| machine_at(3).write_snapshot(file))
+            .unwrap();
+        drop(store);
+        let store = StateMachineStore::open(dir.path(), Limits::default()).unwrap();
+        assert_eq!(
+            store.shared().lock().machine.last_applied(),
+            Some(LogIndex(3))
+        );
+
+        let spool = dir.path().join("received.part");
+        std::fs::write(&spool, machine_at(9).snapshot()).unwrap();
+        store.move_into_place(&meta_at(9), &spool).unwrap();
+        assert!(!spool.exists(), "moved, not copied");
+        drop(store);
+        let store = StateMachineStore::open(dir.path(), Limits::default()).unwrap();
+        assert_eq!(
+            store.shared().lock().machine.last_applied(),
+            Some(LogIndex(9))
+        );
+
+        // Neither magic: refused, not misread.
+        std::fs::write(dir.path().join(SNAPSHOT_FILE), vec![0u8; 64]).unwrap();
+        assert!(StateMachineStore::open(dir.path(), Limits::default()).is_err());
     }
 }

@@ -9,7 +9,7 @@
 //! sits between the state-machine store that feeds it and consensus).
 //! Lowest first:
 //!
-//! 1. `sync`, `private_fs`, `certs`, `raft::runtime`, `raft::peer_token`, `raft::snapshot_file`
+//! 1. `sync`, `private_fs`, `certs`, `raft::runtime`, `raft::peer_token`, `raft::snapshot_file`, `raft::write_behind`
 //! 2. `clock`, `login_guard`, `raft::type_config`, `raft::storage_failure`
 //! 3. `tls`, `identity`, `transport`, `raft::write_error`, `raft::segment_log`
 //! 4. `watch`, `raft::peer_checks`, `raft::network`

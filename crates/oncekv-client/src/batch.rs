@@ -5,7 +5,11 @@
 //! added latency when it is alone). Otherwise it queues, and the next call
 //! to that node that finishes sends everything queued (at most
 //! [`BATCH_REQUESTS_MAX`] requests within the message limit) as one
-//! batch. The node handles each request of a batch as if it came alone:
+//! batch. A queued request waits for that at most an eighth of a call's
+//! smoothed round trip (at least a millisecond): when no call finished by
+//! then, what is queued goes as a batch of its own, an extra call, so over
+//! a slow link a request waits out a fraction of a round trip rather than
+//! a whole one. The node handles each request of a batch as if it came alone:
 //! checked, deduplicated and cached on its own, so a retry may come in
 //! another batch than its original. Each request keeps its own attempt
 //! timeout; a batch's transport failure is the failure of each request in
@@ -39,6 +43,31 @@ struct Queued {
 struct State {
     queue: VecDeque<Queued>,
     in_flight: usize,
+    /// Counts the times the queue was emptied: a wait for a finished call
+    /// that began before the last emptying is over.
+    emptied: u64,
+    /// The smoothed duration of a call (`None` before the first).
+    call_time: Option<Duration>,
+}
+
+/// The shortest time a queued request waits for a call to finish before
+/// it goes in a call of its own.
+const LINGER_MIN: Duration = Duration::from_millis(1);
+
+impl State {
+    /// How long a request queued now waits for a call to finish.
+    fn linger(&self) -> Duration {
+        self.call_time
+            .map_or(LINGER_MIN, |call| (call / 8).max(LINGER_MIN))
+    }
+
+    /// Folds a call's duration into the smoothed one (weight 1/8).
+    fn observe(&mut self, call: Duration) {
+        self.call_time = Some(match self.call_time {
+            None => call,
+            Some(smoothed) => smoothed.saturating_mul(7).saturating_add(call) / 8,
+        });
+    }
 }
 
 /// The calls to one node: how many are in flight, and what waits for the
@@ -96,14 +125,16 @@ impl Batcher {
             timeout,
             answer,
         };
-        let alone = {
+        let (alone, linger) = {
             let mut state = lock(&self.state);
             if state.in_flight < self.calls_alone {
                 state.in_flight += 1;
-                Some(queued)
+                (Some(queued), None)
             } else {
+                // The first to queue times the wait for a finished call.
+                let first = state.queue.is_empty();
                 state.queue.push_back(queued);
-                None
+                (None, first.then(|| (state.linger(), state.emptied)))
             }
         };
         if let Some(queued) = alone {
@@ -113,7 +144,13 @@ impl Batcher {
                 batcher: Arc::clone(self),
                 rpc: Some(rpc.clone()),
             };
-            return call_alone(rpc, queued.request, timeout).await;
+            let started = tokio::time::Instant::now();
+            let answer = call_alone(rpc, queued.request, timeout).await;
+            lock(&self.state).observe(started.elapsed());
+            return answer;
+        }
+        if let Some((linger, emptied)) = linger {
+            self.send_if_still_queued(rpc, linger, emptied);
         }
         match tokio::time::timeout(timeout, receiver).await {
             Ok(Ok(answer)) => answer,
@@ -131,17 +168,53 @@ impl Batcher {
     /// A call finished: if requests queued meanwhile, a task sends them
     /// (batch after batch while more queue) in place of the finished call.
     fn finished(self: &Arc<Self>, rpc: Rpc) {
+        let Some(batch) = self.next_batch() else {
+            return;
+        };
+        self.send_batches(rpc, batch);
+    }
+
+    /// After `linger`, unless the queue was emptied since the count
+    /// `emptied`, sends what is queued as an extra call (a call slot more
+    /// in flight) instead of waiting on for a call to finish.
+    fn send_if_still_queued(self: &Arc<Self>, rpc: Rpc, linger: Duration, emptied: u64) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let Some(batch) = self.next_batch() else {
+        let batcher = Arc::clone(self);
+        runtime.spawn(async move {
+            tokio::time::sleep(linger).await;
+            {
+                let mut state = lock(&batcher.state);
+                if state.emptied != emptied || state.queue.is_empty() {
+                    return;
+                }
+                state.in_flight += 1;
+            }
+            if let Some(batch) = batcher.next_batch() {
+                batcher.send_batches(rpc, batch);
+            }
+        });
+    }
+
+    /// A task sends `batch`, then the batches that queued meanwhile, one
+    /// after another in one call slot, which it gives back when the queue
+    /// is empty.
+    fn send_batches(self: &Arc<Self>, rpc: Rpc, batch: Vec<Queued>) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            // No runtime left to send on (it is shutting down): the callers
+            // learn that their requests were dropped.
+            let mut state = lock(&self.state);
+            state.in_flight = state.in_flight.saturating_sub(1);
             return;
         };
         let batcher = Arc::clone(self);
         runtime.spawn(async move {
             let mut batch = batch;
             loop {
+                let started = tokio::time::Instant::now();
                 send_batch(rpc.clone(), batch, &batcher.unbatched).await;
+                lock(&batcher.state).observe(started.elapsed());
                 match batcher.next_batch() {
                     Some(next) => batch = next,
                     None => return,
@@ -172,6 +245,9 @@ impl Batcher {
             }
             bytes = bytes.saturating_add(next.bytes);
             batch.extend(state.queue.pop_front());
+        }
+        if state.queue.is_empty() {
+            state.emptied = state.emptied.wrapping_add(1);
         }
         if batch.is_empty() {
             state.in_flight = state.in_flight.saturating_sub(1);

@@ -49,7 +49,9 @@ pub struct ClientOptions {
     pub credentials: Option<Credentials>,
     /// A request goes to its node alone while fewer than this many calls
     /// to that node are in flight; beyond, the requests that are ready go
-    /// together as one `ExecuteBatch` message when the next call finishes.
+    /// together as one `ExecuteBatch` message when the next call finishes,
+    /// or as an extra call once the first has waited an eighth of a
+    /// call's smoothed duration (at least 1 ms).
     /// 1 batches everything behind one call; a large number never
     /// batches.
     pub batch_after_calls: usize,

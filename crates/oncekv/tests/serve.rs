@@ -288,19 +288,22 @@ async fn the_dashboard_names_only_metrics_a_node_exports() {
         }
     }
     assert!(wanted.len() >= 10, "{wanted:?}");
-    let (cluster, metrics, endpoint) =
+    let (mut cluster, metrics, _) =
         cluster_with_metrics(&[FAST, &["--snapshot-after-entries", "10"]].concat()).await;
-    let leader = cluster.leader(Duration::from_secs(20)).await;
-    for _ in 0..30 {
-        let out = Process::new(env!("CARGO_BIN_EXE_oncekv"))
-            .args(["incr", "c", "--endpoints", &endpoint])
-            .output()
-            .expect("incr");
-        assert!(out.status.success());
-    }
-    let address = metrics[usize::try_from(leader).expect("an id") - 1].clone();
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     loop {
+        // The leader's metrics: leadership may move in a new cluster, so
+        // the writes go to the node leading now, whose metrics are read.
+        let leader = cluster.leader(Duration::from_secs(20)).await;
+        let endpoint = cluster.node(leader).client.clone();
+        for _ in 0..30 {
+            let out = Process::new(env!("CARGO_BIN_EXE_oncekv"))
+                .args(["incr", "c", "--endpoints", &endpoint])
+                .output()
+                .expect("incr");
+            assert!(out.status.success());
+        }
+        let address = metrics[usize::try_from(leader).expect("an id") - 1].clone();
         let body = http_get(&address, "/metrics").unwrap_or_default();
         let missing: Vec<&String> = wanted
             .iter()

@@ -199,7 +199,8 @@ impl StateMachineStore {
 
     /// Makes `data` with `meta` the durable snapshot, off the async task
     /// unless `inline_io`: a received snapshot's spool file is moved into
-    /// place, other bytes are copied in bounded pieces.
+    /// place (copied when it cannot be), other bytes are copied in bounded
+    /// pieces.
     async fn persist_off_task(
         &self,
         meta: SnapshotMetaOf<TypeConfig>,
@@ -208,11 +209,17 @@ impl StateMachineStore {
         let store = self.clone();
         let persist = move || {
             if let Some(path) = data.movable_from() {
-                let moved = store.move_into_place(&meta, path);
-                if let Err(error) = &moved {
-                    store.failure.record(error);
+                match store.move_into_place(&meta, path) {
+                    Ok(()) => return Ok(()),
+                    // A spool on another file system, say: the bytes are
+                    // copied (the metadata appended to the spool file lies
+                    // past them, unread), and only a failed copy stops the
+                    // node.
+                    Err(error) => tracing::warn!(
+                        %error,
+                        "cannot move the received snapshot into place; copying it"
+                    ),
                 }
-                return moved;
             }
             store
                 .persist(&meta, |file| {
@@ -671,6 +678,25 @@ mod tests {
         assert_eq!(
             store.shared().lock().machine.last_applied(),
             Some(LogIndex(9))
+        );
+
+        // A spool file that cannot be moved (gone from its directory here;
+        // on another file system in practice) is copied instead.
+        let spool = dir.path().join("received-2.part");
+        std::fs::write(&spool, machine_at(11).snapshot()).unwrap();
+        let data = SnapshotFile::movable(&spool).unwrap();
+        std::fs::remove_file(&spool).unwrap();
+        let store = store.with_inline_io();
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(store.persist_off_task(meta_at(11), data))
+            .unwrap();
+        drop(store);
+        let store = StateMachineStore::open(dir.path(), Limits::default()).unwrap();
+        assert_eq!(
+            store.shared().lock().machine.last_applied(),
+            Some(LogIndex(11))
         );
 
         // Neither magic: refused, not misread.

@@ -9,17 +9,18 @@
 //! sits between the state-machine store that feeds it and consensus).
 //! Lowest first:
 //!
-//! 1. `sync`, `private_fs`, `certs`, `raft::runtime`, `raft::peer_token`, `raft::snapshot_file`, `raft::write_behind`
-//! 2. `clock`, `login_guard`, `raft::type_config`, `raft::storage_failure`
-//! 3. `tls`, `identity`, `transport`, `raft::write_error`, `raft::segment_log`
-//! 4. `watch`, `raft::peer_checks`, `raft::network`
-//! 5. `raft::state_machine_store`
-//! 6. `raft::peer_service`, `raft::seed`
-//! 7. `raft::consensus`, `backup`
-//! 8. `auth`
-//! 9. `node`
-//! 10. `grpc`, `telemetry`
-//! 11. `server`
+//! 1. `sync`, `private_fs`, `certs`, `raft::runtime`, `raft::peer_token`, `raft::write_behind`, `raft::gradual_release`
+//! 2. `raft::snapshot_file`
+//! 3. `clock`, `login_guard`, `raft::type_config`, `raft::storage_failure`
+//! 4. `tls`, `identity`, `transport`, `raft::write_error`, `raft::segment_log`
+//! 5. `watch`, `raft::peer_checks`, `raft::network`
+//! 6. `raft::state_machine_store`
+//! 7. `raft::peer_service`, `raft::seed`
+//! 8. `raft::consensus`, `backup`
+//! 9. `auth`
+//! 10. `node`
+//! 11. `grpc`, `telemetry`
+//! 12. `server`
 //!
 //! `tests/tidy.rs` reads this list and fails on a use (`crate::...`,
 //! `super::...`) of a module of the same or a higher layer, and on a

@@ -3,6 +3,7 @@
 //! openraft runs on.
 
 pub mod consensus;
+pub mod gradual_release;
 pub mod network;
 pub mod peer_checks;
 pub mod peer_service;

@@ -7,13 +7,16 @@
 //! The handle is an open file, not a path: the file that is replaced by a
 //! newer snapshot, or removed once its spool is done, keeps its bytes for
 //! as long as a handle needs them (Unix semantics). Reads are positional,
-//! so one handle serves any number of readers.
+//! so one handle serves any number of readers ([`SnapshotFile::share`]);
+//! when the last of them closes a removed file, its blocks go back to the
+//! file system a window at a time ([`ReleasingFile`]).
 //!
 //! A snapshot received from a peer is restored once, to check it before
 //! openraft sees it; the state it restored to rides along
 //! ([`SnapshotFile::with_restored`]) so the install takes it instead of
 //! decoding the bytes a second time.
 
+use super::gradual_release::ReleasingFile;
 use oncekv_state::StateMachine;
 use std::fs::File;
 use std::io::{self, Read};
@@ -23,7 +26,7 @@ use std::sync::Arc;
 
 /// A snapshot's state-machine bytes: `len` bytes from `offset` in `file`.
 pub struct SnapshotFile {
-    file: Arc<File>,
+    file: Arc<ReleasingFile>,
     offset: u64,
     len: u64,
     /// The state the bytes restore to, when it is already known.
@@ -45,10 +48,11 @@ impl std::fmt::Debug for SnapshotFile {
 }
 
 impl SnapshotFile {
-    /// The `len` bytes from `offset` in `file`.
+    /// The `len` bytes from `offset` in `file` (open it for writing too,
+    /// so that it can be released gradually once removed).
     pub fn new(file: File, offset: u64, len: u64) -> SnapshotFile {
         SnapshotFile {
-            file: Arc::new(file),
+            file: Arc::new(ReleasingFile::new(file)),
             offset,
             len,
             restored: None,
@@ -60,7 +64,11 @@ impl SnapshotFile {
     /// may move into place instead of copying them (a received snapshot's
     /// spool file).
     pub fn movable(path: &Path) -> io::Result<SnapshotFile> {
-        let mut snapshot = SnapshotFile::whole(File::open(path)?)?;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)?;
+        let mut snapshot = SnapshotFile::whole(file)?;
         snapshot.movable_from = Some(path.to_path_buf());
         Ok(snapshot)
     }
@@ -74,6 +82,18 @@ impl SnapshotFile {
     pub fn whole(file: File) -> io::Result<SnapshotFile> {
         let len = file.metadata()?.len();
         Ok(SnapshotFile::new(file, 0, len))
+    }
+
+    /// The same bytes through the same handle (not the state they restore
+    /// to, nor the right to move the file).
+    pub fn share(&self) -> SnapshotFile {
+        SnapshotFile {
+            file: Arc::clone(&self.file),
+            offset: self.offset,
+            len: self.len,
+            restored: None,
+            movable_from: None,
+        }
     }
 
     /// How many bytes the snapshot has.
@@ -101,6 +121,7 @@ impl SnapshotFile {
         let count = usize::try_from(left).unwrap_or(usize::MAX).min(max);
         let mut piece = vec![0; count];
         self.file
+            .file()
             .read_exact_at(&mut piece, self.offset.saturating_add(start))?;
         Ok(piece)
     }
@@ -121,7 +142,7 @@ impl SnapshotFile {
 /// of one file do not disturb each other).
 #[derive(Debug)]
 pub struct SnapshotReader {
-    file: Arc<File>,
+    file: Arc<ReleasingFile>,
     position: u64,
     end: u64,
 }
@@ -133,7 +154,7 @@ impl Read for SnapshotReader {
         if count == 0 {
             return Ok(0);
         }
-        let read = self.file.read_at(&mut buf[..count], self.position)?;
+        let read = self.file.file().read_at(&mut buf[..count], self.position)?;
         if read == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
@@ -181,5 +202,38 @@ mod tests {
                 .is_empty()
         );
         assert_eq!(snapshot.len(), 14);
+    }
+
+    #[test]
+    fn a_removed_file_keeps_its_bytes_until_the_last_shared_handle_drops() {
+        use crate::raft::gradual_release::WINDOW_BYTES;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("f");
+        let len = WINDOW_BYTES + 4096;
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .expect("create");
+        file.write_all(&vec![3u8; len as usize]).expect("write");
+        let observer = File::open(&path).expect("open");
+        let snapshot = SnapshotFile::new(file, 0, len);
+        let shared = snapshot.share();
+        std::fs::remove_file(&path).expect("remove");
+        // The first handle goes: the shared one still reads every byte.
+        drop(snapshot);
+        let mut whole = Vec::new();
+        shared.reader().read_to_end(&mut whole).expect("read");
+        assert_eq!(whole.len() as u64, len);
+        assert!(whole.iter().all(|&b| b == 3));
+        // The last one goes: the file is released.
+        drop(shared);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while observer.metadata().expect("stat").len() > 0 {
+            assert!(std::time::Instant::now() < deadline, "not released");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
     }
 }

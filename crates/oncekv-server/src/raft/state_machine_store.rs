@@ -99,10 +99,20 @@ pub struct StateMachineStore {
     /// on a blocking thread (deterministic simulation).
     inline_io: bool,
     dir: PathBuf,
-    /// The metadata of the snapshot in the file, if there is one.
-    current: Arc<Mutex<Option<SnapshotMetaOf<TypeConfig>>>>,
+    /// The snapshot in the file, if there is one.
+    current: Arc<Mutex<Option<CurrentSnapshot>>>,
     /// The kind of the first failed snapshot write.
     failure: StorageFailure,
+}
+
+/// The snapshot in the store's file: its metadata, and the one handle on
+/// the file that all its readers share, so that the file, once replaced,
+/// is released gradually when the last of them is done
+/// ([`super::gradual_release`]).
+#[derive(Debug)]
+struct CurrentSnapshot {
+    meta: SnapshotMetaOf<TypeConfig>,
+    data: SnapshotFile,
 }
 
 /// The most bytes the snapshot file's metadata may announce (it holds the
@@ -142,7 +152,7 @@ impl StateMachineStore {
         if let Some((meta, data)) = open_snapshot_file(&path)? {
             let machine = store.restore(&meta, &data)?;
             store.install_state(&meta, machine);
-            *store.current_lock() = Some(meta);
+            store.set_current(meta, data);
         }
         Ok(store)
     }
@@ -205,12 +215,12 @@ impl StateMachineStore {
         &self,
         meta: SnapshotMetaOf<TypeConfig>,
         data: SnapshotFile,
-    ) -> io::Result<()> {
+    ) -> io::Result<SnapshotFile> {
         let store = self.clone();
         let persist = move || {
             if let Some(path) = data.movable_from() {
-                match store.move_into_place(&meta, path) {
-                    Ok(()) => return Ok(()),
+                match store.move_into_place(&meta, path, data.len()) {
+                    Ok(moved) => return Ok(moved),
                     // A spool on another file system, say: the bytes are
                     // copied (the metadata appended to the spool file lies
                     // past them, unread), and only a failed copy stops the
@@ -221,13 +231,11 @@ impl StateMachineStore {
                     ),
                 }
             }
-            store
-                .persist(&meta, |file| {
-                    // Copied a megabyte at a time.
-                    let mut reader = io::BufReader::with_capacity(1 << 20, data.reader());
-                    io::copy(&mut reader, file)
-                })
-                .map(drop)
+            store.persist(&meta, |file| {
+                // Copied a megabyte at a time.
+                let mut reader = io::BufReader::with_capacity(1 << 20, data.reader());
+                io::copy(&mut reader, file)
+            })
         };
         if self.inline_io {
             return persist();
@@ -247,8 +255,16 @@ impl StateMachineStore {
         self.state.clone()
     }
 
-    fn current_lock(&self) -> MutexGuard<'_, Option<SnapshotMetaOf<TypeConfig>>> {
+    fn current_lock(&self) -> MutexGuard<'_, Option<CurrentSnapshot>> {
         crate::sync::lock(&self.current)
+    }
+
+    /// Makes `data` with `meta` the snapshot that peers are sent. The
+    /// replaced one's handle is dropped outside the lock (its last reader
+    /// releases the file).
+    fn set_current(&self, meta: SnapshotMetaOf<TypeConfig>, data: SnapshotFile) {
+        let replaced = self.current_lock().replace(CurrentSnapshot { meta, data });
+        drop(replaced);
     }
 
     /// The state `data` restores to (under this store's limits, to the
@@ -336,12 +352,22 @@ impl StateMachineStore {
     }
 
     /// Makes the file at `path`, whose every byte is a snapshot's
-    /// state-machine bytes (a received snapshot's spool file, in the same
-    /// file system), this store's snapshot file with `meta`: the metadata
-    /// appended, then moved into place. No byte of the state is copied.
-    fn move_into_place(&self, meta: &SnapshotMetaOf<TypeConfig>, path: &Path) -> io::Result<()> {
-        let mut file = std::fs::OpenOptions::new().append(true).open(path)?;
-        self.finish_snapshot_file(meta, &mut file, path)
+    /// state-machine bytes (`len` of them: a received snapshot's spool
+    /// file, in the same file system), this store's snapshot file with
+    /// `meta`: the metadata appended, then moved into place. No byte of the
+    /// state is copied.
+    fn move_into_place(
+        &self,
+        meta: &SnapshotMetaOf<TypeConfig>,
+        path: &Path,
+        len: u64,
+    ) -> io::Result<SnapshotFile> {
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .append(true)
+            .open(path)?;
+        self.finish_snapshot_file(meta, &mut file, path)?;
+        Ok(SnapshotFile::new(file, 0, len))
     }
 
     /// Appends `meta` to `file` (at `path`, holding the state-machine
@@ -371,7 +397,12 @@ impl StateMachineStore {
 fn open_snapshot_file(
     path: &Path,
 ) -> io::Result<Option<(SnapshotMetaOf<TypeConfig>, SnapshotFile)>> {
-    match std::fs::File::open(path) {
+    // Open to write too: replaced, it is released gradually.
+    match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+    {
         Ok(file) => read_snapshot_header(file)
             .map(Some)
             .map_err(|e| invalid(format!("{}: {e}", path.display()))),
@@ -475,7 +506,7 @@ impl StateMachineStore {
                 .await
                 .map_err(io::Error::other)??
         };
-        *self.current_lock() = Some(meta.clone());
+        self.set_current(meta.clone(), data.share());
         Ok(SnapshotOf::<TypeConfig, SnapshotFile> {
             meta,
             snapshot: data,
@@ -585,33 +616,23 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         self.install_state(meta, machine);
         // The bytes become this store's file, the current snapshot, read
         // back when a peer needs it.
-        self.persist_off_task(meta.clone(), snapshot).await?;
-        *self.current_lock() = Some(meta.clone());
+        let data = self.persist_off_task(meta.clone(), snapshot).await?;
+        self.set_current(meta.clone(), data);
         Ok(())
     }
 
     async fn get_current_snapshot(
         &mut self,
     ) -> Result<Option<SnapshotOf<TypeConfig, SnapshotFile>>, io::Error> {
-        if self.current_lock().is_none() {
-            return Ok(None);
-        }
-        // The file holds the newest persisted snapshot (replaced atomically,
-        // never older than the metadata kept), with its own metadata; only
-        // that metadata is read now.
-        let path = self.dir.join(SNAPSHOT_FILE);
-        let opened = if self.inline_io {
-            open_snapshot_file(&path)?
-        } else {
-            tokio::task::spawn_blocking(move || open_snapshot_file(&path))
-                .await
-                .map_err(io::Error::other)??
-        };
-        let (meta, data) = opened.ok_or_else(|| invalid("the snapshot file is missing"))?;
-        Ok(Some(SnapshotOf::<TypeConfig, SnapshotFile> {
-            meta,
-            snapshot: data,
-        }))
+        // The handle the store holds: no file is opened, and a snapshot
+        // replaced while it is sent keeps its bytes until the send is done.
+        Ok(self
+            .current_lock()
+            .as_ref()
+            .map(|current| SnapshotOf::<TypeConfig, SnapshotFile> {
+                meta: current.meta.clone(),
+                snapshot: current.data.share(),
+            }))
     }
 }
 
@@ -670,9 +691,18 @@ mod tests {
         );
 
         let spool = dir.path().join("received.part");
-        std::fs::write(&spool, machine_at(9).snapshot()).unwrap();
-        store.move_into_place(&meta_at(9), &spool).unwrap();
+        let bytes = machine_at(9).snapshot();
+        std::fs::write(&spool, &bytes).unwrap();
+        let moved = store
+            .move_into_place(&meta_at(9), &spool, bytes.len() as u64)
+            .unwrap();
         assert!(!spool.exists(), "moved, not copied");
+        let mut read = Vec::new();
+        io::Read::read_to_end(&mut moved.reader(), &mut read).unwrap();
+        assert_eq!(
+            read, bytes,
+            "the moved file's handle reads the state's bytes"
+        );
         drop(store);
         let store = StateMachineStore::open(dir.path(), Limits::default()).unwrap();
         assert_eq!(

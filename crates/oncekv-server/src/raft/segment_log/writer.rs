@@ -5,6 +5,7 @@
 //! while a caller that finds it idle writes on its own thread.
 
 use super::*;
+use crate::raft::gradual_release::release_gradually;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The writer's view of the segment files.
@@ -218,19 +219,27 @@ impl Segments {
     }
 
     /// Deletes the oldest segments while every entry they hold is purged.
+    /// Their blocks go back to the file system gradually, on a thread of
+    /// their own: freed here, all at once, they would hold up the next
+    /// sync of the log ([`release_gradually`]).
     pub(super) fn delete_purged(&mut self, through: u64) -> io::Result<()> {
         let mut deleted = 0;
+        let mut removed = Vec::new();
         for (number, max) in &self.closed {
             if max.is_some_and(|max| max > through) {
                 break;
             }
-            std::fs::remove_file(segment_path(&self.dir, *number))?;
+            let path = segment_path(&self.dir, *number);
+            // Held open, the file keeps its blocks past its removal.
+            removed.extend(std::fs::OpenOptions::new().write(true).open(&path).ok());
+            std::fs::remove_file(&path)?;
             deleted += 1;
         }
         if deleted > 0 {
             self.closed.drain(..deleted);
             sync_dir(&self.dir)?;
         }
+        release_gradually(removed);
         Ok(())
     }
 }

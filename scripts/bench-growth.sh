@@ -21,7 +21,8 @@
 # env: QUICK=1 (small sizes), KEYS="100000 1000000", SESSIONS="10000 100000",
 #      NODES="1 3", VALUE_BYTES=1024, CONCURRENCY=64, DURATION=10s,
 #      SNAPSHOT_AFTER_ENTRIES=100000 (the node's default), STEP_TIMEOUT=1200 (seconds per step),
-#      ETCD=1, CATCHUP=1, BIN=..., BINS=..., BENCH_BIN=..., WORK=... (a temp dir by default)
+#      ETCD=1, CATCHUP=1, BIN=..., BINS=..., BENCH_BIN=..., WORK=... (a temp dir by default),
+#      KEEP_LOGS=DIR (keep the nodes' logs there)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-${OUT:-/tmp/bench-growth.md}}
@@ -222,6 +223,12 @@ class Cluster:
     def stop(self):
         for x in self.nodes:
             x.stop()
+        if os.environ.get("KEEP_LOGS"):
+            kept = os.path.join(os.environ["KEEP_LOGS"], time.strftime("%H%M%S-") + os.path.basename(self.dir))
+            os.makedirs(kept, exist_ok=True)
+            for name in os.listdir(self.dir):
+                if name.endswith(".log"):
+                    shutil.copy(os.path.join(self.dir, name), kept)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 

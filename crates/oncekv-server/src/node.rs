@@ -244,10 +244,10 @@ impl Node {
             .map(|info| info.peer_address)
     }
 
-    /// Asks for a snapshot when enough bytes were applied since the last
-    /// one (the entry-count policy is openraft's own).
+    /// Asks for a snapshot when enough was applied since the last one
+    /// ([`crate::raft::consensus::Consensus::snapshot_due`]).
     async fn snapshot_if_due(&self) {
-        if self.inner.consensus.snapshot_due_by_bytes()
+        if self.inner.consensus.snapshot_due()
             && let Err(error) = self.inner.consensus.trigger_snapshot().await
         {
             tracing::debug!(%error, "snapshot not triggered");

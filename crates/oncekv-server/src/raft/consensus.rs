@@ -4,7 +4,7 @@
 //! status, and changes membership. Everything outside `raft/` talks to consensus through it.
 //! Its answer when a write or read fails is [`WriteError`] (from [`super::write_error`]).
 
-use super::state_machine_store::{Raft, SharedState, StateMachineStore};
+use super::state_machine_store::{Raft, SharedState, SnapshotDeferral, StateMachineStore};
 use super::type_config::{Applied, Executed, NodeId, NodeInfo, TypeConfig};
 pub use super::write_error::WriteError;
 use oncekv_state::Proposal;
@@ -242,6 +242,7 @@ pub struct Consensus {
     /// backup is written before it is sent).
     state_dir: std::path::PathBuf,
     snapshot_after_bytes: u64,
+    snapshot_after_entries: u64,
     read_policy: ReadPolicy,
     /// The lease of [`ReadPolicy::Lease`].
     read_lease: Duration,
@@ -367,6 +368,12 @@ impl Consensus {
         }
         .validate()
         .map_err(|e| StartError::Config(e.to_string()))?;
+        // A snapshot is put off while the current one is sent to a peer,
+        // up to four times the usual distance between snapshots.
+        let state_machine = state_machine.with_snapshot_deferral(SnapshotDeferral {
+            entries: options.snapshot_after_entries.saturating_mul(4),
+            bytes: options.snapshot_after_bytes.saturating_mul(4),
+        });
         let state = state_machine.shared();
         let state_dir = state_machine.dir().to_path_buf();
         let started = tokio::time::Instant::now();
@@ -408,6 +415,7 @@ impl Consensus {
             state,
             state_dir,
             snapshot_after_bytes: options.snapshot_after_bytes.max(1),
+            snapshot_after_entries: options.snapshot_after_entries.max(1),
             read_policy: options.read_policy,
             read_lease: ReadPolicy::lease(options.election_timeout_max_ms),
             votes_from,
@@ -882,9 +890,25 @@ impl Consensus {
     }
 
     /// Whether enough bytes were applied since the last snapshot that one
-    /// is due ([`ConsensusOptions::snapshot_after_bytes`]).
-    pub fn snapshot_due_by_bytes(&self) -> bool {
-        self.state.lock().bytes_since_snapshot >= self.snapshot_after_bytes
+    /// is due ([`ConsensusOptions::snapshot_after_bytes`]), or enough
+    /// entries while openraft's own policy would not ask again soon (it
+    /// asks once per `snapshot_after_entries`, and a snapshot put off
+    /// while another was sent to a peer is asked for again here).
+    pub fn snapshot_due(&self) -> bool {
+        let (bytes, applied) = {
+            let state = self.state.lock();
+            (
+                state.bytes_since_snapshot,
+                state.last_applied.map_or(0, |id| id.index),
+            )
+        };
+        if bytes >= self.snapshot_after_bytes {
+            return true;
+        }
+        let metrics = self.raft.metrics();
+        let metrics = openraft::async_runtime::WatchReceiver::borrow_watched(&metrics);
+        let snapshot = metrics.snapshot.as_ref().map_or(0, |id| id.index);
+        applied.saturating_sub(snapshot) >= self.snapshot_after_entries
     }
 
     /// Asks consensus to take a snapshot now.

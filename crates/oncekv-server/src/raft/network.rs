@@ -501,6 +501,10 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         let vote = encode(&vote).map_err(|e| stream_error(&e))?;
         let meta = encode(&snapshot.meta).map_err(|e| stream_error(&e))?;
         let data = snapshot.snapshot;
+        // Held until the peer's reply (the request stream, and its handle,
+        // go once the last chunk is sent, while the peer still restores
+        // it): the store sees the snapshot as being sent until then.
+        let _sending = data.share();
         let total_bytes = data.len();
         // Chunks are read from the file as the stream is sent (a bounded
         // positional read each), never the whole snapshot at once. A read

@@ -96,6 +96,12 @@ impl SnapshotFile {
         }
     }
 
+    /// Whether another handle ([`SnapshotFile::share`]) or a reader holds
+    /// the file besides this one.
+    pub fn is_shared(&self) -> bool {
+        Arc::strong_count(&self.file) > 1
+    }
+
     /// How many bytes the snapshot has.
     pub fn len(&self) -> u64 {
         self.len

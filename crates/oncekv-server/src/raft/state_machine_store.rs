@@ -101,6 +101,9 @@ pub struct StateMachineStore {
     dir: PathBuf,
     /// The snapshot in the file, if there is one.
     current: Arc<Mutex<Option<CurrentSnapshot>>>,
+    /// How long a snapshot may be put off while the current one is sent
+    /// to a peer; `None`: never put off.
+    deferral: Option<SnapshotDeferral>,
     /// The kind of the first failed snapshot write.
     failure: StorageFailure,
 }
@@ -113,6 +116,25 @@ pub struct StateMachineStore {
 struct CurrentSnapshot {
     meta: SnapshotMetaOf<TypeConfig>,
     data: SnapshotFile,
+}
+
+/// A snapshot that openraft's policy asks for is put off while the
+/// current one is being sent to a peer (a new member catching up, until it
+/// replied): built meanwhile, it would let the log be purged past the one
+/// being sent, and the peer, once it installed it, would need the newer
+/// one sent too (two states in its memory at once, and the whole transfer
+/// again; openraft keeps the log for a peer being sent entries, not for
+/// one being sent a snapshot). Put off only until this many entries, or
+/// bytes of keys and values, were applied since the snapshot being sent,
+/// so a peer that keeps failing to take it cannot grow the log without
+/// bound. A snapshot whose building began before the send still lets the
+/// log go.
+#[derive(Clone, Copy, Debug)]
+pub struct SnapshotDeferral {
+    /// Entries applied since the current snapshot.
+    pub entries: u64,
+    /// Bytes of keys and values applied since the last snapshot was built.
+    pub bytes: u64,
 }
 
 /// The most bytes the snapshot file's metadata may announce (it holds the
@@ -146,6 +168,7 @@ impl StateMachineStore {
             inline_io: false,
             dir: dir.to_path_buf(),
             current: Arc::new(Mutex::new(None)),
+            deferral: None,
             failure: StorageFailure::default(),
         };
         let path = dir.join(SNAPSHOT_FILE);
@@ -198,6 +221,37 @@ impl StateMachineStore {
     pub fn with_watch_bounds(self, bounds: crate::watch::WatchBounds) -> StateMachineStore {
         self.state.lock().watch = crate::watch::WatchHub::new(bounds);
         self
+    }
+
+    /// Puts off snapshots while the current one is sent to a peer, within
+    /// `deferral` ([`SnapshotDeferral`]).
+    pub fn with_snapshot_deferral(mut self, deferral: SnapshotDeferral) -> StateMachineStore {
+        self.deferral = Some(deferral);
+        self
+    }
+
+    /// Whether a snapshot asked for now is put off: the current one is
+    /// being sent (a handle on it is held besides the store's), and the
+    /// deferral's bounds are not reached.
+    fn snapshot_deferred(&self) -> bool {
+        let sent_at = match self.current_lock().as_ref() {
+            Some(current) if current.data.is_shared() => current.meta.last_log_id,
+            _ => return false,
+        };
+        self.within_deferral(sent_at)
+    }
+
+    /// Whether fewer entries were applied since `snapshot` (a snapshot's
+    /// last log id), and fewer bytes since the last snapshot was built,
+    /// than the deferral's bounds; `false` without a deferral.
+    fn within_deferral(&self, snapshot: Option<LogIdOf<TypeConfig>>) -> bool {
+        let Some(deferral) = self.deferral else {
+            return false;
+        };
+        let state = self.state.lock();
+        let applied = state.last_applied.map_or(0, |id| id.index);
+        applied.saturating_sub(snapshot.map_or(0, |id| id.index)) < deferral.entries
+            && state.bytes_since_snapshot < deferral.bytes
     }
 
     /// Writes snapshot files on the calling task instead of a blocking
@@ -590,6 +644,14 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         self.clone()
     }
 
+    async fn try_create_snapshot_builder(&mut self, force: bool) -> Option<Self::SnapshotBuilder> {
+        if !force && self.snapshot_deferred() {
+            tracing::info!("snapshot put off: the current one is being sent to a peer");
+            return None;
+        }
+        Some(self.clone())
+    }
+
     async fn install_snapshot(
         &mut self,
         meta: &SnapshotMetaOf<TypeConfig>,
@@ -674,6 +736,52 @@ mod tests {
             store.shared().lock().machine.last_applied(),
             Some(LogIndex(7))
         );
+    }
+
+    #[test]
+    fn a_snapshot_is_put_off_while_the_current_one_is_sent_within_bounds() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateMachineStore::open(dir.path(), Limits::default()).unwrap();
+        let data = store
+            .persist(&meta_at(10), |file| machine_at(10).write_snapshot(file))
+            .unwrap();
+        store.set_current(meta_at(10), data);
+        let mut store = store.with_snapshot_deferral(SnapshotDeferral {
+            entries: 100,
+            bytes: 1_000,
+        });
+        store.shared().lock().last_applied = meta_at(50).last_log_id;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let builds = |store: &mut StateMachineStore, force: bool| {
+            runtime
+                .block_on(store.try_create_snapshot_builder(force))
+                .is_some()
+        };
+        // Nothing is being sent: built.
+        assert!(builds(&mut store, false));
+        // A peer is being sent the current snapshot: put off, unless forced.
+        let sent = runtime.block_on(store.get_current_snapshot()).unwrap();
+        assert!(sent.is_some());
+        assert!(!builds(&mut store, false));
+        assert!(builds(&mut store, true));
+        // Put off no further than the bounds: entries since it...
+        store.shared().lock().last_applied = meta_at(110).last_log_id;
+        assert!(builds(&mut store, false));
+        store.shared().lock().last_applied = meta_at(50).last_log_id;
+        assert!(!builds(&mut store, false));
+        // ...or bytes applied.
+        store.shared().lock().bytes_since_snapshot = 1_000;
+        assert!(builds(&mut store, false));
+        store.shared().lock().bytes_since_snapshot = 0;
+        // The send is over: built.
+        drop(sent);
+        assert!(builds(&mut store, false));
+        // A store without a deferral never puts one off.
+        let mut plain = StateMachineStore::open(dir.path(), Limits::default()).unwrap();
+        let _sent = runtime.block_on(plain.get_current_snapshot()).unwrap();
+        assert!(builds(&mut plain, false));
     }
 
     #[test]

@@ -164,6 +164,9 @@ pub struct ServeArgs {
 
     /// Take a snapshot after this many log entries (each snapshot encodes
     /// and writes the whole state; the log behind it stays in memory).
+    /// While the leader sends its snapshot to a peer, or that peer catches
+    /// up from the log after it, the next one waits, up to four times this
+    /// distance (or --snapshot-after-bytes).
     #[arg(long, default_value_t = ConsensusOptions::default().snapshot_after_entries)]
     snapshot_after_entries: u64,
 

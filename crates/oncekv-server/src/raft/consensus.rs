@@ -4,7 +4,9 @@
 //! status, and changes membership. Everything outside `raft/` talks to consensus through it.
 //! Its answer when a write or read fails is [`WriteError`] (from [`super::write_error`]).
 
-use super::state_machine_store::{Raft, SharedState, SnapshotDeferral, StateMachineStore};
+use super::state_machine_store::{
+    PeerProgress, Raft, SharedState, SnapshotDeferral, StateMachineStore,
+};
 use super::type_config::{Applied, Executed, NodeId, NodeInfo, TypeConfig};
 pub use super::write_error::WriteError;
 use oncekv_state::Proposal;
@@ -368,11 +370,15 @@ impl Consensus {
         }
         .validate()
         .map_err(|e| StartError::Config(e.to_string()))?;
-        // A snapshot is put off while the current one is sent to a peer,
-        // up to four times the usual distance between snapshots.
+        // A snapshot is put off while the current one is sent to a peer or
+        // a peer catches up after it, up to four times the usual distance
+        // between snapshots.
+        let peers = Arc::new(std::sync::OnceLock::new());
         let state_machine = state_machine.with_snapshot_deferral(SnapshotDeferral {
             entries: options.snapshot_after_entries.saturating_mul(4),
             bytes: options.snapshot_after_bytes.saturating_mul(4),
+            kept: options.log_entries_kept_after_snapshot,
+            peers: Arc::clone(&peers),
         });
         let state = state_machine.shared();
         let state_dir = state_machine.dir().to_path_buf();
@@ -380,6 +386,20 @@ impl Consensus {
         let raft = Raft::new(id, Arc::new(config), network, log_store, state_machine)
             .await
             .map_err(|e| StartError::Raft(e.to_string()))?;
+        let metrics = raft.metrics();
+        // Set once, here: the cell is new.
+        let _ = peers.set(PeerProgress::new(move || {
+            let metrics = openraft::async_runtime::WatchReceiver::borrow_watched(&metrics);
+            metrics
+                .replication
+                .as_ref()
+                .map_or_else(Vec::new, |replication| {
+                    replication
+                        .values()
+                        .map(|matched| matched.as_ref().map(|id| id.index))
+                        .collect()
+                })
+        }));
         let initialized = raft
             .is_initialized()
             .await

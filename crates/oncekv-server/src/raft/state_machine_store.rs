@@ -36,7 +36,7 @@ use openraft::{EntryPayload, OptionalSend};
 use serde::{Deserialize, Serialize};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 /// The Raft handle of an oncekv node: openraft over [`TypeConfig`] and
 /// this store (defined here, above both, so the type configuration needs
@@ -119,23 +119,57 @@ struct CurrentSnapshot {
 }
 
 /// A snapshot that openraft's policy asks for is put off while the
-/// current one is being sent to a peer (a new member catching up, until it
-/// replied): built meanwhile, it would let the log be purged past the one
-/// being sent, and the peer, once it installed it, would need the newer
-/// one sent too (two states in its memory at once, and the whole transfer
-/// again; openraft keeps the log for a peer being sent entries, not for
-/// one being sent a snapshot). Put off only until this many entries, or
-/// bytes of keys and values, were applied since the snapshot being sent,
-/// so a peer that keeps failing to take it cannot grow the log without
-/// bound. A snapshot whose building began before the send still lets the
-/// log go.
-#[derive(Clone, Copy, Debug)]
+/// current one is being sent to a peer (until the peer replied), and while
+/// a peer that installed it catches up from the log after it: built
+/// meanwhile, it would let the log be purged past the one sent, and the
+/// peer (a new member, say) would need the newer one sent too (two states
+/// in its memory at once, and the whole transfer again; openraft keeps the
+/// log for a peer being sent entries, not for one being sent a snapshot,
+/// nor between two rounds of entries). Put off only until this many
+/// entries, or bytes of keys and values, were applied since the current
+/// snapshot, so a peer that never finishes (or a follower that stopped
+/// after the snapshot) cannot grow the log without bound. A snapshot whose
+/// building began before that is reported built only once the peers no
+/// longer need the one it replaced.
+#[derive(Clone, Debug)]
 pub struct SnapshotDeferral {
     /// Entries applied since the current snapshot.
     pub entries: u64,
     /// Bytes of keys and values applied since the last snapshot was built.
     pub bytes: u64,
+    /// Entries a snapshot leaves in the log behind it: a peer no further
+    /// behind keeps what it needs.
+    pub kept: u64,
+    /// What the peers hold, once consensus runs (it is set after the store
+    /// is handed to it).
+    pub peers: Arc<OnceLock<PeerProgress>>,
 }
+
+/// The log index each peer is known to hold (its matched index; `None`:
+/// nothing known), as this node sees it when it leads; none otherwise.
+#[derive(Clone)]
+pub struct PeerProgress(Arc<dyn Fn() -> Vec<Option<u64>> + Send + Sync>);
+
+impl PeerProgress {
+    /// Progress read by `matched`.
+    pub fn new(matched: impl Fn() -> Vec<Option<u64>> + Send + Sync + 'static) -> PeerProgress {
+        PeerProgress(Arc::new(matched))
+    }
+
+    fn matched(&self) -> Vec<Option<u64>> {
+        (self.0)()
+    }
+}
+
+impl std::fmt::Debug for PeerProgress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PeerProgress")
+    }
+}
+
+/// How often a new snapshot checks whether peers still need the one it
+/// replaced ([`SnapshotDeferral`]).
+const PEER_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// The most bytes the snapshot file's metadata may announce (it holds the
 /// membership: far less).
@@ -234,18 +268,45 @@ impl StateMachineStore {
     /// being sent (a handle on it is held besides the store's), and the
     /// deferral's bounds are not reached.
     fn snapshot_deferred(&self) -> bool {
-        let sent_at = match self.current_lock().as_ref() {
-            Some(current) if current.data.is_shared() => current.meta.last_log_id,
-            _ => return false,
+        let current = self.current_lock();
+        current
+            .as_ref()
+            .is_some_and(|current| self.needed_by_peers(current))
+    }
+
+    /// Whether `snapshot` is still needed as the newest one: it is being
+    /// sent to a peer (until the peer replied), or a peer that installed it
+    /// is catching up from the log after it (its matched index at or past
+    /// the snapshot, short of what a new snapshot would leave in the log);
+    /// and the deferral's bounds are not reached. `false` without a
+    /// deferral.
+    fn needed_by_peers(&self, snapshot: &CurrentSnapshot) -> bool {
+        let Some(deferral) = &self.deferral else {
+            return false;
         };
-        self.within_deferral(sent_at)
+        if !self.within_deferral(snapshot.meta.last_log_id) {
+            return false;
+        }
+        if snapshot.data.is_shared() {
+            return true;
+        }
+        let index = snapshot.meta.last_log_id.map_or(0, |id| id.index);
+        let applied = self.state.lock().last_applied.map_or(0, |id| id.index);
+        let purged_to = applied.saturating_sub(deferral.kept);
+        deferral.peers.get().is_some_and(|peers| {
+            peers
+                .matched()
+                .into_iter()
+                .flatten()
+                .any(|matched| matched >= index && matched < purged_to)
+        })
     }
 
     /// Whether fewer entries were applied since `snapshot` (a snapshot's
     /// last log id), and fewer bytes since the last snapshot was built,
     /// than the deferral's bounds; `false` without a deferral.
     fn within_deferral(&self, snapshot: Option<LogIdOf<TypeConfig>>) -> bool {
-        let Some(deferral) = self.deferral else {
+        let Some(deferral) = &self.deferral else {
             return false;
         };
         let state = self.state.lock();
@@ -560,7 +621,20 @@ impl StateMachineStore {
                 .await
                 .map_err(io::Error::other)??
         };
-        self.set_current(meta.clone(), data.share());
+        let replaced = self.current_lock().replace(CurrentSnapshot {
+            meta: meta.clone(),
+            data: data.share(),
+        });
+        // A snapshot whose building began before the one it replaces was
+        // sent is reported (which lets openraft purge the log up to it)
+        // only once the peers no longer need the one it replaces.
+        if let Some(replaced) = replaced
+            && !self.inline_io
+        {
+            while self.needed_by_peers(&replaced) {
+                tokio::time::sleep(PEER_CHECK_INTERVAL).await;
+            }
+        }
         Ok(SnapshotOf::<TypeConfig, SnapshotFile> {
             meta,
             snapshot: data,
@@ -646,7 +720,9 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
 
     async fn try_create_snapshot_builder(&mut self, force: bool) -> Option<Self::SnapshotBuilder> {
         if !force && self.snapshot_deferred() {
-            tracing::info!("snapshot put off: the current one is being sent to a peer");
+            tracing::info!(
+                "snapshot put off: the current one is being sent to a peer, or one catches up after it"
+            );
             return None;
         }
         Some(self.clone())
@@ -738,18 +814,34 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_snapshot_is_put_off_while_the_current_one_is_sent_within_bounds() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = StateMachineStore::open(dir.path(), Limits::default()).unwrap();
+    /// A store whose current snapshot is at index 10, putting off
+    /// snapshots within 100 entries and 1,000 bytes, with 5 entries kept
+    /// behind one; and the peers' matched indexes it reads.
+    fn deferring_store(dir: &Path) -> (StateMachineStore, Arc<Mutex<Vec<Option<u64>>>>) {
+        let store = StateMachineStore::open(dir, Limits::default()).unwrap();
         let data = store
             .persist(&meta_at(10), |file| machine_at(10).write_snapshot(file))
             .unwrap();
         store.set_current(meta_at(10), data);
-        let mut store = store.with_snapshot_deferral(SnapshotDeferral {
+        let peers = Arc::new(OnceLock::new());
+        let store = store.with_snapshot_deferral(SnapshotDeferral {
             entries: 100,
             bytes: 1_000,
+            kept: 5,
+            peers: Arc::clone(&peers),
         });
+        let matched = Arc::new(Mutex::new(Vec::new()));
+        let reported = Arc::clone(&matched);
+        peers
+            .set(PeerProgress::new(move || reported.lock().unwrap().clone()))
+            .unwrap();
+        (store, matched)
+    }
+
+    #[test]
+    fn a_snapshot_is_put_off_while_the_current_one_is_sent_within_bounds() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, matched) = deferring_store(dir.path());
         store.shared().lock().last_applied = meta_at(50).last_log_id;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .build()
@@ -775,13 +867,73 @@ mod tests {
         store.shared().lock().bytes_since_snapshot = 1_000;
         assert!(builds(&mut store, false));
         store.shared().lock().bytes_since_snapshot = 0;
-        // The send is over: built.
+        // The send is over: built, unless a peer that installed the
+        // snapshot (at index 10) is catching up from the log after it
+        // (applied 50, 5 entries kept behind a new snapshot).
         drop(sent);
+        assert!(builds(&mut store, false));
+        *matched.lock().unwrap() = vec![Some(50), Some(20)];
+        assert!(!builds(&mut store, false));
+        assert!(builds(&mut store, true));
+        // Caught up to what a new snapshot keeps: built.
+        *matched.lock().unwrap() = vec![Some(50), Some(45)];
+        assert!(builds(&mut store, false));
+        // Behind the snapshot (it needs a snapshot anyway), or unknown:
+        // built.
+        *matched.lock().unwrap() = vec![Some(9), None];
+        assert!(builds(&mut store, false));
+        // Put off no further than the bounds.
+        *matched.lock().unwrap() = vec![Some(20)];
+        store.shared().lock().last_applied = meta_at(110).last_log_id;
         assert!(builds(&mut store, false));
         // A store without a deferral never puts one off.
         let mut plain = StateMachineStore::open(dir.path(), Limits::default()).unwrap();
         let _sent = runtime.block_on(plain.get_current_snapshot()).unwrap();
         assert!(builds(&mut plain, false));
+    }
+
+    #[test]
+    fn a_snapshot_built_while_peers_need_the_one_before_is_reported_once_they_do_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, matched) = deferring_store(dir.path());
+        store.shared().lock().last_applied = meta_at(20).last_log_id;
+        let current_index = |store: &StateMachineStore| {
+            store
+                .current_lock()
+                .as_ref()
+                .and_then(|c| c.meta.last_log_id)
+                .map(|id| id.index)
+        };
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let sent = store.get_current_snapshot().await.unwrap();
+            let mut builder = store.clone();
+            let built = tokio::spawn(async move { builder.build_snapshot().await });
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            while current_index(&store) != Some(20) {
+                assert!(std::time::Instant::now() < deadline, "never written");
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+            // Written and current; not reported while the one before is
+            // sent, nor while the peer that installed it catches up (index
+            // 10 of 20, 5 entries kept behind a new snapshot).
+            let pause = std::time::Duration::from_millis(300);
+            tokio::time::sleep(pause).await;
+            assert!(!built.is_finished(), "reported while the send went on");
+            drop(sent);
+            *matched.lock().unwrap() = vec![Some(10)];
+            tokio::time::sleep(pause).await;
+            assert!(!built.is_finished(), "reported while the peer caught up");
+            *matched.lock().unwrap() = vec![Some(18)];
+            tokio::time::timeout(std::time::Duration::from_secs(60), built)
+                .await
+                .expect("reported once the peer caught up")
+                .unwrap()
+                .unwrap();
+        });
     }
 
     #[test]

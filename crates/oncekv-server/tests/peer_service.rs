@@ -605,10 +605,11 @@ fn assert_denied(result: Result<tonic::Response<RaftPayload>, tonic::Status>, wh
 }
 
 /// Well-formed messages from node 999, which is not a member of the
-/// node's cluster (it is alone in it): a vote, a pre-vote, an append and a
-/// snapshot are refused PERMISSION_DENIED before consensus sees them, and
-/// a snapshot whose vote does not decode INVALID_ARGUMENT; the node keeps
-/// serving and restarts cleanly.
+/// node's cluster (it is alone in it): a vote and a pre-vote (of a term far
+/// ahead), an append and a snapshot (under a vote older than the node's:
+/// a removed leader's) are refused PERMISSION_DENIED before consensus sees
+/// them, and a snapshot whose vote does not decode INVALID_ARGUMENT; the
+/// node keeps serving and restarts cleanly.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn messages_from_a_non_member_are_refused_and_the_node_serves_and_restarts() {
     #[derive(serde::Serialize)]
@@ -630,9 +631,9 @@ async fn messages_from_a_non_member_are_refused_and_the_node_serves_and_restarts
         node.peer.vote(payload(&AnyVote::PreVote(vote))).await,
         "a pre-vote from a non-member",
     );
-    let leader = VoteOf::<TypeConfig>::new_committed(1_000, 999);
+    let leader = VoteOf::<TypeConfig>::new_committed(0, 999);
     let mut forged = append(leader, None, &[]);
-    forged.leader_commit = Some(log_id(1_000, 999, 1_000_000));
+    forged.leader_commit = Some(log_id(0, 999, 1_000_000));
     assert_denied(
         node.peer.append_entries(payload(&forged)).await,
         "an append from a non-member",

@@ -23,7 +23,9 @@
 //! a vote request, the leader of an append, a snapshot or a leadership
 //! transfer) must be in this node's effective membership (voters and
 //! learners of the latest membership it knows, committed or not), unless
-//! it knows none yet (a fresh node waiting to be added). With peer TLS,
+//! it knows none yet (a fresh node waiting to be added), or the message is
+//! an append or a snapshot under a vote at least this node's own (a leader
+//! that joined after the membership this node knows: [`check_leader`]). With peer TLS,
 //! the caller's verified certificate must also be valid for
 //! `node-<sender>` ([`crate::tls`]), so a node cannot speak for another.
 
@@ -138,6 +140,30 @@ pub fn check_member(
         return Ok(());
     }
     Err(PeerNotAllowed::NotAMember { sender, members })
+}
+
+/// Checks the sender of what only a leader sends (an append, a snapshot):
+/// a member, as [`check_member`] says, or a leader whose vote is at least
+/// the one this node stores.
+///
+/// The membership a node knows can be older than its leader. A new member
+/// that installed a snapshot taken before the leader itself joined knows
+/// only the members of then, and learns the rest from the leader's
+/// entries after the snapshot: refusing them, it would never catch up.
+/// Raft's own rule then judges the message, as for any leader: a vote at
+/// least this node's is the current leader's (a vote is committed only by a
+/// quorum, and a node outside the membership its peers know gets no vote
+/// from them: [`check_member`] guards votes). A removed node that still
+/// thinks it leads sends under an older vote, and is refused here.
+pub fn check_leader(
+    sender: NodeId,
+    vote: &VoteOf<TypeConfig>,
+    metrics: &RaftMetrics<TypeConfig>,
+) -> Result<(), PeerNotAllowed> {
+    match check_member(sender, &metrics.membership_config) {
+        Err(_) if vote >= &metrics.vote => Ok(()),
+        checked => checked,
+    }
 }
 
 /// The node a vote names: the candidate of a vote request, the leader of
@@ -389,5 +415,41 @@ mod tests {
             check_append(&append(FORGED), 1, 3, None),
             Err(PeerMessageRefused::TermTooFarAhead { .. })
         ));
+    }
+
+    /// Node 3 installed a snapshot taken when the members were 1 and 2,
+    /// and follows node 4 (term 5), which joined after it: node 4's appends
+    /// and snapshots are admitted, as are those of a later leader; a
+    /// non-member under an older vote is refused.
+    #[test]
+    fn a_leader_that_joined_after_the_known_membership_is_admitted_and_no_one_else() {
+        use super::super::type_config::NodeInfo;
+        use openraft::Membership;
+        use openraft::vote::RaftLeaderIdExt;
+        let mut metrics = RaftMetrics::<TypeConfig>::new_initial(3);
+        let members: std::collections::BTreeMap<NodeId, NodeInfo> =
+            [(1, NodeInfo::default()), (2, NodeInfo::default())].into();
+        let membership =
+            Membership::new(vec![members.keys().copied().collect()], members).expect("membership");
+        let log_id = LogIdOf::<TypeConfig>::new(
+            <TypeConfig as openraft::RaftTypeConfig>::LeaderId::new_committed(2, 1),
+            40,
+        );
+        metrics.membership_config = std::sync::Arc::new(StoredMembershipOf::<TypeConfig>::new(
+            Some(log_id),
+            membership,
+        ));
+        metrics.vote = VoteOf::<TypeConfig>::new_committed(5, 4);
+        let leader = |term, id| VoteOf::<TypeConfig>::new_committed(term, id);
+        assert_eq!(check_leader(4, &leader(5, 4), &metrics), Ok(()));
+        assert_eq!(check_leader(5, &leader(6, 5), &metrics), Ok(()));
+        assert_eq!(check_leader(1, &leader(2, 1), &metrics), Ok(()), "a member");
+        for (term, id) in [(4, 6), (4, 9), (1, 5)] {
+            assert!(matches!(
+                check_leader(id, &leader(term, id), &metrics),
+                Err(PeerNotAllowed::NotAMember { sender, .. }) if sender == id
+            ));
+        }
+        assert!(check_member(4, &metrics.membership_config).is_err());
     }
 }

@@ -500,8 +500,10 @@ impl PeerService {
 
     /// Admits a snapshot sent under `vote` and described by `meta`: the
     /// caller speaks for the sender (peer TLS), the snapshot passes
-    /// [`peer_checks::check_snapshot`], and the sender is a member. Cheap:
-    /// called on the stream's first message, before anything is spooled.
+    /// [`peer_checks::check_snapshot`], and the sender is a member or a
+    /// leader of at least this node's vote ([`peer_checks::check_leader`]).
+    /// Cheap: called on the stream's first message, before anything is
+    /// spooled.
     fn admit_snapshot(
         &self,
         caller: &Caller,
@@ -513,7 +515,7 @@ impl PeerService {
         let metrics = self.metrics();
         peer_checks::check_snapshot(vote, meta.last_log_id.as_ref(), metrics.id, &metrics)
             .map_err(refused)?;
-        self.member(sender, &metrics)
+        peer_checks::check_leader(sender, vote, &metrics).map_err(not_allowed)
     }
 
     /// Decodes and admits one `AppendEntries`, unary or streamed.
@@ -533,7 +535,7 @@ impl PeerService {
             metrics.local_committed.as_ref(),
         )
         .map_err(refused)?;
-        self.member(sender, &metrics)?;
+        peer_checks::check_leader(sender, &request.vote, &metrics).map_err(not_allowed)?;
         Ok(request)
     }
 }
@@ -674,7 +676,7 @@ impl RaftPeer for PeerService {
         let mut chunks = request.into_inner();
         // Nothing is spooled unless the first message passes every check
         // it can: the caller's certificate speaks for the sender, the
-        // sender is a member, and its vote and the snapshot's last log id
+        // sender is a member (or a leader of at least this node's vote), and its vote and the snapshot's last log id
         // pass the message checks (a plausible term, a committed vote of
         // another node, nothing beyond the vote or contradicting the
         // committed log). The bytes are judged once they are all there.

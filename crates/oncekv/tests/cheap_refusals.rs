@@ -210,12 +210,13 @@ async fn a_snapshot_from_a_non_member_is_refused_before_anything_is_spooled() {
         .peer_token_file()
         .map(|file| PeerToken::load(file).expect("the cluster's peer token"));
     let peer = RaftPeerClient::new(channel(&node.peer).await);
-    // Committed votes of term 1 as postcard bytes (term, leader id,
-    // committed): from node 99, not a member; and from node 1, the
-    // receiving node itself.
+    // Committed votes as postcard bytes (term, leader id, committed):
+    // from node 99, not a member, of term 0 (older than the node's own, so
+    // not a leader it must follow); and from node 1, the receiving node
+    // itself, of term 1.
     for (vote, code, expected) in [
         (
-            [1u8, 99, 1],
+            [0u8, 99, 1],
             Code::PermissionDenied,
             "node 99 is not a member",
         ),

@@ -1,7 +1,8 @@
 //! The standard gRPC health service (`grpc.health.v1.Health`) and server
 //! reflection on the client port, for `grpcurl`, load balancers and
 //! Kubernetes-style probes. The node is SERVING (both the overall service
-//! `""` and `oncekv.v1.Kv`) while it knows a leader and has applied every
+//! `""` and `oncekv.v1.Kv`) while it leads, or hears from its leader within
+//! an election timeout, and has applied every
 //! entry it knows to be committed; NOT_SERVING otherwise (no quorum, an
 //! election, a follower catching up). Health answers need no credentials:
 //! they say nothing about the data.

@@ -4,6 +4,7 @@
 //! status, and changes membership. Everything outside `raft/` talks to consensus through it.
 //! Its answer when a write or read fails is [`WriteError`] (from [`super::write_error`]).
 
+use super::peer_service::LeaderContact;
 use super::state_machine_store::{
     PeerProgress, Raft, SharedState, SnapshotDeferral, StateMachineStore,
 };
@@ -251,6 +252,12 @@ pub struct Consensus {
     /// Until when this node refuses to vote (and does not campaign):
     /// restarted, it forgot whom it promised not to replace.
     votes_from: tokio::time::Instant,
+    /// When the leader this node follows was last heard from.
+    contact: LeaderContact,
+    /// How long a follower names a leader it has not heard from: a
+    /// maximum election timeout (then, with pre-vote, it would be asking
+    /// for votes, which openraft's metrics do not show).
+    leader_silence: Duration,
 }
 
 impl std::fmt::Debug for Consensus {
@@ -366,6 +373,11 @@ impl Consensus {
             // Turned on below: at once on a new node, an election timeout
             // after start on a restarted one.
             enable_elect: false,
+            // A node that stopped hearing its leader first asks whether a
+            // quorum would elect it, and raises its term only then: a
+            // member restarted or cut off for a while rejoins without
+            // deposing a leader the others still follow.
+            enable_pre_vote: Some(true),
             ..Config::default()
         }
         .validate()
@@ -439,6 +451,8 @@ impl Consensus {
             read_policy: options.read_policy,
             read_lease: ReadPolicy::lease(options.election_timeout_max_ms),
             votes_from,
+            contact: LeaderContact::default(),
+            leader_silence: Duration::from_millis(options.election_timeout_max_ms),
         })
     }
 
@@ -494,7 +508,9 @@ impl Consensus {
 
     /// The peer service for this node's consensus.
     pub fn peer_service(&self) -> super::peer_service::PeerService {
-        super::peer_service::PeerService::new(self.raft.clone()).with_votes_from(self.votes_from)
+        super::peer_service::PeerService::new(self.raft.clone())
+            .with_votes_from(self.votes_from)
+            .with_leader_contact(self.contact.clone())
     }
 
     /// Proposes `proposals` in one message to consensus, which appends
@@ -621,9 +637,22 @@ impl Consensus {
     pub fn leadership(&self) -> Leadership {
         let metrics = self.raft.metrics();
         let metrics = openraft::async_runtime::WatchReceiver::borrow_watched(&metrics);
+        self.leadership_in(&metrics)
+    }
+
+    /// Leadership as `metrics` show it, but a follower names its leader
+    /// only while it hears from it: openraft, with pre-vote, names the
+    /// leader of the vote it stores until an election succeeds, however
+    /// long ago that leader was heard from (cut off, or the leader gone
+    /// with the quorum), where Raft without pre-vote, and etcd, would say
+    /// there is none.
+    fn leadership_in(&self, metrics: &openraft::RaftMetrics<TypeConfig>) -> Leadership {
+        let leader_id = metrics
+            .current_leader
+            .filter(|leader| *leader == self.id || self.contact.heard_within(self.leader_silence));
         Leadership {
             term: metrics.current_term,
-            leader_id: metrics.current_leader,
+            leader_id,
             is_leader: metrics.state == ServerState::Leader,
         }
     }
@@ -655,11 +684,7 @@ impl Consensus {
             .collect();
         RaftStatus {
             id: self.id,
-            leadership: Leadership {
-                term: metrics.current_term,
-                leader_id: metrics.current_leader,
-                is_leader: metrics.state == ServerState::Leader,
-            },
+            leadership: self.leadership_in(&metrics),
             last_log_index: metrics.last_log_index,
             commit_index: metrics.local_committed.as_ref().map(|id| id.index),
             applied_index: metrics.last_applied.as_ref().map(|id| id.index),
@@ -879,19 +904,26 @@ impl Consensus {
         }
     }
 
-    /// Waits until this node knows a leader (itself or another), for at
-    /// most three maximum election timeouts; whether it does.
+    /// Waits until this node knows a leader (itself or another it hears
+    /// from: [`Consensus::leadership`]), for at most three maximum election
+    /// timeouts; whether it does.
     pub async fn wait_for_a_leader(&self) -> bool {
         let timeout =
             Duration::from_millis(self.raft.config().election_timeout_max).saturating_mul(3);
-        self.raft
-            .wait(Some(timeout))
-            .metrics(
-                |metrics| metrics.current_leader.is_some(),
-                "a leader to be known",
-            )
-            .await
-            .is_ok()
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if self.leadership().leader_id.is_some() {
+                return true;
+            }
+            // A leader's messages are noted outside openraft's metrics:
+            // asked again at the heartbeat's pace.
+            let heartbeat = Duration::from_millis(self.raft.config().heartbeat_interval);
+            let next = tokio::time::Instant::now() + heartbeat.max(Duration::from_millis(10));
+            if next > deadline {
+                return false;
+            }
+            tokio::time::sleep_until(next).await;
+        }
     }
 
     /// Waits until this node sees `leader` lead, for at most three maximum

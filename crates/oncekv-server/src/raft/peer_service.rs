@@ -347,6 +347,49 @@ async fn receive(
     })
 }
 
+/// When this node last heard from the leader it follows: an append
+/// (heartbeats are appends) or a snapshot under the very vote this node
+/// stores. openraft, with pre-vote, keeps naming the leader of that vote
+/// for as long as no election succeeds, even one that stopped long ago;
+/// what this says lets the node tell a leader it follows from one it only
+/// remembers ([`super::consensus::Consensus::leadership`]).
+#[derive(Clone, Debug)]
+pub struct LeaderContact {
+    start: tokio::time::Instant,
+    /// Milliseconds from `start` to the last contact plus one; 0: none yet.
+    last: Arc<AtomicU64>,
+}
+
+impl Default for LeaderContact {
+    fn default() -> Self {
+        LeaderContact {
+            start: tokio::time::Instant::now(),
+            last: Arc::default(),
+        }
+    }
+}
+
+impl LeaderContact {
+    /// Notes a message from the leader now.
+    pub fn heard(&self) {
+        let since = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last
+            .fetch_max(since.saturating_add(1), Ordering::Relaxed);
+    }
+
+    /// Whether the leader was heard from within `window` before now.
+    pub fn heard_within(&self, window: std::time::Duration) -> bool {
+        match self.last.load(Ordering::Relaxed) {
+            0 => false,
+            last => {
+                let now = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
+                let window = u64::try_from(window.as_millis()).unwrap_or(u64::MAX);
+                now.saturating_sub(last - 1) <= window
+            }
+        }
+    }
+}
+
 /// Serves Raft messages from peers.
 #[derive(Clone)]
 pub struct PeerService {
@@ -362,6 +405,8 @@ pub struct PeerService {
     /// so the server's graceful shutdown does not wait for the leader to
     /// close them.
     stopping: Option<tokio::sync::watch::Receiver<bool>>,
+    /// Noted on every append or snapshot from the leader this node follows.
+    contact: LeaderContact,
 }
 
 impl std::fmt::Debug for PeerService {
@@ -383,7 +428,14 @@ impl PeerService {
             peer_certificates: false,
             votes_from: None,
             stopping: None,
+            contact: LeaderContact::default(),
         }
+    }
+
+    /// Notes messages from the leader this node follows in `contact`.
+    pub fn with_leader_contact(mut self, contact: LeaderContact) -> PeerService {
+        self.contact = contact;
+        self
     }
 
     /// Ends every open `StreamAppend` call once `stopping` turns true.
@@ -515,10 +567,15 @@ impl PeerService {
         let metrics = self.metrics();
         peer_checks::check_snapshot(vote, meta.last_log_id.as_ref(), metrics.id, &metrics)
             .map_err(refused)?;
-        peer_checks::check_leader(sender, vote, &metrics).map_err(not_allowed)
+        peer_checks::check_leader(sender, vote, &metrics).map_err(not_allowed)?;
+        if *vote == metrics.vote {
+            self.contact.heard();
+        }
+        Ok(())
     }
 
-    /// Decodes and admits one `AppendEntries`, unary or streamed.
+    /// Decodes and admits one `AppendEntries`, unary or streamed; one
+    /// under the vote this node stores is noted as its leader's contact.
     fn admit_append(
         &self,
         caller: &Caller,
@@ -536,6 +593,9 @@ impl PeerService {
         )
         .map_err(refused)?;
         peer_checks::check_leader(sender, &request.vote, &metrics).map_err(not_allowed)?;
+        if request.vote == metrics.vote {
+            self.contact.heard();
+        }
         Ok(request)
     }
 }
@@ -700,5 +760,27 @@ impl RaftPeer for PeerService {
         drop(received.file);
         drop(received.slot);
         reply(&result)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LeaderContact;
+    use std::time::Duration;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_leader_counts_as_heard_for_the_window_after_its_last_message() {
+        let contact = LeaderContact::default();
+        let window = Duration::from_millis(400);
+        assert!(!contact.heard_within(window), "nothing heard yet");
+        tokio::time::advance(Duration::from_millis(1_000)).await;
+        contact.heard();
+        assert!(contact.heard_within(window));
+        tokio::time::advance(Duration::from_millis(400)).await;
+        assert!(contact.heard_within(window), "at the window's end");
+        tokio::time::advance(Duration::from_millis(2)).await;
+        assert!(!contact.heard_within(window), "past it");
+        contact.clone().heard();
+        assert!(contact.heard_within(window), "a clone notes for all");
     }
 }

@@ -72,22 +72,15 @@ impl Default for ClientOptions {
     }
 }
 
-/// A backup as [`Client::save_snapshot`] received it.
-#[derive(Clone, PartialEq, Eq)]
+/// A backup as [`Client::save_snapshot_with`] received it.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SavedSnapshot {
     /// The log index of the last entry the state includes.
     pub applied_index: u64,
-    /// The state machine's snapshot bytes (their SHA-256 was checked).
-    pub state: Vec<u8>,
-}
-
-impl std::fmt::Debug for SavedSnapshot {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SavedSnapshot")
-            .field("applied_index", &self.applied_index)
-            .field("bytes", &self.state.len())
-            .finish()
-    }
+    /// How many bytes the state has.
+    pub bytes: u64,
+    /// Their SHA-256 (checked against the one the server announced).
+    pub sha256: [u8; 32],
 }
 
 /// A reply and how it was obtained.
@@ -514,9 +507,19 @@ impl Client {
     }
 
     /// A consistent copy of the whole state (a backup), from the leader:
-    /// the index it was taken at and its bytes, whose SHA-256 is checked.
-    pub async fn save_snapshot(&self) -> Result<SavedSnapshot, ClientError> {
+    /// each piece of its bytes is handed to `sink` with its offset in the
+    /// state as it arrives (so no buffer as large as the state is held), and
+    /// the index it was taken at, its length and its SHA-256 (checked) are
+    /// returned. An attempt that fails part-way is made again from offset
+    /// 0: the sink overwrites what it was given before.
+    pub async fn save_snapshot_with(
+        &self,
+        sink: impl FnMut(u64, &[u8]) + Send,
+    ) -> Result<SavedSnapshot, ClientError> {
+        use sha2::Digest as _;
         use v1::save_snapshot_chunk::Kind;
+        let sink = std::sync::Mutex::new(sink);
+        let sink = &sink;
         let (saved, _) = self
             .run(Policy::read(Route::Leader), |mut rpc, _, _timeout, _| async move {
                 // A large state takes longer than one attempt: no timeout
@@ -526,27 +529,26 @@ impl Client {
                     Err(status) => return failed(status),
                 };
                 let mut info: Option<v1::SnapshotInfo> = None;
-                let mut state = Vec::new();
+                let mut received = 0u64;
+                let mut hasher = sha2::Sha256::new();
                 loop {
                     match stream.message().await {
                         Ok(Some(chunk)) => match chunk.kind {
                             Some(Kind::Failure(failure)) => return call_failed(failure),
-                            Some(Kind::Info(first)) => {
-                                let bytes = usize::try_from(first.bytes).unwrap_or(usize::MAX);
-                                // Grown as data comes, from a modest start:
-                                // the announced size is the server's word.
-                                state.reserve(bytes.min(64 << 20));
-                                info = Some(first);
-                            }
+                            Some(Kind::Info(first)) => info = Some(first),
                             Some(Kind::Data(data)) => {
                                 let announced = info.as_ref().map_or(0, |i| i.bytes);
-                                let total = (state.len() as u64).saturating_add(data.len() as u64);
+                                let total = received.saturating_add(data.len() as u64);
                                 if total > announced {
                                     return Attempt::MaybeSent(format!(
                                         "the snapshot stream sent more than the {announced} bytes it announced"
                                     ));
                                 }
-                                state.extend_from_slice(&data);
+                                hasher.update(&data);
+                                (sink.lock().unwrap_or_else(std::sync::PoisonError::into_inner))(
+                                    received, &data,
+                                );
+                                received = total;
                             }
                             None => return Attempt::MaybeSent("empty snapshot chunk".into()),
                         },
@@ -557,20 +559,17 @@ impl Client {
                 let Some(info) = info else {
                     return Attempt::MaybeSent("the snapshot stream ended before its info".into());
                 };
-                let sha256 = {
-                    use sha2::Digest as _;
-                    sha2::Sha256::digest(&state).to_vec()
-                };
-                if state.len() as u64 != info.bytes || sha256 != info.sha256 {
+                let sha256: [u8; 32] = hasher.finalize().into();
+                if received != info.bytes || sha256.as_slice() != info.sha256 {
                     return Attempt::MaybeSent(format!(
-                        "the snapshot arrived damaged ({} of {} bytes, or a SHA-256 mismatch)",
-                        state.len(),
+                        "the snapshot arrived damaged ({received} of {} bytes, or a SHA-256 mismatch)",
                         info.bytes
                     ));
                 }
                 Attempt::Done(SavedSnapshot {
                     applied_index: info.applied_index,
-                    state,
+                    bytes: received,
+                    sha256,
                 })
             })
             .await?;

@@ -8,12 +8,12 @@ use super::output::Printer;
 use super::{EXIT_ERROR, EXIT_OK};
 use anyhow::Context as _;
 use clap::Subcommand;
-use oncekv_client::Client;
+use oncekv_client::{Client, SavedSnapshot};
 use oncekv_server::backup::Backup;
 use oncekv_state::LogIndex;
 use serde_json::{Map, json};
-use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::os::unix::fs::FileExt as _;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// Snapshot commands.
@@ -43,21 +43,6 @@ pub enum SnapshotCommand {
     },
 }
 
-/// Writes `bytes` to `path` atomically, readable by the owner only.
-fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    if path.exists() {
-        anyhow::bail!("{} exists: choose a new file", path.display());
-    }
-    let tmp = path.with_extension("part");
-    let mut file = oncekv_server::private_fs::create(&tmp)
-        .with_context(|| format!("creating {}", tmp.display()))?;
-    file.write_all(bytes)
-        .and_then(|()| file.sync_all())
-        .with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))?;
-    Ok(())
-}
-
 /// Runs a `snapshot` command.
 pub(super) async fn snapshot(
     client: &Client,
@@ -66,32 +51,66 @@ pub(super) async fn snapshot(
 ) -> anyhow::Result<ExitCode> {
     match command {
         SnapshotCommand::Save { file } => {
-            let saved = match client.save_snapshot().await {
-                Ok(saved) => saved,
-                Err(error) => return Ok(printer.error(&error)),
+            if file.exists() {
+                anyhow::bail!("{} exists: choose a new file", file.display());
+            }
+            // Written as it arrives into FILE.part, its header last, then
+            // checked from disk and renamed: never the whole state in memory
+            // but for the check's restore.
+            let tmp = file.with_extension("part");
+            let out = oncekv_server::private_fs::create(&tmp)
+                .with_context(|| format!("creating {}", tmp.display()))?;
+            let mut write_failed: Option<std::io::Error> = None;
+            let saved = client
+                .save_snapshot_with(|at, data| {
+                    if write_failed.is_none()
+                        && let Err(error) =
+                            out.write_all_at(data, Backup::HEADER_BYTES.saturating_add(at))
+                    {
+                        write_failed = Some(error);
+                    }
+                })
+                .await;
+            let finish = |saved: &SavedSnapshot| -> anyhow::Result<()> {
+                if let Some(error) = write_failed {
+                    return Err(error).with_context(|| format!("writing {}", tmp.display()));
+                }
+                let header = Backup::header(LogIndex(saved.applied_index), &saved.sha256);
+                out.set_len(Backup::HEADER_BYTES.saturating_add(saved.bytes))
+                    .and_then(|()| out.write_all_at(&header, 0))
+                    .and_then(|()| out.sync_all())
+                    .with_context(|| format!("writing {}", tmp.display()))?;
+                Backup::check_file(&tmp).context("the received state does not restore")?;
+                std::fs::rename(&tmp, &file)
+                    .with_context(|| format!("renaming to {}", file.display()))
             };
-            let backup = Backup {
-                applied_index: LogIndex(saved.applied_index),
-                state: saved.state,
+            let saved = match saved {
+                Ok(saved) => match finish(&saved) {
+                    Ok(()) => saved,
+                    Err(error) => {
+                        let _ = std::fs::remove_file(&tmp);
+                        return Err(error);
+                    }
+                },
+                Err(error) => {
+                    let _ = std::fs::remove_file(&tmp);
+                    return Ok(printer.error(&error));
+                }
             };
-            backup
-                .check()
-                .context("the received state does not restore")?;
-            write_private(&file, &backup.encode())?;
+            let sha256: String = saved.sha256.iter().map(|b| format!("{b:02x}")).collect();
             let mut fields = Map::new();
             fields.insert("outcome".into(), json!("ok"));
             fields.insert("file".into(), json!(file.display().to_string()));
             fields.insert("applied_index".into(), json!(saved.applied_index));
-            fields.insert("bytes".into(), json!(backup.state.len()));
-            fields.insert("sha256".into(), json!(backup.sha256_hex()));
+            fields.insert("bytes".into(), json!(saved.bytes));
+            fields.insert("sha256".into(), json!(sha256));
             printer.emit(
                 fields,
                 format!(
-                    "saved {} (index {}, {} bytes, sha256 {})",
+                    "saved {} (index {}, {} bytes, sha256 {sha256})",
                     file.display(),
                     saved.applied_index,
-                    backup.state.len(),
-                    backup.sha256_hex()
+                    saved.bytes,
                 ),
             );
             Ok(ExitCode::from(EXIT_OK))

@@ -637,7 +637,7 @@ impl Consensus {
     pub fn leadership(&self) -> Leadership {
         let metrics = self.raft.metrics();
         let metrics = openraft::async_runtime::WatchReceiver::borrow_watched(&metrics);
-        self.leadership_in(&metrics)
+        self.heard_leadership(&metrics)
     }
 
     /// Leadership as `metrics` show it, but a follower names its leader
@@ -646,7 +646,7 @@ impl Consensus {
     /// long ago that leader was heard from (cut off, or the leader gone
     /// with the quorum), where Raft without pre-vote, and etcd, would say
     /// there is none.
-    fn leadership_in(&self, metrics: &openraft::RaftMetrics<TypeConfig>) -> Leadership {
+    fn heard_leadership(&self, metrics: &openraft::RaftMetrics<TypeConfig>) -> Leadership {
         let leader_id = metrics
             .current_leader
             .filter(|leader| *leader == self.id || self.contact.heard_within(self.leader_silence));
@@ -655,6 +655,16 @@ impl Consensus {
             leader_id,
             is_leader: metrics.state == ServerState::Leader,
         }
+    }
+
+    /// The leader of the vote this node stores, heard from lately or not
+    /// (openraft's view; [`Consensus::leadership`] names one only while it
+    /// is heard from): where a call may still be forwarded when no leader
+    /// is heard from.
+    pub fn remembered_leader(&self) -> Option<NodeId> {
+        let metrics = self.raft.metrics();
+        let metrics = openraft::async_runtime::WatchReceiver::borrow_watched(&metrics);
+        metrics.current_leader.filter(|leader| *leader != self.id)
     }
 
     /// The addresses of member `id`, if it is one.
@@ -684,7 +694,7 @@ impl Consensus {
             .collect();
         RaftStatus {
             id: self.id,
-            leadership: self.leadership_in(&metrics),
+            leadership: self.heard_leadership(&metrics),
             last_log_index: metrics.last_log_index,
             commit_index: metrics.local_committed.as_ref().map(|id| id.index),
             applied_index: metrics.last_applied.as_ref().map(|id| id.index),

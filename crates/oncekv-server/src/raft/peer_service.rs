@@ -348,11 +348,12 @@ async fn receive(
 }
 
 /// When this node last heard from the leader it follows: an append
-/// (heartbeats are appends) or a snapshot under the very vote this node
-/// stores. openraft, with pre-vote, keeps naming the leader of that vote
+/// (heartbeats are appends) or a snapshot under a vote at least the one
+/// this node stores (its leader's, or a newer leader's it is about to
+/// follow). openraft, with pre-vote, keeps naming the leader of that vote
 /// for as long as no election succeeds, even one that stopped long ago;
 /// what this says lets the node tell a leader it follows from one it only
-/// remembers ([`super::consensus::Consensus::leadership`]).
+/// remembers ([`super::consensus::Consensus::status`]).
 #[derive(Clone, Debug)]
 pub struct LeaderContact {
     start: tokio::time::Instant,
@@ -568,14 +569,14 @@ impl PeerService {
         peer_checks::check_snapshot(vote, meta.last_log_id.as_ref(), metrics.id, &metrics)
             .map_err(refused)?;
         peer_checks::check_leader(sender, vote, &metrics).map_err(not_allowed)?;
-        if *vote == metrics.vote {
+        if *vote >= metrics.vote {
             self.contact.heard();
         }
         Ok(())
     }
 
     /// Decodes and admits one `AppendEntries`, unary or streamed; one
-    /// under the vote this node stores is noted as its leader's contact.
+    /// under a vote at least this node's is noted as its leader's contact.
     fn admit_append(
         &self,
         caller: &Caller,
@@ -593,7 +594,7 @@ impl PeerService {
         )
         .map_err(refused)?;
         peer_checks::check_leader(sender, &request.vote, &metrics).map_err(not_allowed)?;
-        if request.vote == metrics.vote {
+        if request.vote >= metrics.vote {
             self.contact.heard();
         }
         Ok(request)

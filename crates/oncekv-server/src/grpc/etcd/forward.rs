@@ -297,11 +297,20 @@ impl EtcdApi {
                 leader_id: None,
                 leader: None
             }
-        ) && self.node.consensus().wait_for_a_leader().await
-        {
-            match self.node.not_leader() {
-                None => return Ok(Route::Here),
-                Some(now) => error = now,
+        ) {
+            if self.node.consensus().wait_for_a_leader().await {
+                match self.node.not_leader() {
+                    None => return Ok(Route::Here),
+                    Some(now) => error = now,
+                }
+            } else if let Some(id) = self.node.consensus().remembered_leader() {
+                // None heard from for a while, but the vote this node
+                // stores names one: try it (gone, the call fails and the
+                // client tries another member, as etcd's clients do).
+                error = WriteError::NotLeader {
+                    leader_id: Some(id),
+                    leader: self.node.consensus().member(id),
+                };
             }
         }
         let refuse = |error: WriteError| Err(Status::from(error_of(error)));

@@ -737,10 +737,11 @@ impl RaftPeer for PeerService {
         let mut chunks = request.into_inner();
         // Nothing is spooled unless the first message passes every check
         // it can: the caller's certificate speaks for the sender, the
-        // sender is a member (or a leader of at least this node's vote), and its vote and the snapshot's last log id
-        // pass the message checks (a plausible term, a committed vote of
-        // another node, nothing beyond the vote or contradicting the
-        // committed log). The bytes are judged once they are all there.
+        // sender is a member (or a leader of at least this node's vote),
+        // and its vote and the snapshot's last log id pass the message
+        // checks (a plausible term, a committed vote of another node,
+        // nothing beyond the vote or contradicting the committed log). The
+        // bytes are judged once they are all there.
         let admit = |vote: &VoteOf<TypeConfig>, meta: &SnapshotMetaOf<TypeConfig>| {
             self.admit_snapshot(&caller, vote, meta)
         };

@@ -425,11 +425,11 @@ fn runtime() -> tokio::runtime::Runtime {
 fn normal(term: u64, index: u64, command: Command) -> EntryOf<TypeConfig> {
     EntryOf::<TypeConfig> {
         log_id: log_id::<TypeConfig>(term, 1, index),
-        payload: EntryPayload::Normal(Proposal {
+        payload: EntryPayload::Normal(std::sync::Arc::new(Proposal {
             time: ClusterTime(index * 10),
             principal: None,
             request: Request::plain(command),
-        }),
+        })),
     }
 }
 
@@ -778,11 +778,11 @@ fn generate_peer_message_corpus() {
             blank_ent::<TypeConfig>(7, 2, 1),
             EntryOf::<TypeConfig> {
                 log_id: log_id::<TypeConfig>(7, 2, 2),
-                payload: EntryPayload::Normal(Proposal {
+                payload: EntryPayload::Normal(std::sync::Arc::new(Proposal {
                     time: ClusterTime(5),
                     principal: None,
                     request: Request::plain(put(b"from", b"another leader")),
-                }),
+                })),
             },
             membership_ent::<TypeConfig>(7, 2, 3, voters(&[1, 2])),
         ],

@@ -23,9 +23,9 @@ use oncekv_state::{
     Secret, Stats, command_digest,
 };
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
-use tokio::sync::watch;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 /// Settings of the node's request handling.
@@ -106,20 +106,116 @@ pub struct NodeStatus {
     pub state: Stats,
 }
 
-type InFlightResult = Option<Result<Executed, WriteError>>;
 /// Requests on sessions proposed here and not yet applied, by their whole
 /// header (dedup key and secret) and command digest: a caller joins only a
 /// request it could have sent itself.
 type InFlightKey = (RequestId, Secret, u64, Option<Principal>);
-type InFlight = HashMap<InFlightKey, watch::Receiver<InFlightResult>>;
+type InFlight = HashMap<InFlightKey, Arc<ResultSlot>>;
 
-/// A request this node proposes: its result goes to `sender`, and `key`
+/// Where a proposed request's result is delivered, once, to its caller
+/// and to every retry joined to it meanwhile: one allocation and one
+/// wake-up list per request, as the request path needs no more.
+#[derive(Default)]
+struct ResultSlot {
+    result: OnceLock<Result<Executed, WriteError>>,
+    delivered: Notify,
+}
+
+impl ResultSlot {
+    /// Delivers `result` unless a result was delivered already, and wakes
+    /// whoever waits.
+    fn deliver(&self, result: Result<Executed, WriteError>) {
+        if self.result.set(result).is_ok() {
+            self.delivered.notify_waiters();
+        }
+    }
+
+    /// Resolves once a result is delivered.
+    async fn delivered(&self) {
+        loop {
+            let notified = self.delivered.notified();
+            let mut notified = std::pin::pin!(notified);
+            // Registered before looking, so a delivery in between wakes it.
+            notified.as_mut().enable();
+            if self.result.get().is_some() {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// A request this node proposes: its result goes to `slot`, and `key`
 /// (on a session) is what a retry joins it by until then.
 struct InFlightRequest {
     /// The command's name, for the metrics.
     command: &'static str,
     key: Option<InFlightKey>,
-    sender: watch::Sender<InFlightResult>,
+    slot: Arc<ResultSlot>,
+}
+
+impl Drop for InFlightRequest {
+    /// A request dropped unanswered (its proposer went away) may have been
+    /// appended: its waiters are told so rather than left waiting.
+    fn drop(&mut self) {
+        self.slot.deliver(Err(WriteError::Unavailable(
+            "its proposer went away before answering; it may still apply".to_string(),
+        )));
+    }
+}
+
+/// The metric handles of the requests one proposal answers, looked up
+/// once per operation and outcome rather than once per request.
+#[derive(Default)]
+struct RequestMetrics {
+    handles: Vec<RequestMetricHandles>,
+}
+
+struct RequestMetricHandles {
+    command: &'static str,
+    outcome: &'static str,
+    total: metrics::Counter,
+    /// Registered with the first latency, so a refusal that was never
+    /// proposed adds no empty histogram.
+    duration: Option<metrics::Histogram>,
+}
+
+impl RequestMetrics {
+    /// Counts one answered request, with its latency when it was proposed.
+    fn count(&mut self, command: &'static str, outcome: &'static str, latency: Option<Duration>) {
+        let at = match self
+            .handles
+            .iter()
+            .position(|h| h.command == command && h.outcome == outcome)
+        {
+            Some(at) => at,
+            None => {
+                self.handles.push(RequestMetricHandles {
+                    command,
+                    outcome,
+                    total: metrics::counter!(
+                        "oncekv_requests_total", "operation" => command, "outcome" => outcome
+                    ),
+                    duration: None,
+                });
+                self.handles.len() - 1
+            }
+        };
+        let handles = &mut self.handles[at];
+        handles.total.increment(1);
+        if let Some(latency) = latency {
+            handles
+                .duration
+                .get_or_insert_with(|| {
+                    metrics::histogram!(
+                        "oncekv_request_duration_seconds",
+                        "operation" => command,
+                        "outcome" => outcome
+                    )
+                })
+                .record(latency.as_secs_f64());
+        }
+    }
 }
 
 /// A request waiting to be proposed, with who sent it.
@@ -140,7 +236,7 @@ struct ProposalQueue {
 /// its entry (or its twin's, already in flight) is applied.
 enum Answer {
     Now(Result<Executed, WriteError>),
-    Later(watch::Receiver<InFlightResult>),
+    Later(Arc<ResultSlot>),
 }
 
 struct Inner {
@@ -354,26 +450,41 @@ impl Node {
                 answers.push(Answer::Later(joined.clone()));
                 continue;
             }
-            let (sender, receiver) = watch::channel(None);
+            let slot = Arc::new(ResultSlot::default());
             if let Some(key) = &key {
-                in_flight.insert(key.clone(), receiver.clone());
+                in_flight.insert(key.clone(), slot.clone());
             }
-            answers.push(Answer::Later(receiver));
+            answers.push(Answer::Later(slot.clone()));
             let in_flight = InFlightRequest {
                 command: request.command.name(),
                 key,
-                sender,
+                slot,
             };
             proposing.push((request, in_flight, principal.clone()));
         }
         self.queue_for_proposal(proposing);
-        let waits = answers.into_iter().map(|answer| async move {
-            match answer {
-                Answer::Now(result) => result,
-                Answer::Later(receiver) => wait_for(receiver, deadline).await,
+        // One timer for the whole call; the results come in log order, so
+        // waiting for each in turn wakes this task about once per result.
+        let waits = async {
+            for answer in &answers {
+                if let Answer::Later(slot) = answer {
+                    slot.delivered().await;
+                }
             }
-        });
-        futures_util::future::join_all(waits).await
+        };
+        let _ = tokio::time::timeout(deadline, waits).await;
+        answers
+            .into_iter()
+            .map(|answer| match answer {
+                Answer::Now(result) => result,
+                Answer::Later(slot) => slot.result.get().cloned().unwrap_or_else(|| {
+                    Err(WriteError::Unavailable(format!(
+                        "not applied within {} ms; it may still apply",
+                        deadline.as_millis()
+                    )))
+                }),
+            })
+            .collect()
     }
 
     /// Answers, at the leader, a request that needs no log entry
@@ -468,8 +579,9 @@ impl Node {
         let leadership = match self.inner.consensus.leading() {
             Ok(leadership) => leadership,
             Err(refused) => {
+                let mut counted = RequestMetrics::default();
                 for request in &in_flight {
-                    self.answer(request, Err(refused.clone()), None);
+                    self.answer(request, Err(refused.clone()), None, &mut counted);
                 }
                 return;
             }
@@ -497,11 +609,12 @@ impl Node {
             .collect();
         *self.lock_last_proposal() = Instant::now();
         let started = Instant::now();
+        let mut counted = RequestMetrics::default();
         self.inner
             .consensus
             .write_many(proposals, |position, result| {
                 if let Some(request) = in_flight.get(position) {
-                    self.answer(request, result, Some(started));
+                    self.answer(request, result, Some(started), &mut counted);
                 }
             })
             .await;
@@ -514,6 +627,7 @@ impl Node {
         request: &InFlightRequest,
         result: Result<Executed, WriteError>,
         proposed: Option<Instant>,
+        counted: &mut RequestMetrics,
     ) {
         let command = request.command;
         let outcome = match &result {
@@ -526,22 +640,13 @@ impl Node {
             Err(WriteError::Unauthenticated(_)) => "unauthenticated",
             Err(WriteError::PermissionDenied(_)) => "permission_denied",
         };
-        metrics::counter!("oncekv_requests_total", "operation" => command, "outcome" => outcome)
-            .increment(1);
-        if let Some(proposed) = proposed {
-            metrics::histogram!(
-                "oncekv_request_duration_seconds",
-                "operation" => command,
-                "outcome" => outcome
-            )
-            .record(proposed.elapsed().as_secs_f64());
-        }
-        let _ = request.sender.send(Some(result));
+        counted.count(command, outcome, proposed.map(|at| at.elapsed()));
+        request.slot.deliver(result);
         if let Some(key) = &request.key {
             let mut in_flight = self.lock_in_flight();
             if in_flight
                 .get(key)
-                .is_some_and(|r| r.same_channel(&request.sender.subscribe()))
+                .is_some_and(|slot| Arc::ptr_eq(slot, &request.slot))
             {
                 in_flight.remove(key);
             }
@@ -934,29 +1039,6 @@ impl Node {
     }
 }
 
-/// Waits up to `deadline` for an in-flight result. One that does not come
-/// (timed out, or its proposer went away, dropping the sender) is
-/// unavailable: the request may have been appended and may still apply.
-async fn wait_for(
-    mut receiver: watch::Receiver<InFlightResult>,
-    deadline: Duration,
-) -> Result<Executed, WriteError> {
-    let waited = tokio::time::timeout(deadline, receiver.wait_for(Option::is_some)).await;
-    let unknown = |why: String| {
-        Err(WriteError::Unavailable(format!(
-            "{why}; it may still apply"
-        )))
-    };
-    match waited {
-        Ok(Ok(value)) => match value.clone() {
-            Some(result) => result,
-            None => unknown("no answer".to_string()),
-        },
-        Ok(Err(_)) => unknown("its proposer went away before answering".to_string()),
-        Err(_) => unknown(format!("not applied within {} ms", deadline.as_millis())),
-    }
-}
-
 /// Resolves once the tasks that were ready to run on this worker have run:
 /// the task wakes itself, which puts it at the back of the worker's queue
 /// (a task woken while it runs is queued behind the others, never in the
@@ -974,4 +1056,71 @@ async fn after_the_ready_tasks() {
         }
     })
     .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn executed(index: u64) -> Result<Executed, WriteError> {
+        Ok(Executed {
+            index: LogIndex(index),
+            outcome: oncekv_state::Outcome::SessionExpired,
+        })
+    }
+
+    #[tokio::test]
+    async fn a_result_slot_answers_every_waiter_with_its_first_result() {
+        let slot = Arc::new(ResultSlot::default());
+        let waiters: Vec<_> = (0..3)
+            .map(|_| {
+                let slot = slot.clone();
+                tokio::spawn(async move {
+                    slot.delivered().await;
+                    slot.result.get().cloned()
+                })
+            })
+            .collect();
+        tokio::task::yield_now().await;
+        slot.deliver(executed(7));
+        slot.deliver(executed(8));
+        for waiter in waiters {
+            assert_eq!(
+                waiter.await.expect("waiter").expect("a result"),
+                executed(7)
+            );
+        }
+        // A waiter that comes after the result has it at once.
+        slot.delivered().await;
+        assert_eq!(slot.result.get().cloned(), Some(executed(7)));
+    }
+
+    #[tokio::test]
+    async fn a_request_dropped_unanswered_tells_its_waiters_it_may_still_apply() {
+        let slot = Arc::new(ResultSlot::default());
+        let request = InFlightRequest {
+            command: "put",
+            key: None,
+            slot: slot.clone(),
+        };
+        let waiter = tokio::spawn({
+            let slot = slot.clone();
+            async move { slot.delivered().await }
+        });
+        drop(request);
+        waiter.await.expect("waiter");
+        match slot.result.get() {
+            Some(Err(WriteError::Unavailable(why))) => assert!(why.contains("may still apply")),
+            other => panic!("unexpected {other:?}"),
+        }
+        // An answered request keeps its answer when dropped.
+        let answered = Arc::new(ResultSlot::default());
+        answered.deliver(executed(3));
+        drop(InFlightRequest {
+            command: "put",
+            key: None,
+            slot: answered.clone(),
+        });
+        assert_eq!(answered.result.get().cloned(), Some(executed(3)));
+    }
 }

@@ -526,6 +526,7 @@ impl Consensus {
         use futures_util::StreamExt as _;
         let count = proposals.len();
         let mut answered = 0;
+        let proposals = proposals.into_iter().map(std::sync::Arc::new);
         let stopped = match self.raft.client_write_many(proposals).await {
             Ok(mut results) => loop {
                 match results.next().await {

@@ -29,7 +29,7 @@ use super::storage_failure::StorageFailure;
 use super::type_config::{Applied, TypeConfig};
 use super::write_behind::WriteBehind;
 use futures_util::{Stream, StreamExt};
-use oncekv_state::{Entry, Limits, LogIndex, StateMachine};
+use oncekv_state::{Limits, LogIndex, StateMachine};
 use openraft::alias::{LogIdOf, SnapshotMetaOf, SnapshotOf, StoredMembershipOf};
 use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
 use openraft::{EntryPayload, OptionalSend};
@@ -670,9 +670,8 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                         let bytes = proposal.request.command.payload_bytes();
                         state.bytes_since_snapshot =
                             state.bytes_since_snapshot.saturating_add(bytes);
-                        let applied = Entry { index, proposal };
-                        let outcome = state.machine.apply(&applied);
-                        let command = &applied.proposal.request.command;
+                        let outcome = state.machine.apply_proposal(index, &proposal);
+                        let command = &proposal.request.command;
                         if matches!(command, oncekv_state::Command::Auth(_)) {
                             // Watchers check their right to read again.
                             state.watch.auth_changed();

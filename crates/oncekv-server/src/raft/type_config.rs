@@ -1,5 +1,7 @@
 //! The openraft type configuration of oncekv: what a log entry carries
-//! (the state crate's [`Proposal`]: a request stamped with cluster time),
+//! (the state crate's [`Proposal`]: a request stamped with cluster time,
+//! shared, so that reading an entry back for apply or replication copies
+//! none of its bytes; the log and the wire encode the proposal alone),
 //! what applying it answers ([`Applied`]), and how a node is addressed
 //! ([`NodeInfo`]).
 
@@ -53,7 +55,7 @@ pub struct Executed {
 openraft::declare_raft_types!(
     /// oncekv's Raft types.
     pub TypeConfig:
-        D = Proposal,
+        D = std::sync::Arc<Proposal>,
         R = Applied,
         NodeId = NodeId,
         Node = NodeInfo,

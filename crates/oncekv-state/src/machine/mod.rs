@@ -24,7 +24,7 @@ mod invariants;
 mod permission;
 
 use crate::auth::AuthTable;
-use crate::command::Entry;
+use crate::command::{Entry, Proposal};
 use crate::history::Stamp;
 use crate::idempotency::IdempotencyKeys;
 use crate::ids::{ClusterTime, LogIndex};
@@ -236,9 +236,18 @@ impl StateMachine {
     /// of order means the log is broken, and a diverged replica is worse
     /// than a stopped one.
     pub fn apply(&mut self, entry: &Entry) -> Outcome {
-        let Entry { index, proposal } = entry;
-        self.advance(*index, proposal.time);
-        let outcome = self.apply_request(&proposal.request, proposal.principal.as_ref(), *index);
+        self.apply_proposal(entry.index, &entry.proposal)
+    }
+
+    /// [`apply`](Self::apply) for the parts of an entry: its index and
+    /// the proposal it holds, borrowed where the log keeps it.
+    ///
+    /// # Panics
+    ///
+    /// As [`apply`](Self::apply).
+    pub fn apply_proposal(&mut self, index: LogIndex, proposal: &Proposal) -> Outcome {
+        self.advance(index, proposal.time);
+        let outcome = self.apply_request(&proposal.request, proposal.principal.as_ref(), index);
         let bounds = self.limits.history_bounds();
         self.kv.history_mut().enforce(bounds, self.clock);
         self.debug_check();

@@ -221,7 +221,18 @@ impl Memory {
         match record {
             Record::Entry(entry) => {
                 let index = entry.log_id.index;
-                let removed = self.entries.split_off(&index);
+                // An append past the last entry, the usual case, cuts
+                // nothing, and `split_off` would still rebuild the
+                // tree's right edge, allocating a node per level.
+                let overwrites = self
+                    .entries
+                    .last_key_value()
+                    .is_some_and(|(last, _)| *last >= index);
+                let removed = if overwrites {
+                    self.entries.split_off(&index)
+                } else {
+                    BTreeMap::new()
+                };
                 self.entries.insert(index, entry);
                 removed
             }
@@ -606,6 +617,23 @@ mod tests {
 
     fn entry_indexes(memory: &Memory) -> Vec<u64> {
         memory.entries.keys().copied().collect()
+    }
+
+    #[test]
+    fn an_entry_at_or_below_the_last_cuts_the_tail_and_one_past_it_cuts_nothing() {
+        let mut memory = Memory::default();
+        for index in 1..=5 {
+            let removed = memory.replay(Record::Entry(blank_ent::<TypeConfig>(1, 1, index)));
+            assert!(removed.is_empty());
+        }
+        // A new leader's entry 3 replaces 3, 4 and 5.
+        let removed = memory.replay(Record::Entry(blank_ent::<TypeConfig>(2, 2, 3)));
+        assert_eq!(removed.keys().copied().collect::<Vec<_>>(), vec![3, 4, 5]);
+        assert_eq!(entry_indexes(&memory), vec![1, 2, 3]);
+        assert_eq!(memory.entries[&3].log_id.leader_id.term, 2);
+        let removed = memory.replay(Record::Entry(blank_ent::<TypeConfig>(2, 2, 4)));
+        assert!(removed.is_empty());
+        assert_eq!(entry_indexes(&memory), vec![1, 2, 3, 4]);
     }
 
     /// The records of each data frame, in order, and where each frame

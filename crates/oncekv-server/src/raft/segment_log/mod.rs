@@ -19,7 +19,18 @@
 //! the order of writes, and every rule below, is the same either way.
 //! Truncation and purge are records too, so replaying the segments in order
 //! rebuilds the log exactly. A segment is closed once it passes 64 MiB;
-//! the oldest are deleted once every entry in them is purged. The vote
+//! the oldest are deleted once every entry in them is purged.
+//!
+//! The last segment's file is **prepared** ahead of its frames: before a
+//! frame would pass the end of the file, the writer writes zeros through
+//! 1 MiB beyond it, synced with that frame. The frames after it go into
+//! zeros already on disk, so their syncs change no file size and leave
+//! the file system no metadata to commit (on ext4, a sync that grows a
+//! file waits for a journal commit; measured on this project's disk, one
+//! that does not takes about 30% less time). A closing segment is cut to
+//! its last frame first. Read back, zeros from where a frame would start
+//! to the end of the file are that prepared space, not a frame (no
+//! frame's header is zeros: a seal's checksum is not). The vote
 //! lives in its own file, replaced atomically by the writer thread after
 //! the appends queued before it, and durable before `save_vote` returns.
 //! Entries are also kept in memory, so reads never touch the disk.
@@ -88,7 +99,8 @@
 //!   file (a seal, another frame, even a torn one: it was synced before any
 //!   of them was written), and damage if a single flipped bit explains the
 //!   mismatch (CRC-32 locates it from the two checksums). Only the
-//!   unsealed last frame of the file whose body holds a sector of zeros
+//!   unsealed last frame of the file (nothing but prepared zeros after
+//!   it) whose body holds a sector of zeros
 //!   that is not one of its header's sectors (a sector the disk never got
 //!   before a power loss) is torn. Such a torn frame is refused instead,
 //!   never wrongly cut, if its checksums happen to look like one flipped
@@ -166,6 +178,9 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock, mpsc};
 const SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
 /// Frame header: body length, body checksum, checksum of those 8 bytes.
 const HEADER_BYTES: usize = 12;
+/// How far beyond what a write needs the current segment's file is
+/// written with zeros ahead of the frames ([`Segments::prepare`]).
+const PREPARED_BYTES: u64 = 1024 * 1024;
 /// A batch is cut into frames of about this size, each synced before the
 /// next is written, so no frame outgrows its `u32` length and a torn write
 /// can only ever damage the last frame.
@@ -615,6 +630,15 @@ mod tests {
         }
     }
 
+    /// Opens the log in `dir` for a test of the file's layout: frames are
+    /// written with no zeros prepared beyond their seal, so the file is
+    /// its header, frames and seal, nothing after.
+    fn open_unprepared(dir: &Path, what: &str) -> (Memory, Segments) {
+        let (memory, mut segments) = SegmentLog::replay(dir).expect(what);
+        segments.prepare_ahead = 0;
+        (memory, segments)
+    }
+
     fn entry_indexes(memory: &Memory) -> Vec<u64> {
         memory.entries.keys().copied().collect()
     }
@@ -634,6 +658,93 @@ mod tests {
         let removed = memory.replay(Record::Entry(blank_ent::<TypeConfig>(2, 2, 4)));
         assert!(removed.is_empty());
         assert_eq!(entry_indexes(&memory), vec![1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn frames_go_into_prepared_zeros_so_the_file_stops_growing_and_reopens_as_it_was() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = segment_path(dir.path(), 0);
+        let (_, mut segments) = SegmentLog::replay(dir.path()).expect("open");
+        write(&mut segments, 1..=1);
+        let prepared = std::fs::metadata(&path).expect("segment").len();
+        assert!(prepared >= segments.current_bytes + PREPARED_BYTES);
+        assert_eq!(prepared, segments.prepared_end);
+        for index in 2..=50 {
+            write(&mut segments, index..=index);
+        }
+        assert_eq!(std::fs::metadata(&path).expect("segment").len(), prepared);
+        let frames_end = segments.current_bytes;
+        drop(segments);
+        let (memory, mut segments) = SegmentLog::replay(dir.path()).expect("reopen");
+        assert_eq!(entry_indexes(&memory), (1..=50).collect::<Vec<_>>());
+        assert_eq!(segments.current_bytes, frames_end);
+        assert_eq!(segments.prepared_end, prepared, "the zeros are kept");
+        write(&mut segments, 51..=51);
+        drop(segments);
+        let (memory, _) = SegmentLog::replay(dir.path()).expect("reopen");
+        assert_eq!(entry_indexes(&memory), (1..=51).collect::<Vec<_>>());
+        assert_eq!(std::fs::metadata(&path).expect("segment").len(), prepared);
+    }
+
+    #[test]
+    fn a_frame_torn_inside_prepared_zeros_is_cut() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = segment_path(dir.path(), 0);
+        let (_, mut segments) = SegmentLog::replay(dir.path()).expect("open");
+        write(&mut segments, 1..=1);
+        let synced = usize::try_from(segments.current_bytes).expect("small");
+        drop(segments);
+        let whole = frame(
+            (2..=400)
+                .map(|index| encoded(&Record::Entry(blank_ent::<TypeConfig>(1, 1, index))))
+                .collect::<Vec<_>>()
+                .iter()
+                .map(Vec::as_slice),
+        )
+        .expect("frame");
+        assert!(whole.len() > 3 * SECTOR_BYTES, "the frame spans sectors");
+        let mut bytes = std::fs::read(&path).expect("segment");
+        let prepared = bytes.len();
+        // Its first sectors reached the disk, the rest are still zeros.
+        let written = (synced + SECTOR_BYTES).next_multiple_of(SECTOR_BYTES) - synced;
+        bytes[synced..synced + written].copy_from_slice(&whole[..written]);
+        std::fs::write(&path, &bytes).expect("tear");
+        let (memory, segments) = SegmentLog::replay(dir.path()).expect("a torn frame opens");
+        assert_eq!(entry_indexes(&memory), vec![1]);
+        assert_eq!(segments.current_bytes, synced as u64);
+        let opened = std::fs::read(&path).expect("segment");
+        assert!(opened.len() < prepared, "cut");
+        assert!(opened.ends_with(&seal()));
+        // The same frame written whole opens with its entries.
+        drop(segments);
+        let mut bytes = opened;
+        bytes.truncate(synced);
+        bytes.extend_from_slice(&whole);
+        bytes.resize(prepared, 0);
+        std::fs::write(&path, &bytes).expect("whole");
+        let (memory, _) = SegmentLog::replay(dir.path()).expect("opens");
+        assert_eq!(entry_indexes(&memory), (1..=400).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_closed_segment_keeps_no_prepared_zeros() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (_, mut segments) = SegmentLog::replay(dir.path()).expect("open");
+        segments.segment_bytes = FRAMES_START as u64 + 30;
+        for index in 1..=3 {
+            write(&mut segments, index..=index);
+        }
+        assert_eq!(segments.current_number, 1, "rolled once");
+        let closed = std::fs::read(segment_path(dir.path(), 0)).expect("segment");
+        let ends: Vec<usize> = frames(&closed).iter().map(|(range, _)| range.end).collect();
+        assert_eq!(
+            ends.last().copied(),
+            Some(closed.len()),
+            "ends at its last frame"
+        );
+        drop(segments);
+        let (memory, _) = SegmentLog::replay(dir.path()).expect("reopen");
+        assert_eq!(entry_indexes(&memory), vec![1, 2, 3]);
     }
 
     /// The records of each data frame, in order, and where each frame
@@ -669,7 +780,7 @@ mod tests {
     #[test]
     fn a_batch_larger_than_a_frame_is_written_as_several_frames_then_sealed() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let (_, mut segments) = SegmentLog::replay(dir.path()).expect("open");
+        let (_, mut segments) = open_unprepared(dir.path(), "open");
         let (batch, mut replies): (Vec<_>, Vec<_>) = (1..=5).map(pending).unzip();
         segments.frame_target = 2 * batch[0].bytes.len();
         assert!(write_and_complete(&mut segments, batch));
@@ -687,7 +798,7 @@ mod tests {
     #[test]
     fn the_next_frame_is_written_over_the_seal() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let (_, mut segments) = SegmentLog::replay(dir.path()).expect("open");
+        let (_, mut segments) = open_unprepared(dir.path(), "open");
         write(&mut segments, 1..=1);
         write(&mut segments, 2..=3);
         let bytes = std::fs::read(segment_path(dir.path(), 0)).expect("segment");
@@ -698,7 +809,7 @@ mod tests {
     #[test]
     fn opening_seals_an_unsealed_log() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let (_, mut segments) = SegmentLog::replay(dir.path()).expect("open");
+        let (_, mut segments) = open_unprepared(dir.path(), "open");
         write(&mut segments, 1..=2);
         drop(segments);
         let path = segment_path(dir.path(), 0);
@@ -752,7 +863,7 @@ mod tests {
     ) -> (Vec<u8>, Vec<(std::ops::Range<usize>, usize)>) {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = segment_path(dir.path(), 0);
-        let (_, mut segments) = SegmentLog::replay(dir.path()).expect("open");
+        let (_, mut segments) = open_unprepared(dir.path(), "open");
         let mut header_before_last = Vec::new();
         for group in groups {
             header_before_last = std::fs::read(&path).expect("segment")[..FRAMES_START].to_vec();
@@ -845,7 +956,7 @@ mod tests {
             let dir = tempfile::tempdir().expect("tempdir");
             let path = segment_path(dir.path(), 0);
             std::fs::write(&path, &bytes[..cut]).expect("tear");
-            let (memory, mut segments) = SegmentLog::replay(dir.path()).expect("open torn");
+            let (memory, mut segments) = open_unprepared(dir.path(), "open torn");
             let kept = entry_indexes(&memory);
             let mut expected = bytes[..last.start].to_vec();
             expected.extend_from_slice(&seal());
@@ -921,7 +1032,7 @@ mod tests {
     #[test]
     fn a_32_mib_torn_frame_of_random_bytes_is_cut_in_one_pass() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let (_, mut segments) = SegmentLog::replay(dir.path()).expect("open");
+        let (_, mut segments) = open_unprepared(dir.path(), "open");
         write(&mut segments, 1..=1);
         drop(segments);
         let path = segment_path(dir.path(), 0);
@@ -1005,7 +1116,7 @@ mod tests {
         assert!(memory.entries.is_empty());
         // So is one cut inside its end record.
         std::fs::write(segment_path(dir.path(), 0), &new_header(0)[..100]).expect("write");
-        let (memory, mut segments) = SegmentLog::replay(dir.path()).expect("open");
+        let (memory, mut segments) = open_unprepared(dir.path(), "open");
         assert!(memory.entries.is_empty());
         write(&mut segments, 1..=1);
         let (memory, _) = SegmentLog::replay(dir.path()).expect("reopen");
@@ -1030,7 +1141,7 @@ mod tests {
     /// Writes `count` one-entry batches into segments closed after two
     /// entries each; returns the segments.
     fn rolled(dir: &Path, count: u64) -> Segments {
-        let (_, mut segments) = SegmentLog::replay(dir).expect("open");
+        let (_, mut segments) = open_unprepared(dir, "open");
         // The header, then frames of 17 bytes: closed after the second.
         segments.segment_bytes = FRAMES_START as u64 + 30;
         for index in 1..=count {
@@ -1129,7 +1240,7 @@ mod tests {
     fn every_synced_batch_is_recorded_in_the_segment_and_closing_makes_it_durable() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = segment_path(dir.path(), 0);
-        let (_, mut segments) = SegmentLog::replay(dir.path()).expect("open");
+        let (_, mut segments) = open_unprepared(dir.path(), "open");
         assert_eq!(end_of(&path), EndRecord::created(0));
         write(&mut segments, 1..=2);
         write(&mut segments, 3..=3);
@@ -1239,7 +1350,15 @@ mod tests {
             std::fs::write(&path, &torn).expect("tear");
             let (memory, _) = SegmentLog::replay(dir.path()).expect("a torn tail opens");
             assert_eq!(entry_indexes(&memory), vec![1, 2, 3]);
-            assert_eq!(std::fs::read(&path).expect("segment"), bytes, "cut, sealed");
+            let opened = std::fs::read(&path).expect("segment");
+            if tail.iter().all(|byte| *byte == 0) {
+                // Zeros are space prepared for frames: sealed, kept.
+                assert_eq!(opened.len(), torn.len());
+                assert_eq!(&opened[..bytes.len()], bytes.as_slice(), "sealed");
+                assert!(opened[bytes.len()..].iter().all(|byte| *byte == 0));
+            } else {
+                assert_eq!(opened, bytes, "cut, sealed");
+            }
         }
     }
 
@@ -1432,7 +1551,7 @@ mod tests {
     #[test]
     fn a_vote_without_a_segment_is_refused() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let (_, mut segments) = SegmentLog::replay(dir.path()).expect("open");
+        let (_, mut segments) = open_unprepared(dir.path(), "open");
         write(&mut segments, 1..=1);
         drop(segments);
         vote(dir.path());
@@ -1485,7 +1604,7 @@ mod tests {
         let old = segment_path(dir.path(), 0);
         std::fs::write(&old, &l2).expect("write");
         vote(dir.path());
-        let (memory, mut segments) = SegmentLog::replay(dir.path()).expect("open");
+        let (memory, mut segments) = open_unprepared(dir.path(), "open");
         assert_eq!(entry_indexes(&memory), vec![1, 2, 3, 4, 5]);
         assert_eq!(segments.current_number, 1, "a new segment");
         assert_eq!(std::fs::read(&old).expect("segment"), l2, "left as it was");

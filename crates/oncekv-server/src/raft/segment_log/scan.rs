@@ -149,6 +149,13 @@ pub(super) fn scan_segment(bytes: &[u8], last: bool) -> Result<ScannedSegment, S
     scanned.intact_end = at;
     scanned.synced_end_is_frame_end = at == synced_end;
     while at < bytes.len() {
+        // The zeros the writer prepares ahead of its frames: no frame
+        // starts with twelve zero bytes (a seal's header checksum is not
+        // zero), so the intact part ends here. Zeros where the end record
+        // says frames were synced are refused by the caller, as missing.
+        if format == Format::L3 && zeros_from(bytes, at) {
+            break;
+        }
         let may_tear = last && (short || at >= synced_end);
         match judge_frame(bytes, at, may_tear)? {
             Judged::Intact { records, end } => {
@@ -211,12 +218,19 @@ pub(super) fn judge_frame(bytes: &[u8], at: usize, may_tear: bool) -> Result<Jud
         }));
     }
     // Anything after a frame (a seal, a frame, even a torn one) was written
-    // after it was synced: only the very last bytes of the file can be a
-    // write that never completed.
-    if may_tear && end == bytes.len() && has_zero_sector(bytes, at, end) {
+    // after it was synced: only the very last bytes of the file (before
+    // the zeros prepared for them) can be a write that never completed.
+    if may_tear && zeros_from(bytes, end) && has_zero_sector(bytes, at, end) {
         return Ok(Judged::Torn(TornTail::UnwrittenSector));
     }
     Err(damage(DamageKind::BodyChecksum))
+}
+
+/// Whether `bytes` from `at` on are all zeros (none left counts).
+fn zeros_from(bytes: &[u8], at: usize) -> bool {
+    bytes
+        .get(at..)
+        .is_none_or(|rest| rest.iter().all(|byte| *byte == 0))
 }
 
 /// Judges a frame at `at` whose header `raw` does not check.

@@ -21,6 +21,12 @@ pub(super) struct Segments {
     pub(super) current_bytes: u64,
     /// Whether a seal follows the last frame.
     pub(super) sealed: bool,
+    /// Where the current segment's file ends: zeros, written and synced
+    /// along with the frames, from the last frame (or seal) to here.
+    pub(super) prepared_end: u64,
+    /// How far beyond what a frame needs zeros are prepared
+    /// ([`PREPARED_BYTES`]).
+    pub(super) prepare_ahead: u64,
     /// Frame size a batch is cut at ([`FRAME_BYTES_TARGET`]).
     pub(super) frame_target: usize,
     /// Where the first failed write is recorded.
@@ -73,6 +79,12 @@ impl Segments {
             Some(seal_at) => (seal_at, true),
             None => (tail.intact_end, false),
         };
+        // A torn tail was cut at the intact end; anything else after it is
+        // zeros prepared before.
+        let prepared_end = match tail.torn {
+            Some(_) => tail.intact_end,
+            None => tail.file_bytes,
+        };
         let mut segments = Segments {
             dir: dir.to_path_buf(),
             closed,
@@ -81,6 +93,8 @@ impl Segments {
             current_max: tail.max,
             current_bytes: end as u64,
             sealed,
+            prepared_end: prepared_end as u64,
+            prepare_ahead: PREPARED_BYTES,
             frame_target: FRAME_BYTES_TARGET,
             segment_bytes: SEGMENT_BYTES,
             failure: StorageFailure::default(),
@@ -106,6 +120,8 @@ impl Segments {
             current_max: None,
             current_bytes: FRAMES_START as u64,
             sealed: false,
+            prepared_end: FRAMES_START as u64,
+            prepare_ahead: PREPARED_BYTES,
             frame_target: FRAME_BYTES_TARGET,
             segment_bytes: SEGMENT_BYTES,
             failure: StorageFailure::default(),
@@ -113,12 +129,46 @@ impl Segments {
         })
     }
 
-    /// Writes a frame after the last one (over the seal, if any).
+    /// Writes a frame after the last one (over the seal, if any), into
+    /// prepared zeros.
     pub(super) fn write_frame(&mut self, framed: &[u8]) -> io::Result<()> {
+        let end = self
+            .current_bytes
+            .checked_add(framed.len() as u64)
+            .and_then(|end| end.checked_add(HEADER_BYTES as u64))
+            .ok_or_else(|| io::Error::other("a segment offset overflows"))?;
+        self.prepare(end)?;
         self.current.seek(SeekFrom::Start(self.current_bytes))?;
         self.sealed = false;
         self.current.write_all(framed)?;
         self.current_bytes += framed.len() as u64;
+        Ok(())
+    }
+
+    /// Makes sure the file holds at least `end` bytes, by writing zeros
+    /// from where it ends through `prepare_ahead` beyond `end`. They
+    /// are synced with the frame written into them; the frames after it
+    /// go into zeros already on disk, so their syncs change no file size
+    /// and leave the file system no metadata to commit (on ext4 a sync
+    /// that grows the file waits for a journal commit; one that does not,
+    /// measured on this project's disk, takes about 30% less time).
+    fn prepare(&mut self, end: u64) -> io::Result<()> {
+        if end <= self.prepared_end {
+            return Ok(());
+        }
+        let target = end
+            .checked_add(self.prepare_ahead)
+            .ok_or_else(|| io::Error::other("a segment offset overflows"))?;
+        static ZEROS: [u8; 64 * 1024] = [0; 64 * 1024];
+        self.current.seek(SeekFrom::Start(self.prepared_end))?;
+        let mut left = target - self.prepared_end;
+        while left > 0 {
+            let now = left.min(ZEROS.len() as u64);
+            // `now` is at most the buffer's length.
+            self.current.write_all(&ZEROS[..now as usize])?;
+            left -= now;
+        }
+        self.prepared_end = target;
         Ok(())
     }
 
@@ -202,6 +252,10 @@ impl Segments {
     }
 
     pub(super) fn roll(&mut self) -> io::Result<()> {
+        // The closing segment keeps no prepared zeros: it ends where its
+        // last frame does (synced below, with its closing record).
+        self.current.set_len(self.current_bytes)?;
+        self.prepared_end = self.current_bytes;
         let number = next_number(self.current_number)?;
         let file = create_segment(&self.dir, number)?;
         // The next segment is durable: only now does the closing one say
@@ -214,6 +268,7 @@ impl Segments {
         self.current_max = None;
         self.current_bytes = FRAMES_START as u64;
         self.sealed = false;
+        self.prepared_end = FRAMES_START as u64;
         self.end = EndRecord::created(number);
         Ok(())
     }

@@ -6,6 +6,7 @@ import threading
 
 import grpc
 import pytest
+from conftest import eventually
 
 from oncekv import Client, Overloaded
 from oncekv._proto import kv_pb2 as pb
@@ -30,27 +31,46 @@ def test_a_full_session_table_is_retried_until_the_deadline_then_overloaded(make
 def test_a_request_shed_by_the_server_is_known_unsent_and_retried(make_cluster):
     cluster = make_cluster(1, ["--client-max-in-flight", "1"])
     address = cluster.endpoints[0]
-    shed, other = [], []
+    options = [("grpc.enable_http_proxy", 0)]
+    release = threading.Event()
 
-    def hammer():
-        with grpc.insecure_channel(address, options=[("grpc.enable_http_proxy", 0)]) as channel:
-            stub = kv_pb2_grpc.KvStub(channel)
-            for _ in range(40):
-                try:
-                    stub.Read(pb.ReadRequest(query=pb.Query(get=pb.Get(key=b"k"))), timeout=10)
-                except grpc.RpcError as error:
-                    (shed if _shed_by_server(error) else other).append(error)
+    def nothing_until_released():
+        release.wait(60)
+        return
+        yield  # a request stream that sends no message
 
-    threads = [threading.Thread(target=hammer) for _ in range(6)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    assert other == []
-    assert shed, "six threads of reads against one slot in flight: some must be shed"
-    for error in shed:
-        assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-        assert _failed(error)[0] == "not_sent"
+    # One call whose request never ends takes the only slot and holds it;
+    # then every read is refused at once, typed, as never handled.
+    with grpc.insecure_channel(address, options=options) as holding, grpc.insecure_channel(
+        address, options=options
+    ) as channel:
+        held = holding.stream_unary(
+            "/oncekv.v1.Kv/Status",
+            request_serializer=pb.StatusRequest.SerializeToString,
+            response_deserializer=pb.StatusResponse.FromString,
+        ).future(nothing_until_released())
+        stub = kv_pb2_grpc.KvStub(channel)
+        shed, other = [], []
+
+        def a_read_is_shed():
+            try:
+                stub.Read(pb.ReadRequest(query=pb.Query(get=pb.Get(key=b"k"))), timeout=10)
+            except grpc.RpcError as error:
+                (shed if _shed_by_server(error) else other).append(error)
+            return shed
+
+        try:
+            eventually(a_read_is_shed, 30, "a read shed while the only slot is held")
+            for _ in range(5):
+                a_read_is_shed()
+        finally:
+            release.set()
+            held.cancel()
+        assert other == []
+        assert len(shed) >= 6, "every read while the slot is held is shed"
+        for error in shed:
+            assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert _failed(error)[0] == "not_sent"
 
     # The client retries what was shed, as never sent: every increment
     # applies once.

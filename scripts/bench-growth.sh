@@ -10,7 +10,10 @@
 # has applied what the leader had) and a new member's catch-up (`oncekv
 # member add`, time until its applied index reaches the leader's). etcd
 # (when on PATH and the load generator is a `cargo xtask build-bench`
-# build) gets the same fill, load, memory and restart measures on one node.
+# build) gets the same fill, load, memory and restart measures on one node,
+# with leases standing for sessions (etcd's sessions are leases). The
+# table gives each state's live data (keys' and values' bytes) and the
+# resident bytes per key or session, and their ratio.
 #
 # BINS="label:path label:path" runs each step with each binary in turn
 # (A B A B), for comparing a change; default: the one BIN. The admin
@@ -332,8 +335,10 @@ def oncekv_sessions(label, binary, n, sessions):
         c.stop()
 
 
-def etcd_keys(binary, keys):
-    d = os.path.join(WORK, f"etcd{keys}")
+def etcd_run(binary, kind, size):
+    """etcd on one node: filled with `size` keys, or `size` leases granted
+    (etcd's sessions are leases), then the same load, memory and restart."""
+    d = os.path.join(WORK, f"etcd-{kind}{size}")
     client, peer = f"127.0.0.1:{port()}", f"127.0.0.1:{port()}"
 
     def start():
@@ -354,8 +359,17 @@ def etcd_keys(binary, keys):
     p = start()
     try:
         wait("etcd", healthy, timeout=60)
-        fill_s, fill_ops, fill_errors = fill(binary, client, keys, "etcd")
-        r = load(binary, client, keys, "etcd")
+        if kind == "keys":
+            fill_s, fill_ops, fill_errors = fill(binary, client, size, "etcd")
+        else:
+            t = time.monotonic()
+            opened = bench(binary, client, ["--open-sessions", str(size), "--concurrency", str(CONC),
+                                            "--connections", "4"], "etcd")
+            if opened["failed"]:
+                raise RuntimeError(f"lease grants failed: {opened}")
+            fill_s, fill_ops, fill_errors = time.monotonic() - t, opened["opens_per_s"], opened["failed"]
+        log(f"etcd {kind} {size} in {fill_s:.1f}s")
+        r = load(binary, client, max(size if kind == "keys" else 1000, 1), "etcd")
         rss = rss_mib(p.pid)
         db = sum(os.path.getsize(os.path.join(root, f)) for root, _, fs in os.walk(d) for f in fs)
         p.send_signal(signal.SIGKILL)
@@ -364,7 +378,7 @@ def etcd_keys(binary, keys):
         p = start()
         wait("etcd restart", healthy)
         restart_s = time.monotonic() - t
-        return {"bin": "etcd", "nodes": 1, "kind": "keys", "size": keys, "put_ops": r["throughput_ops"],
+        return {"bin": "etcd", "nodes": 1, "kind": kind, "size": size, "put_ops": r["throughput_ops"],
                 "p99_ms": r["p99_ms"], "max_ms": r["max_ms"], "errors": sum(r["errors"].values()),
                 "rss_mib": [round(rss[0])], "peak_rss_mib": [round(rss[1])], "snapshots": None,
                 "snapshot_s": None, "snapshot_mib": db / (1 << 20), "restart_s": restart_s,
@@ -405,7 +419,9 @@ for n in NODES:
             attempt(f"{label} {n} nodes {sessions} sessions", oncekv_sessions, label, binary, n, sessions)
 if os.environ["ETCD"] == "1" and shutil.which("etcd"):
     for keys in KEYS:
-        attempt(f"etcd {keys} keys", etcd_keys, BINS[-1][1], keys)
+        attempt(f"etcd {keys} keys", etcd_run, BINS[-1][1], "keys", keys)
+    for sessions in SESSIONS:
+        attempt(f"etcd {sessions} leases", etcd_run, BINS[-1][1], "sessions", sessions)
 
 
 def fmt(v, spec):
@@ -417,20 +433,27 @@ lines = [
     f"for {DURATION} after 1 s warm-up; snapshot after {SNAP_ENTRIES} entries. "
     f"Machine: {os.cpu_count()} cores, load average before {load_avg[0]:.1f}, after {os.getloadavg()[0]:.1f}.",
     "",
-    "| binary | nodes | state | fill s (ops/s; timed out) | put ops/s | p99 ms | max ms | RSS MiB per node (peak) | snapshots: mean s (of it under the lock), MiB | restart s | catch-up s (new member RSS MiB) |",
-    "|---|---|---|---|---|---|---|---|---|---|---|",
+    "| binary | nodes | state | live MiB | fill s (ops/s; timed out) | put ops/s | p99 ms | max ms | RSS MiB per node (peak) | RSS per entry, bytes (/ live) | snapshots: mean s (of it under the lock), MiB | restart s | catch-up s (new member RSS MiB) |",
+    "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
 ]
 for r in rows:
     if "failed" in r:
-        lines.append(f"| {r['bin']} | | {r['failed']}: {r['why']} | | | | | | | | |")
+        lines.append(f"| {r['bin']} | | {r['failed']}: {r['why']} | | | | | | | | | | |")
         continue
     rss = ", ".join(f"{a} ({b})" for a, b in zip(r["rss_mib"], r["peak_rss_mib"]))
     snap = f"{r['snapshots']}: {fmt(r['snapshot_s'], '.2f')} s ({fmt(r.get('snapshot_copy_s'), '.2f')} s), {r['snapshot_mib']:.0f}" if r["snapshots"] is not None \
         else f"db {r['snapshot_mib']:.0f}"
     catch = f"{r['catchup_s']:.1f} ({r['joiner_rss_mib']})" if "catchup_s" in r else \
         ("failed" if "catchup_error" in r else "-")
-    lines.append(f"| {r['bin']} | {r['nodes']} | {r['size']:,} {r['kind']} | {r['fill_s']:.0f} ({r['fill_ops']:.0f}; {r['fill_errors']}) | "
-                 f"{r['put_ops']:.0f} | {r['p99_ms']:.1f} | {r['max_ms']:.0f} | {rss} | {snap} | "
+    # Live data: the keys' and values' bytes (a session or lease holds
+    # none of a user's); per entry: the largest node's resident bytes.
+    live = r["size"] * (key_bytes(r["size"]) + VALUE) if r["kind"] == "keys" else None
+    per_entry = max(r["rss_mib"]) * (1 << 20) / max(r["size"], 1)
+    ratio = f" ({max(r['rss_mib']) * (1 << 20) / live:.2f}x)" if live else ""
+    kind = "leases" if r["kind"] == "sessions" and r["bin"] == "etcd" else r["kind"]
+    lines.append(f"| {r['bin']} | {r['nodes']} | {r['size']:,} {kind} | {fmt(live and live / (1 << 20), '.0f')} | "
+                 f"{r['fill_s']:.0f} ({r['fill_ops']:.0f}; {r['fill_errors']}) | "
+                 f"{r['put_ops']:.0f} | {r['p99_ms']:.1f} | {r['max_ms']:.0f} | {rss} | {per_entry:.0f}{ratio} | {snap} | "
                  f"{r['restart_s']:.2f} | {catch} |")
 open(OUT, "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))

@@ -156,6 +156,28 @@ async fn clients(
     Ok(clients)
 }
 
+/// `--open-sessions N --target etcd`: grants `count` leases of
+/// [`fill::SESSION_TTL`](super::fill::SESSION_TTL) (etcd's sessions are
+/// leases) with `concurrency` tasks over `connections` clients, and leaves
+/// them to live out their TTL.
+pub async fn grant_leases(
+    endpoints: &[String],
+    count: u64,
+    connections: usize,
+    concurrency: usize,
+    timeout: Duration,
+    tls: Option<etcd_client::TlsOptions>,
+) -> anyhow::Result<super::fill::Opened> {
+    let clients = clients(endpoints, EtcdRoute::Balanced, connections, timeout, tls).await?;
+    let ttl = i64::try_from(super::fill::SESSION_TTL.as_secs()).unwrap_or(i64::MAX);
+    let leases = clients.iter().map(Client::lease_client).collect();
+    super::fill::open_each(count, leases, concurrency, move |mut lease| async move {
+        let granted = lease.grant(ttl, None).await;
+        (0, granted.map(drop).map_err(|error| error.to_string()))
+    })
+    .await
+}
+
 /// One watcher of the watch workload: its stream opens on the first call.
 pub struct EtcdWatcher {
     client: Client,

@@ -2,7 +2,8 @@
 //! costs grow with it: `--fill` makes a PUT run write keys `0, 1, 2, ...` in
 //! order, one shared sequence for all tasks (so `--keys N --ops N --warmup
 //! 0s` writes every key exactly once), and `--open-sessions N` opens N
-//! sessions that stay live until their TTL.
+//! sessions that stay live until their TTL (on etcd, N leases: etcd's
+//! sessions are leases).
 
 use oncekv_client::{Client, ClientError, ClientOptions, SessionOptions};
 use std::sync::Arc;
@@ -106,23 +107,48 @@ pub async fn open_sessions(
     connections: usize,
     concurrency: usize,
 ) -> anyhow::Result<Opened> {
-    let started = Instant::now();
     let clients = (0..connections.max(1))
         .map(|_| Client::connect(endpoints.iter().cloned(), options.clone()))
         .collect::<Result<Vec<_>, _>>()?;
+    open_each(sessions, clients, concurrency, |client| async move {
+        let mut retried = 0;
+        let opened = open_one(&client, &mut retried).await;
+        (retried, opened.map_err(|error| error.to_string()))
+    })
+    .await
+}
+
+/// Runs `open` `count` times, from `concurrency` tasks dealt over
+/// `clients`; `open` says how often it retried and whether it succeeded.
+pub async fn open_each<C, F, Fut>(
+    count: u64,
+    clients: Vec<C>,
+    concurrency: usize,
+    open: F,
+) -> anyhow::Result<Opened>
+where
+    C: Clone + Send + 'static,
+    F: Fn(C) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = (u64, Result<(), String>)> + Send,
+{
+    anyhow::ensure!(!clients.is_empty(), "no client to open with");
+    let started = Instant::now();
     let claimed = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::with_capacity(concurrency);
     for task in 0..concurrency.max(1) {
         let client = clients[task % clients.len()].clone();
         let claimed = claimed.clone();
+        let open = open.clone();
         tasks.push(tokio::spawn(async move {
             let mut done = Opened::default();
-            while claimed.fetch_add(1, Ordering::Relaxed) < sessions {
-                match open_one(&client, &mut done.retried).await {
+            while claimed.fetch_add(1, Ordering::Relaxed) < count {
+                let (retried, opened) = open(client.clone()).await;
+                done.retried += retried;
+                match opened {
                     Ok(()) => done.opened += 1,
                     Err(error) => {
                         done.failed += 1;
-                        done.first_error.get_or_insert_with(|| error.to_string());
+                        done.first_error.get_or_insert(error);
                     }
                 }
             }

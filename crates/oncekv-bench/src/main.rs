@@ -235,10 +235,11 @@ pub struct BenchArgs {
     /// keys; `--keys N --ops N --warmup 0s` writes every key once.
     #[arg(long)]
     fill: bool,
-    /// Instead of a run: open N sessions (oncekv) and leave them open,
-    /// without keep-alive (each lives an hour of cluster time), with
-    /// --concurrency tasks over --connections clients; prints one JSON
-    /// object (opened, retried, failed, elapsed_s, opens_per_s).
+    /// Instead of a run: open N sessions and leave them open, without
+    /// keep-alive (each lives an hour of cluster time), with --concurrency
+    /// tasks over --connections clients; prints one JSON object (opened,
+    /// retried, failed, elapsed_s, opens_per_s). With --target etcd: grant
+    /// N leases of an hour (etcd's sessions are leases).
     #[arg(long, value_name = "N", conflicts_with = "fill")]
     open_sessions: Option<u64>,
 }
@@ -270,9 +271,6 @@ impl BenchArgs {
         }
         if self.fill && self.workload != Workload::Put {
             return Err("--fill applies to --workload put only".into());
-        }
-        if self.open_sessions.is_some() && self.target != Target::Oncekv {
-            return Err("--open-sessions applies to --target oncekv only".into());
         }
         if self.ops == Some(0) {
             return Err("--ops must be at least 1".into());
@@ -476,14 +474,26 @@ pub async fn run(
         return run_watch(connection, &args, endpoints_given, &plan, flags).await;
     }
     if let Some(sessions) = args.open_sessions {
-        let opened = fill::open_sessions(
-            &connection.endpoints,
-            connection.client_options()?,
-            sessions,
-            args.connections,
-            args.concurrency,
-        )
-        .await?;
+        let opened = match args.target {
+            Target::Oncekv => {
+                fill::open_sessions(
+                    &connection.endpoints,
+                    connection.client_options()?,
+                    sessions,
+                    args.connections,
+                    args.concurrency,
+                )
+                .await?
+            }
+            Target::Etcd => {
+                let endpoints = if endpoints_given {
+                    connection.endpoints.clone()
+                } else {
+                    vec![ETCD_DEFAULT_ENDPOINT.to_string()]
+                };
+                grant_etcd_leases(&endpoints, &args, connection, sessions).await?
+            }
+        };
         print_line(opened.json());
         return Ok(if opened.failed == 0 {
             ExitCode::SUCCESS
@@ -651,6 +661,34 @@ async fn run_etcd_watch(
     _plan: watch::WatchPlan,
     _flags: WatchFlags,
 ) -> anyhow::Result<watch::WatchMeasured> {
+    anyhow::bail!("--target etcd: {NO_ETCD}")
+}
+
+#[cfg(feature = "etcd")]
+async fn grant_etcd_leases(
+    endpoints: &[String],
+    args: &BenchArgs,
+    connection: &Connection,
+    count: u64,
+) -> anyhow::Result<fill::Opened> {
+    etcd::grant_leases(
+        endpoints,
+        count,
+        args.connections,
+        args.concurrency,
+        connection.timeout,
+        etcd::tls_options(&connection.tls)?,
+    )
+    .await
+}
+
+#[cfg(not(feature = "etcd"))]
+async fn grant_etcd_leases(
+    _endpoints: &[String],
+    _args: &BenchArgs,
+    _connection: &Connection,
+    _count: u64,
+) -> anyhow::Result<fill::Opened> {
     anyhow::bail!("--target etcd: {NO_ETCD}")
 }
 

@@ -149,7 +149,7 @@ impl TaskClient for OncekvTask {
             }
             Op::Put { key, value } => Command::Put {
                 key,
-                value,
+                value: value.into(),
                 lease: None,
             },
             Op::Append { key, value } => Command::Append { key, value },

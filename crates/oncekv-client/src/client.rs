@@ -691,7 +691,7 @@ mod tests {
         let client = Client::connect(["127.0.0.1:9"], options).expect("a client");
         let put = Command::Put {
             key: b"k".to_vec(),
-            value: vec![0; 2048],
+            value: vec![0; 2048].into(),
             lease: None,
         };
         let refused = client.execute_once(put, None).await;

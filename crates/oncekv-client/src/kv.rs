@@ -154,7 +154,7 @@ async fn put(
 ) -> Result<Written<Option<Vec<u8>>>, ClientError> {
     let command = Command::Put {
         key,
-        value,
+        value: value.into(),
         lease: None,
     };
     written(on.complete(command).await?, previous)

@@ -240,7 +240,7 @@ fn run_script(driver: &mut Driver, limits: &Limits) -> Option<()> {
         };
         let put = Command::Put {
             key: b"s".to_vec(),
-            value: id.0.to_le_bytes().to_vec(),
+            value: id.0.to_le_bytes().to_vec().into(),
             lease: None,
         };
         let on_session = Origin::Session(header(*lowest, *floor, secret));
@@ -279,7 +279,7 @@ fn run_script(driver: &mut Driver, limits: &Limits) -> Option<()> {
         driver.plain(Command::LeaseKeepAlive { name: name.clone() })?;
         driver.plain(Command::Put {
             key: b"l".to_vec(),
-            value: b"leased".to_vec(),
+            value: b"leased".to_vec().into(),
             lease: Some(name.clone()),
         })?;
     }
@@ -292,7 +292,7 @@ fn run_script(driver: &mut Driver, limits: &Limits) -> Option<()> {
         .kv()
         .iter()
         .take(3)
-        .map(|(key, stored)| (key.clone(), stored.value.clone()))
+        .map(|(key, stored)| (key.clone(), stored.value.to_vec()))
         .collect();
     for (key, value) in &keys {
         driver.plain(Command::Read(Query::Get { key: key.clone() }))?;
@@ -378,7 +378,7 @@ fn run_script(driver: &mut Driver, limits: &Limits) -> Option<()> {
     driver.apply(Origin::Plain, Command::Tick, u64::MAX)?;
     driver.plain(Command::Put {
         key: b"end".to_vec(),
-        value: b"of time".to_vec(),
+        value: b"of time".to_vec().into(),
         lease: None,
     })?;
     driver.plain(Command::OpenSession {

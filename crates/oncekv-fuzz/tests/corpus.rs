@@ -104,7 +104,7 @@ fn key(name: &[u8]) -> Origin {
 fn put(key: &[u8], value: &[u8]) -> Command {
     Command::Put {
         key: key.to_vec(),
-        value: value.to_vec(),
+        value: value.to_vec().into(),
         lease: None,
     }
 }
@@ -252,7 +252,7 @@ fn lease_requests() -> Vec<(u8, Origin, Command)> {
             Origin::Plain,
             Command::Put {
                 key: b"x".to_vec(),
-                value: b"1".to_vec(),
+                value: b"1".to_vec().into(),
                 lease: Some("a".into()),
             },
         ),
@@ -261,7 +261,7 @@ fn lease_requests() -> Vec<(u8, Origin, Command)> {
             Origin::Plain,
             Command::Put {
                 key: b"y".to_vec(),
-                value: b"2".to_vec(),
+                value: b"2".to_vec().into(),
                 lease: Some("b".into()),
             },
         ),
@@ -270,7 +270,7 @@ fn lease_requests() -> Vec<(u8, Origin, Command)> {
             Origin::Plain,
             Command::Put {
                 key: b"x".to_vec(),
-                value: b"3".to_vec(),
+                value: b"3".to_vec().into(),
                 lease: Some("b".into()),
             },
         ),

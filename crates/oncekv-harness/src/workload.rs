@@ -475,7 +475,7 @@ impl Worker {
                 };
                 let command = Command::Put {
                     key,
-                    value: value.clone(),
+                    value: value.clone().into(),
                     lease: None,
                 };
                 if let Some(Outcome::Ok { .. }) = self.mutate(op, command).await {

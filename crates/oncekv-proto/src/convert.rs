@@ -96,7 +96,7 @@ fn command_from_wire(command: v1::Command) -> Result<Command> {
             },
             Kind::Put(put) => Command::Put {
                 key: put.key,
-                value: put.value,
+                value: put.value.into(),
                 lease: put.lease,
             },
             Kind::Delete(delete) => Command::Delete { key: delete.key },
@@ -172,7 +172,7 @@ fn command_to_wire(command: &Command) -> Result<v1::Command> {
         Command::Tick => return Err(ConvertError::Internal("tick")),
         Command::Put { key, value, lease } => Kind::Put(v1::Put {
             key: key.clone(),
-            value: value.clone(),
+            value: value.to_vec(),
             lease: lease.clone(),
         }),
         Command::Delete { key } => Kind::Delete(v1::Delete { key: key.clone() }),

@@ -43,8 +43,13 @@ fn command() -> impl Strategy<Value = Command> {
             session: SessionId(s),
             secret: Secret(k)
         }),
-        (bytes(), bytes(), prop::option::of(".{0,4}"))
-            .prop_map(|(key, value, lease)| Command::Put { key, value, lease }),
+        (bytes(), bytes(), prop::option::of(".{0,4}")).prop_map(|(key, value, lease)| {
+            Command::Put {
+                key,
+                value: value.into(),
+                lease,
+            }
+        }),
         bytes().prop_map(|key| Command::Delete { key }),
         (bytes(), bytes()).prop_map(|(key, value)| Command::Append { key, value }),
         (bytes(), any::<i64>()).prop_map(|(key, by)| Command::Incr { key, by }),

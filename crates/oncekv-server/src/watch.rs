@@ -1481,7 +1481,7 @@ mod tests {
         let (machine, hub) = &mut *guard;
         let command = Command::Put {
             key: key.as_bytes().to_vec(),
-            value,
+            value: value.into(),
             lease: None,
         };
         machine.apply(&Entry {
@@ -2173,7 +2173,7 @@ mod tests {
                     principal: None,
                     request: Request::plain(Command::Put {
                         key: format!("{key}{index}").into_bytes(),
-                        value: b"v".to_vec(),
+                        value: b"v".to_vec().into(),
                         lease: None,
                     }),
                 },

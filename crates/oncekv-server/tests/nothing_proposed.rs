@@ -166,7 +166,7 @@ async fn leading_node(control: Arc<LogControl>) -> (tempfile::TempDir, Node) {
 fn put(key: &str) -> Request {
     Request::plain(Command::Put {
         key: key.as_bytes().to_vec(),
-        value: b"v".to_vec(),
+        value: b"v".to_vec().into(),
         lease: None,
     })
 }
@@ -186,7 +186,7 @@ fn on_session(seq: u64) -> Request {
         }),
         command: Command::Put {
             key: b"s".to_vec(),
-            value: b"v".to_vec(),
+            value: b"v".to_vec().into(),
             lease: None,
         },
     }

@@ -413,7 +413,7 @@ impl TestNode {
         };
         let put = oncekv_state::Request::plain(oncekv_state::Command::Put {
             key: b"k".to_vec(),
-            value: b"v".to_vec(),
+            value: b"v".to_vec().into(),
             lease: None,
         });
         let wire = oncekv_proto::convert::request_to_wire(&put).expect("encodes");

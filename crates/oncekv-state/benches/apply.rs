@@ -41,7 +41,7 @@ fn command(op: &str, i: usize) -> Command {
     match op {
         "put" => Command::Put {
             key,
-            value: vec![b'v'; 64],
+            value: vec![b'v'; 64].into(),
             lease: None,
         },
         "append" => Command::Append {

@@ -173,7 +173,7 @@ impl Driver {
                 Origin::Plain,
                 Command::Put {
                     key: counter_key(i),
-                    value: b"1000000000".to_vec(),
+                    value: b"1000000000".to_vec().into(),
                     lease: None,
                 },
             );
@@ -387,7 +387,7 @@ fn memory_case(scenario: Scenario, n: usize, rounds: usize) -> String {
                 };
                 let put = Command::Put {
                     key: key.into_bytes(),
-                    value: vec![b'v'; value_bytes],
+                    value: vec![b'v'; value_bytes].into(),
                     lease: None,
                 };
                 driver.apply(Origin::Plain, put);

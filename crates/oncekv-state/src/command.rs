@@ -10,6 +10,7 @@ use crate::ids::{
 };
 use crate::key_range::{KeyRange, KeyScope};
 use crate::txn::{Txn, TxnOp};
+use crate::value::SharedBytes;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -192,8 +193,8 @@ pub enum Command {
     Put {
         /// The key.
         key: Vec<u8>,
-        /// The new value.
-        value: Vec<u8>,
+        /// The new value (shared with the store once applied).
+        value: SharedBytes,
         /// The lease to attach the key to, if any.
         lease: Option<String>,
     },
@@ -389,7 +390,11 @@ impl TxnOp {
     /// state).
     pub fn as_command(&self) -> Option<Command> {
         Some(match self.clone() {
-            TxnOp::Put { key, value, lease } => Command::Put { key, value, lease },
+            TxnOp::Put { key, value, lease } => Command::Put {
+                key,
+                value: value.into(),
+                lease,
+            },
             TxnOp::Delete { key } => Command::Delete { key },
             TxnOp::Get { key } => Command::Read(Query::Get { key }),
             TxnOp::Scan { prefix, limit } => Command::Read(Query::Scan { prefix, limit }),
@@ -436,7 +441,7 @@ mod tests {
                 }),
                 command: Command::Put {
                     key: b"k".to_vec(),
-                    value: b"v1".to_vec(),
+                    value: b"v1".to_vec().into(),
                     lease: Some("l".into()),
                 },
             },

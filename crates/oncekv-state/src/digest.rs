@@ -195,7 +195,7 @@ mod tests {
         // cluster: it must come with a snapshot format bump.
         let command = Command::Put {
             key: b"k".to_vec(),
-            value: b"v".to_vec(),
+            value: b"v".to_vec().into(),
             lease: None,
         };
         assert_eq!(command_digest(&command), PINNED_PUT_DIGEST);

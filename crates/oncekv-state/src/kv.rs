@@ -11,7 +11,7 @@ use crate::history::{Event, History, Stamp};
 use crate::key_range::KeyRange;
 use crate::overhead::STORE_ENTRY_OVERHEAD_BYTES;
 use crate::refusal::Rejection;
-use crate::value::{KeyMeta, StoredValue};
+use crate::value::{KeyMeta, SharedBytes, StoredValue};
 use imbl::OrdMap;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -126,7 +126,7 @@ impl KvStore {
     pub fn write(
         &mut self,
         key: &[u8],
-        value: Option<(Vec<u8>, Option<String>)>,
+        value: Option<(SharedBytes, Option<String>)>,
         at: Stamp,
     ) -> Option<Arc<StoredValue>> {
         let previous = match self.entries.remove(key) {
@@ -278,7 +278,7 @@ impl KvStore {
 
     /// Replaces the value at `key`, keeping its lease attachment (a new key
     /// has no lease).
-    pub fn set_value(&mut self, key: &[u8], value: Vec<u8>, at: Stamp) {
+    pub fn set_value(&mut self, key: &[u8], value: SharedBytes, at: Stamp) {
         let lease = self
             .entries
             .get(key)
@@ -292,10 +292,10 @@ impl KvStore {
         let mut value = self
             .entries
             .get(key)
-            .map(|stored| stored.value.clone())
+            .map(|stored| stored.value.to_vec())
             .unwrap_or_default();
         value.extend_from_slice(suffix);
-        self.set_value(key, value, at);
+        self.set_value(key, value.into(), at);
     }
 
     /// The value at `key` as it was at `revision` (after every change at
@@ -423,7 +423,7 @@ fn page<'a>(
         bytes = bytes.saturating_add(weight);
         entries.push(KeyValue {
             key: key.to_vec(),
-            value: stored.value.clone(),
+            value: stored.value.to_vec(),
             meta: stored.meta,
         });
         matching.next();

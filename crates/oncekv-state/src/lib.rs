@@ -119,4 +119,4 @@ pub use snapshot::{FORMAT_VERSION, SnapshotError};
 pub use txn::{
     Compare, CompareOp, CompareTarget, TXN_DEPTH_MAX, TXN_TREE_OPS_FACTOR, Txn, TxnOp, Update,
 };
-pub use value::{KeyMeta, StoredValue};
+pub use value::{KeyMeta, SharedBytes, StoredValue};

@@ -418,7 +418,7 @@ mod tests {
                 principal: None,
                 request: Request::plain(Command::Put {
                     key: b"k".to_vec(),
-                    value: b"v".to_vec(),
+                    value: b"v".to_vec().into(),
                     lease: None,
                 }),
             },
@@ -525,7 +525,7 @@ mod tests {
         assert!(jobs.keys.contains(b"jobs/a".as_slice()));
         assert_eq!(restored.leases().get("idle").unwrap().owner, None);
         assert_eq!(
-            restored.kv().get(b"plain").map(|s| s.value.clone()),
+            restored.kv().get(b"plain").map(|s| s.value.to_vec()),
             Some(b"2".to_vec())
         );
         // The same state, built by this release, is the same machine.
@@ -538,7 +538,7 @@ mod tests {
         apply(&mut built, 2, None, lease("idle", 30_000));
         let put = |key: &[u8], value: &[u8], lease: Option<&str>| Command::Put {
             key: key.to_vec(),
-            value: value.to_vec(),
+            value: value.to_vec().into(),
             lease: lease.map(str::to_string),
         };
         apply(&mut built, 3, None, put(b"jobs/a", b"1", Some("jobs")));
@@ -576,7 +576,7 @@ mod tests {
         };
         let put = Command::Put {
             key: b"k".to_vec(),
-            value: b"v".to_vec(),
+            value: b"v".to_vec().into(),
             lease: None,
         };
         at_5(&mut built, 1, put);
@@ -659,7 +659,7 @@ mod tests {
         let mut machine = restored;
         let put = Command::Put {
             key: b"k".to_vec(),
-            value: b"v".to_vec(),
+            value: b"v".to_vec().into(),
             lease: None,
         };
         let refused = apply(&mut machine, 3, None, put.clone());
@@ -840,7 +840,7 @@ mod tests {
             let lease = (key % 7 == 0).then(|| "lease".to_string());
             let put = Command::Put {
                 key: format!("key/{key:05}").into_bytes(),
-                value: vec![key as u8; 100 + key as usize],
+                value: (vec![key as u8; 100 + key as usize]).into(),
                 lease,
             };
             next(&mut machine, plain(), put);

@@ -122,7 +122,7 @@ fn command() -> impl Strategy<Value = Command> {
         (data_key(), prop::collection::vec(b'a'..=b'z', 1..3)).prop_map(|(key, value)| {
             Command::Put {
                 key,
-                value,
+                value: value.into(),
                 lease: None,
             }
         }),

@@ -72,7 +72,7 @@ impl Action {
             Action::Revoke(l) => Command::LeaseRevoke { name: lease(l) },
             Action::Put(k, l) => Command::Put {
                 key: key(k),
-                value: b"v".to_vec(),
+                value: b"v".to_vec().into(),
                 lease: Some(lease(l)),
             },
             Action::TxnPut(k, l) => txn(put(k, l)),
@@ -309,7 +309,7 @@ fn a_squatted_lease_is_of_no_use_to_anyone_else() {
     };
     let put = |name: &str| Command::Put {
         key: b"jobs/a".to_vec(),
-        value: Vec::new(),
+        value: Vec::new().into(),
         lease: Some(name.into()),
     };
     assert!(matches!(

@@ -78,7 +78,11 @@ fn command() -> impl Strategy<Value = Command> {
             prop::collection::vec(any::<u8>(), 0..4),
             prop::option::of(lease.clone())
         )
-            .prop_map(|(key, value, lease)| Command::Put { key, value, lease }),
+            .prop_map(|(key, value, lease)| Command::Put {
+                key,
+                value: value.into(),
+                lease
+            }),
         key().prop_map(|key| Command::Delete { key }),
         (key(), prop::collection::vec(b'a'..=b'z', 1..8))
             .prop_map(|(key, value)| Command::Append { key, value }),
@@ -721,7 +725,7 @@ fn contents(machine: &StateMachine) -> Vec<KeyValue> {
         .iter()
         .map(|(key, stored)| KeyValue {
             key: key.clone(),
-            value: stored.value.clone(),
+            value: stored.value.to_vec(),
             meta: stored.meta,
         })
         .collect()
@@ -780,11 +784,11 @@ proptest! {
             .unwrap_or_default();
         for event in history.since(compacted + 1).expect("not compacted") {
             let before = replayed.get(&event.key).map(|kv| (kv.value.clone(), kv.meta));
-            let previous = event.previous.as_ref().map(|p| (p.value.clone(), p.meta));
+            let previous = event.previous.as_ref().map(|p| (p.value.to_vec(), p.meta));
             prop_assert_eq!(before, previous, "event at {} says what was there", event.revision);
             match &event.value {
                 Some(stored) => {
-                    let kv = KeyValue { key: event.key.clone(), value: stored.value.clone(), meta: stored.meta };
+                    let kv = KeyValue { key: event.key.clone(), value: stored.value.to_vec(), meta: stored.meta };
                     replayed.insert(event.key.clone(), kv);
                 }
                 None => {

@@ -289,7 +289,7 @@ fn step(run: &mut Run, action: &Action) -> Result<(), TestCaseError> {
             };
             let put = Command::Put {
                 key: format!("{}/{}/{seq}", USERS[user], open.id.0).into_bytes(),
-                value: vec![b'v'; 300],
+                value: vec![b'v'; 300].into(),
                 lease: None,
             };
             let request = Request {
@@ -313,7 +313,7 @@ fn step(run: &mut Run, action: &Action) -> Result<(), TestCaseError> {
         Action::Keyed(user, key, bytes) => {
             let put = Command::Put {
                 key: b"k".to_vec(),
-                value: vec![b'v'; bytes],
+                value: vec![b'v'; bytes].into(),
                 lease: None,
             };
             let request = Request {

@@ -33,7 +33,7 @@ fn machine_with(contents: &BTreeMap<Vec<u8>, Vec<u8>>) -> (StateMachine, u64) {
         index += 1;
         let put = Command::Put {
             key: key.clone(),
-            value: value.clone(),
+            value: value.clone().into(),
             lease: None,
         };
         apply(&mut machine, index, put);

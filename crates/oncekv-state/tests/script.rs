@@ -363,7 +363,7 @@ impl Runner {
                     .map(String::from);
                 Command::Put {
                     key: arg(1)?,
-                    value: arg(2)?,
+                    value: (arg(2)?).into(),
                     lease,
                 }
             }
@@ -527,7 +527,11 @@ fn at_revision(words: &[&str], query: Query) -> Result<Command, String> {
 /// A transaction operation from the command a script line names.
 fn txn_op(command: Command) -> Result<TxnOp, String> {
     Ok(match command {
-        Command::Put { key, value, lease } => TxnOp::Put { key, value, lease },
+        Command::Put { key, value, lease } => TxnOp::Put {
+            key,
+            value: value.to_vec(),
+            lease,
+        },
         Command::Delete { key } => TxnOp::Delete { key },
         Command::Append { key, value } => TxnOp::Append { key, value },
         Command::Incr { key, by } => TxnOp::Incr { key, by },

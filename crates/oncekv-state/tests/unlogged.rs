@@ -202,7 +202,7 @@ proptest! {
     ) {
         let mut replica = replica(enforced);
         for (n, len) in values {
-            let put = Command::Put { key: key(n), value: vec![b'v'; len], lease: None };
+            let put = Command::Put { key: key(n), value: vec![b'v'; len].into(), lease: None };
             let outcome = replica.apply(principal(0), put);
             prop_assert!(matches!(outcome, Outcome::Applied(Reply::Put { .. })), "{outcome:?}");
         }
@@ -255,7 +255,7 @@ fn a_transaction_of_reads_past_the_bound_is_refused_without_a_change() {
         None,
         Command::Put {
             key: key(0),
-            value: vec![b'v'; 60],
+            value: vec![b'v'; 60].into(),
             lease: None,
         },
     );

@@ -204,7 +204,7 @@ async fn with_tls_and_auth_on_users_reach_only_their_keys_and_retries_still_repl
         .execute_once(
             Command::Put {
                 key: b"other/x".to_vec(),
-                value: b"1".to_vec(),
+                value: b"1".to_vec().into(),
                 lease: None,
             },
             None,
@@ -312,7 +312,7 @@ async fn with_tls_and_auth_on_users_reach_only_their_keys_and_retries_still_repl
         .execute_once(
             Command::Put {
                 key: b"app/cert".to_vec(),
-                value: b"1".to_vec(),
+                value: b"1".to_vec().into(),
                 lease: None,
             },
             None,

@@ -176,7 +176,7 @@ async fn a_lagging_follower_sends_an_unknown_user_to_the_leader() {
     // read to the leader (or knows none while cut off), never refuses them.
     let put = Request::plain(Command::Put {
         key: b"k".to_vec(),
-        value: b"v".to_vec(),
+        value: b"v".to_vec().into(),
         lease: None,
     });
     let refused = execute(follower, &put, &bob).await;

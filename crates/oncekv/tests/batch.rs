@@ -109,7 +109,7 @@ async fn each_request_of_a_batch_is_deduplicated_and_answered_on_its_own() {
         once(),
         Request::plain(Command::Put {
             key: Vec::new(),
-            value: b"no key".to_vec(),
+            value: b"no key".to_vec().into(),
             lease: None,
         }),
     ];

@@ -183,7 +183,7 @@ async fn a_kept_lease_holds_its_keys_and_a_dropped_one_deletes_them() {
     ));
     let put = Command::Put {
         key: b"svc/web".to_vec(),
-        value: b"up".to_vec(),
+        value: b"up".to_vec().into(),
         lease: Some("web".into()),
     };
     client.execute_once(put, None).await.expect("put");
@@ -229,7 +229,7 @@ async fn removing_the_leader_hands_leadership_over_then_removes_it() {
     assert!(!ids.contains(&leader), "{members:?}");
     let put = Command::Put {
         key: b"after".to_vec(),
-        value: b"removal".to_vec(),
+        value: b"removal".to_vec().into(),
         lease: None,
     };
     client.execute_once(put, None).await.expect("a write after");
@@ -309,7 +309,7 @@ async fn an_idle_leader_expires_a_lease_at_its_deadline_not_its_tick_interval() 
     ));
     let put = Command::Put {
         key: b"job/owner".to_vec(),
-        value: b"me".to_vec(),
+        value: b"me".to_vec().into(),
         lease: Some("job".into()),
     };
     client.execute_once(put, None).await.expect("put");

@@ -217,7 +217,7 @@ async fn a_paused_follower_catches_up_by_snapshot() {
             format!("put-{i}"),
             Command::Put {
                 key: format!("k{i}").into_bytes(),
-                value: b"v".to_vec(),
+                value: b"v".to_vec().into(),
                 lease: None,
             },
         );
@@ -264,7 +264,7 @@ async fn an_idle_session_expires_on_every_node_and_after_failover() {
         1,
         Command::Put {
             key: b"k".to_vec(),
-            value: b"v".to_vec(),
+            value: b"v".to_vec().into(),
             lease: None,
         },
     );
@@ -292,7 +292,7 @@ async fn an_idle_session_expires_on_every_node_and_after_failover() {
         1,
         Command::Put {
             key: b"k".to_vec(),
-            value: b"w".to_vec(),
+            value: b"w".to_vec().into(),
             lease: None,
         },
     );
@@ -368,7 +368,7 @@ async fn bad_input_gets_clear_errors_and_the_node_keeps_serving() {
     // Over the 4 MiB message limit: refused by the transport.
     let huge = Request::plain(Command::Put {
         key: b"k".to_vec(),
-        value: vec![0; 5 << 20],
+        value: (vec![0; 5 << 20]).into(),
         lease: None,
     });
     let error = node
@@ -387,7 +387,7 @@ async fn bad_input_gets_clear_errors_and_the_node_keeps_serving() {
     };
     let put = |key: &[u8]| Command::Put {
         key: key.to_vec(),
-        value: b"v".to_vec(),
+        value: b"v".to_vec().into(),
         lease: None,
     };
     assert_eq!(
@@ -421,7 +421,7 @@ async fn bad_input_gets_clear_errors_and_the_node_keeps_serving() {
     assert!(empty_key.contains("key must be"), "{empty_key}");
     let too_large = Request::plain(Command::Put {
         key: b"k".to_vec(),
-        value: vec![0; 2 << 20],
+        value: (vec![0; 2 << 20]).into(),
         lease: None,
     });
     let too_large = refused(node.execute(&too_large).await);

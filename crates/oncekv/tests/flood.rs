@@ -197,7 +197,7 @@ async fn reads_through_the_log_under_keys_do_not_grow_memory_past_the_budget() {
     let node = &cluster.nodes[0];
     let big = Request::plain(Command::Put {
         key: b"big".to_vec(),
-        value: vec![7; 1 << 20],
+        value: (vec![7; 1 << 20]).into(),
         lease: None,
     });
     assert!(matches!(
@@ -246,7 +246,7 @@ async fn concurrent_status_calls_do_not_stall_writes() {
     for i in 0..64 {
         let put = Request::plain(Command::Put {
             key: format!("fill-{i}").into_bytes(),
-            value: vec![i as u8; 1 << 20],
+            value: (vec![i as u8; 1 << 20]).into(),
             lease: None,
         });
         assert!(matches!(
@@ -422,7 +422,7 @@ async fn a_log_of_large_values_is_snapshotted_by_bytes() {
     for i in 0..5u8 {
         let put = Request::plain(Command::Put {
             key: vec![b'v', i],
-            value: vec![i; 512 * 1024],
+            value: (vec![i; 512 * 1024]).into(),
             lease: None,
         });
         assert!(matches!(

@@ -102,7 +102,7 @@ fn value_of(index: usize) -> Vec<u8> {
 fn put(index: usize) -> Request {
     Request::plain(Command::Put {
         key: format!("key{index}").into_bytes(),
-        value: value_of(index),
+        value: value_of(index).into(),
         lease: None,
     })
 }

@@ -116,7 +116,7 @@ async fn listed(client: &Client) -> Vec<String> {
 fn put(key: &str, lease: Option<&str>) -> Command {
     Command::Put {
         key: key.as_bytes().to_vec(),
-        value: b"v".to_vec(),
+        value: b"v".to_vec().into(),
         lease: lease.map(str::to_string),
     }
 }

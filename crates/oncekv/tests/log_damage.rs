@@ -53,7 +53,7 @@ fn last_complete_frame(bytes: &[u8]) -> Range<usize> {
 fn put(index: usize) -> Request {
     Request::plain(Command::Put {
         key: format!("key{index}").into_bytes(),
-        value: format!("value{index}").into_bytes(),
+        value: (format!("value{index}").into_bytes()).into(),
         lease: None,
     })
 }

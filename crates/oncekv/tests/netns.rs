@@ -87,7 +87,7 @@ fn put(session: &TestSession, seq: u64, key: &str, value: &str) -> oncekv_state:
         0,
         Command::Put {
             key: key.as_bytes().to_vec(),
-            value: value.as_bytes().to_vec(),
+            value: value.as_bytes().to_vec().into(),
             lease: None,
         },
     )

@@ -89,7 +89,7 @@ fn write(key: &str) -> Request {
         )),
         command: Command::Put {
             key: key.as_bytes().to_vec(),
-            value: b"v".to_vec(),
+            value: b"v".to_vec().into(),
             lease: None,
         },
     }

@@ -20,7 +20,7 @@ fn put(round: u64, value: &[u8]) -> Request {
         origin: Origin::Key(IdempotencyKey(format!("put-{round}").into_bytes())),
         command: Command::Put {
             key: KEY.to_vec(),
-            value: value.to_vec(),
+            value: value.to_vec().into(),
             lease: None,
         },
     }

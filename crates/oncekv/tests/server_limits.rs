@@ -224,7 +224,7 @@ async fn requests_beyond_the_in_flight_cap_are_shed_and_the_node_keeps_serving()
         client
             .execute_plain(Command::Put {
                 key: b"k".to_vec(),
-                value: b"after the shedding".to_vec(),
+                value: b"after the shedding".to_vec().into(),
                 lease: None,
             })
             .await
@@ -328,7 +328,7 @@ async fn connections_beyond_the_cap_are_refused_and_the_others_served() {
         client
             .execute_plain(Command::Put {
                 key: b"k".to_vec(),
-                value: b"after the refusals".to_vec(),
+                value: b"after the refusals".to_vec().into(),
                 lease: None,
             })
             .await

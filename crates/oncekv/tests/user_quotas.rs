@@ -100,7 +100,7 @@ async fn secure(cluster: &Cluster) {
 fn put(key: String, bytes: usize) -> Command {
     Command::Put {
         key: key.into_bytes(),
-        value: vec![b'v'; bytes],
+        value: vec![b'v'; bytes].into(),
         lease: None,
     }
 }

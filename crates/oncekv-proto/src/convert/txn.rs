@@ -229,7 +229,11 @@ fn op_from_wire(op: v1::TxnOp) -> Result<TxnOp> {
         Kind::Scan(scan) => command(read(v1::query::Kind::Scan(scan)))?,
     };
     Ok(match command {
-        Command::Put { key, value, lease } => TxnOp::Put { key, value, lease },
+        Command::Put { key, value, lease } => TxnOp::Put {
+            key,
+            value: value.to_vec(),
+            lease,
+        },
         Command::Delete { key } => TxnOp::Delete { key },
         Command::Append { key, value } => TxnOp::Append { key, value },
         Command::Incr { key, by } => TxnOp::Incr { key, by },
@@ -247,7 +251,7 @@ pub fn event_to_wire(event: &Event, previous: bool) -> v1::Event {
     let (kind, value, meta) = match &event.value {
         Some(stored) => (
             v1::EventType::Put,
-            stored.value.clone(),
+            stored.value.to_vec(),
             meta_to_wire(&stored.meta),
         ),
         None => (
@@ -268,7 +272,7 @@ pub fn event_to_wire(event: &Event, previous: bool) -> v1::Event {
             .previous
             .as_ref()
             .filter(|_| previous)
-            .map(|p| p.value.clone()),
+            .map(|p| p.value.to_vec()),
         revision: event.revision,
     }
 }

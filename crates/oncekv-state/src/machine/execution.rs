@@ -198,7 +198,7 @@ impl StateMachine {
                     self.leases.attach(name, key);
                 }
                 Ok(Reply::Put {
-                    previous: previous.map(|p| p.value.clone()),
+                    previous: previous.map(|p| p.value.to_vec()),
                 })
             }
             Command::Delete { key } => {
@@ -224,21 +224,22 @@ impl StateMachine {
                 let current = parse_counter(current).ok_or(Rejection::NotAnInteger)?;
                 let value = current.checked_add(*by).ok_or(Rejection::Overflow)?;
                 self.check_room_for(key)?;
-                self.kv.set_value(key, value.to_string().into_bytes(), at);
+                self.kv
+                    .set_value(key, value.to_string().into_bytes().into(), at);
                 Ok(Reply::Incr { value })
             }
             Command::Cas { key, expected, new } => {
                 self.check_key(key)?;
                 self.check_value(new.len())?;
-                let current = self.kv.get(key).map(|stored| &stored.value);
-                if current != expected.as_ref() {
+                let current = self.kv.get(key).map(|stored| stored.value.as_slice());
+                if current != expected.as_deref() {
                     return Ok(Reply::Cas {
                         swapped: false,
-                        current: current.cloned(),
+                        current: current.map(<[u8]>::to_vec),
                     });
                 }
                 self.check_room_for(key)?;
-                self.kv.set_value(key, new.clone(), at);
+                self.kv.set_value(key, new.as_slice().into(), at);
                 Ok(Reply::Cas {
                     swapped: true,
                     current: Some(new.clone()),
@@ -327,7 +328,7 @@ impl StateMachine {
                 }
                 let stored = self.kv.get(key);
                 Reply::Get {
-                    value: stored.map(|stored| stored.value.clone()),
+                    value: stored.map(|stored| stored.value.to_vec()),
                     meta: stored.map(|stored| stored.meta),
                 }
             }
@@ -364,7 +365,7 @@ impl StateMachine {
                         let stored = self.kv.get_at(key, *revision);
                         Reply::Get {
                             meta: stored.as_ref().map(|stored| stored.meta),
-                            value: stored.map(|stored| stored.value),
+                            value: stored.map(|stored| stored.value.to_vec()),
                         }
                     }
                     Query::Scan { prefix, limit } => {
@@ -547,7 +548,7 @@ impl StateMachine {
         })?;
         Ok(Command::Put {
             key: key.to_vec(),
-            value: value.clone().or_current(stored.value.clone()),
+            value: value.clone().or_current(stored.value.to_vec()).into(),
             lease: lease.clone().or_current(stored.lease.clone()),
         })
     }
@@ -598,7 +599,7 @@ impl StateMachine {
         if let Some(lease) = &stored.lease {
             self.leases.detach(lease, key);
         }
-        Some(stored.value.clone())
+        Some(stored.value.to_vec())
     }
 }
 

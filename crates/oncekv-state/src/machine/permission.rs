@@ -223,7 +223,7 @@ impl StateMachine {
                     let put = match lease {
                         crate::txn::Update::Set(Some(name)) => Command::Put {
                             key: key.clone(),
-                            value: Vec::new(),
+                            value: Default::default(),
                             lease: Some(name.clone()),
                         },
                         _ => put_of(key),
@@ -298,7 +298,7 @@ impl StateMachine {
 fn put_of(key: &[u8]) -> Command {
     Command::Put {
         key: key.to_vec(),
-        value: Vec::new(),
+        value: Default::default(),
         lease: None,
     }
 }

@@ -450,7 +450,7 @@ pub async fn run(connection: &Connection, command: ClientCommand) -> anyhow::Res
                 &once,
                 Command::Put {
                     key: bytes(&key),
-                    value: value_or_stdin(value)?,
+                    value: (value_or_stdin(value)?).into(),
                     lease,
                 },
             )

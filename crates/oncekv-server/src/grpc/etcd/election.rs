@@ -59,7 +59,7 @@ fn key_value(key: &[u8], stored: &StoredValue) -> EtcdKeyValue {
         create_revision: revision_to_wire(stored.meta.create_revision),
         mod_revision: revision_to_wire(stored.meta.mod_revision),
         version: i64::try_from(stored.meta.version).unwrap_or(i64::MAX),
-        value: stored.value.clone(),
+        value: stored.value.to_vec(),
         lease: stored.lease.as_deref().and_then(lease_id).unwrap_or(0),
     }
 }
@@ -510,7 +510,7 @@ mod tests {
 
     fn stored(value: &str, create_revision: u64, mod_revision: u64) -> Arc<StoredValue> {
         Arc::new(StoredValue {
-            value: value.as_bytes().to_vec(),
+            value: value.as_bytes().to_vec().into(),
             lease: None,
             meta: KeyMeta {
                 create_revision,

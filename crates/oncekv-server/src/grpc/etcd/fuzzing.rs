@@ -296,7 +296,7 @@ fn convert_request(
             }
             let command = Command::Put {
                 key: put.key.clone(),
-                value: put.value.clone(),
+                value: put.value.clone().into(),
                 lease: lease_of(put),
             };
             Ok(Plan::write(command, Answer::Rejected))

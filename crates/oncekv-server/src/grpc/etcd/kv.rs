@@ -827,7 +827,14 @@ impl Kv for EtcdApi {
             return Ok(Response::new(response));
         }
         let (reply, revision) = self
-            .write(&request, Command::Put { key, value, lease })
+            .write(
+                &request,
+                Command::Put {
+                    key,
+                    value: value.into(),
+                    lease,
+                },
+            )
             .await?;
         rejected(reply)?;
         Ok(Response::new(PutResponse {

@@ -445,7 +445,7 @@ mod tests {
     fn put(key: &str, value: &str) -> Command {
         Command::Put {
             key: key.as_bytes().to_vec(),
-            value: value.as_bytes().to_vec(),
+            value: value.as_bytes().to_vec().into(),
             lease: None,
         }
     }

@@ -141,7 +141,7 @@ fn key_value(key: &[u8], stored: &StoredValue) -> EtcdKeyValue {
         create_revision: revision_to_wire(stored.meta.create_revision),
         mod_revision: revision_to_wire(stored.meta.mod_revision),
         version: i64::try_from(stored.meta.version).unwrap_or(i64::MAX),
-        value: stored.value.clone(),
+        value: stored.value.to_vec(),
         lease: stored.lease.as_deref().and_then(lease_id).unwrap_or(0),
     }
 }
@@ -526,7 +526,7 @@ mod tests {
     fn filters_and_prev_kv_shape_events() {
         let stored = |value: &str| {
             Arc::new(StoredValue {
-                value: value.as_bytes().to_vec(),
+                value: value.as_bytes().to_vec().into(),
                 lease: None,
                 meta: oncekv_state::KeyMeta {
                     create_revision: 2,

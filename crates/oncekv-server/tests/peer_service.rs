@@ -432,6 +432,25 @@ impl TestNode {
     }
 }
 
+impl TestNode {
+    /// Sends `request` as a unary `AppendEntries`; returns openraft's answer.
+    async fn unary_append(
+        &mut self,
+        request: openraft::raft::AppendEntriesRequest<TypeConfig>,
+    ) -> Result<
+        openraft::raft::AppendEntriesResponse<TypeConfig>,
+        openraft::error::RaftError<TypeConfig>,
+    > {
+        let reply = self
+            .peer
+            .append_entries(payload(&request))
+            .await
+            .expect("an append answered")
+            .into_inner();
+        postcard::from_bytes(&reply.data).expect("decodes")
+    }
+}
+
 use openraft::entry::RaftEntry as _;
 use openraft::vote::RaftLeaderId as _;
 
@@ -558,20 +577,7 @@ async fn a_stream_of_appends_is_answered_in_order_up_to_a_forged_one() {
     assert!(refused.message().contains("index 5"), "{refused:?}");
     // Index 3 came after the forged request: the node does not hold it
     // (an append after it conflicts), and takes it now.
-    let mut unary = async |request| {
-        let reply = node
-            .peer
-            .append_entries(payload(&request))
-            .await
-            .expect("an append after the refusal")
-            .into_inner();
-        let result: Result<
-            openraft::raft::AppendEntriesResponse<TypeConfig>,
-            openraft::error::RaftError<TypeConfig>,
-        > = postcard::from_bytes(&reply.data).expect("decodes");
-        result
-    };
-    let after_three = unary(append(leader, Some(3), &[])).await;
+    let after_three = node.unary_append(append(leader, Some(3), &[])).await;
     assert!(
         matches!(
             after_three,
@@ -579,10 +585,57 @@ async fn a_stream_of_appends_is_answered_in_order_up_to_a_forged_one() {
         ),
         "{after_three:?}"
     );
-    let three = unary(append(leader, Some(2), &[3])).await;
+    let three = node.unary_append(append(leader, Some(2), &[3])).await;
     assert!(
         matches!(three, Ok(openraft::raft::AppendEntriesResponse::Success)),
         "{three:?}"
+    );
+    node.stop().await;
+}
+
+/// A `StreamAppend` whose second request rewrites what the first commits
+/// (a later leader's entry at a committed index) is refused, though the
+/// node may not have taken the first when the second is read: openraft
+/// would otherwise be handed a rewrite of its committed log (a debug
+/// assertion, and in a release build committed history overwritten).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_append_that_rewrites_what_an_earlier_one_commits_is_refused() {
+    use openraft::alias::EntryOf;
+    let mut node = TestNode::start(|config| config.initial_cluster = None).await;
+    let leader = VoteOf::<TypeConfig>::new_committed(1, 2);
+    let mut first = append(leader, None, &[0, 1, 2]);
+    first.leader_commit = Some(log_id(1, 2, 2));
+    let rewrite = openraft::raft::AppendEntriesRequest::<TypeConfig> {
+        vote: VoteOf::<TypeConfig>::new_committed(2, 3),
+        prev_log_id: Some(log_id(2, 3, 1)),
+        entries: vec![EntryOf::<TypeConfig>::new_blank(log_id(2, 3, 2))],
+        leader_commit: None,
+    };
+    let mut replies = node
+        .peer
+        .stream_append(tokio_stream::iter(vec![payload(&first), payload(&rewrite)]))
+        .await
+        .expect("a stream")
+        .into_inner();
+    let reply = replies.message().await.expect("a reply").expect("open");
+    let result: Result<
+        openraft::raft::StreamAppendResult<TypeConfig>,
+        openraft::error::Fatal<TypeConfig>,
+    > = postcard::from_bytes(&reply.data).expect("decodes");
+    assert!(
+        matches!(result, Ok(Ok(Some(flushed))) if flushed == log_id(1, 2, 2)),
+        "{result:?}"
+    );
+    let refused = replies.message().await.expect_err("the rewrite");
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
+    assert!(refused.message().contains("contradicts"), "{refused:?}");
+    // The node goes on taking its leader's appends.
+    let mut next = append(leader, Some(2), &[3]);
+    next.leader_commit = Some(log_id(1, 2, 3));
+    let result = node.unary_append(next).await;
+    assert!(
+        matches!(result, Ok(openraft::raft::AppendEntriesResponse::Success)),
+        "{result:?}"
     );
     node.stop().await;
 }

@@ -311,6 +311,30 @@ pub fn check_append(
     Ok(())
 }
 
+/// What an admitted `AppendEntries` makes committed once openraft takes
+/// it: its leader's commit, or the last log id it carries if that is
+/// earlier (a follower commits no further than the log it holds). An
+/// honest leader's is committed cluster-wide, so no later honest message
+/// contradicts it.
+///
+/// The appends of one stream are admitted as they are read, ahead of
+/// openraft taking the earlier ones, so this node's committed log id read
+/// when one is admitted may not yet count what the ones before it commit;
+/// the stream checks each against the greatest of both.
+pub fn committed_by(request: &AppendEntriesRequest<TypeConfig>) -> Option<LogIdOf<TypeConfig>> {
+    let last = request
+        .entries
+        .last()
+        .map(|entry| entry.log_id)
+        .or(request.prev_log_id)?;
+    let commit = request.leader_commit?;
+    Some(if commit.index() <= last.index() {
+        commit
+    } else {
+        last
+    })
+}
+
 /// Checks a snapshot sent under `vote` and ending at `last` for node `me`,
 /// against the term and the committed log `metrics` give for this node.
 pub fn check_snapshot(
@@ -451,5 +475,63 @@ mod tests {
             ));
         }
         assert!(check_member(4, &metrics.membership_config).is_err());
+    }
+
+    /// A stream's appends commit what their leader commits, up to the log
+    /// they carry; a later one that rewrites it is refused even before
+    /// this node's own committed log id counts it.
+    #[test]
+    fn an_append_that_contradicts_what_an_earlier_one_commits_is_refused() {
+        use openraft::entry::RaftEntry as _;
+        use openraft::vote::RaftLeaderIdExt as _;
+        let id = |term, index| {
+            LogIdOf::<TypeConfig>::new(
+                <TypeConfig as openraft::RaftTypeConfig>::LeaderId::new_committed(term, 2),
+                index,
+            )
+        };
+        let append =
+            |term, prev: Option<u64>, indexes: &[u64], commit: Option<u64>| AppendEntriesRequest::<
+                TypeConfig,
+            > {
+                vote: VoteOf::<TypeConfig>::new_committed(term, 2),
+                prev_log_id: prev.map(|index| id(term, index)),
+                entries: indexes
+                    .iter()
+                    .map(|&index| {
+                        openraft::alias::EntryOf::<TypeConfig>::new_blank(id(term, index))
+                    })
+                    .collect(),
+                leader_commit: commit.map(|index| id(term, index)),
+            };
+        // The leader's commit, or the last entry carried if earlier.
+        assert_eq!(
+            committed_by(&append(1, None, &[0, 1, 2], Some(1))),
+            Some(id(1, 1))
+        );
+        assert_eq!(
+            committed_by(&append(1, None, &[0, 1, 2], Some(7))),
+            Some(id(1, 2))
+        );
+        assert_eq!(
+            committed_by(&append(1, Some(4), &[], Some(9))),
+            Some(id(1, 4))
+        );
+        assert_eq!(committed_by(&append(1, None, &[0], None)), None);
+        assert_eq!(committed_by(&append(1, None, &[], Some(3))), None);
+        let first = append(1, None, &[0, 1, 2], Some(2));
+        let rewrite = append(2, Some(1), &[2], None);
+        // Alone, nothing committed yet: admitted; after the first, refused.
+        assert_eq!(check_append(&rewrite, 1, 1, None), Ok(()));
+        assert!(matches!(
+            check_append(&rewrite, 1, 1, committed_by(&first).as_ref()),
+            Err(PeerMessageRefused::ContradictsCommitted { .. })
+        ));
+        // What follows the first honestly is admitted.
+        let next = append(1, Some(2), &[3], Some(3));
+        assert_eq!(
+            check_append(&next, 1, 1, committed_by(&first).as_ref()),
+            Ok(())
+        );
     }
 }

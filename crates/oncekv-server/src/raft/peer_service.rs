@@ -53,7 +53,7 @@ use futures_util::StreamExt;
 use oncekv_proto::v1::raft_peer_server::RaftPeer;
 use oncekv_proto::v1::{RaftPayload, SnapshotChunk};
 use oncekv_state::{Limits, LogIndex, StateMachine};
-use openraft::alias::{SnapshotMetaOf, SnapshotOf, VoteOf};
+use openraft::alias::{LogIdOf, SnapshotMetaOf, SnapshotOf, VoteOf};
 use openraft::raft::AppendEntriesRequest;
 use serde::Serialize;
 use std::io::{self, Write};
@@ -577,20 +577,27 @@ impl PeerService {
 
     /// Decodes and admits one `AppendEntries`, unary or streamed; one
     /// under a vote at least this node's is noted as its leader's contact.
+    ///
+    /// `earlier` is what the appends admitted before it on the same stream
+    /// commit ([`peer_checks::committed_by`]), which openraft may not have
+    /// taken yet: it is checked against the greater of that and this
+    /// node's committed log id.
     fn admit_append(
         &self,
         caller: &Caller,
         data: &[u8],
+        earlier: Option<LogIdOf<TypeConfig>>,
     ) -> Result<AppendEntriesRequest<TypeConfig>, Status> {
         let request: AppendEntriesRequest<TypeConfig> = decode(data).map_err(bad_message)?;
         let sender = peer_checks::sender(&request.vote);
         self.authenticate(caller, sender)?;
         let metrics = self.metrics();
+        let committed = metrics.local_committed.max(earlier);
         peer_checks::check_append(
             &request,
             metrics.id,
             peer_checks::known_term(&metrics),
-            metrics.local_committed.as_ref(),
+            committed.as_ref(),
         )
         .map_err(refused)?;
         peer_checks::check_leader(sender, &request.vote, &metrics).map_err(not_allowed)?;
@@ -622,7 +629,7 @@ impl RaftPeer for PeerService {
         request: Request<RaftPayload>,
     ) -> Result<Response<RaftPayload>, Status> {
         let caller = Caller::of(&request);
-        let request = self.admit_append(&caller, &request.into_inner().data)?;
+        let request = self.admit_append(&caller, &request.into_inner().data, None)?;
         metrics::counter!("oncekv_peer_appends_received_total", "call" => "unary").increment(1);
         reply(&self.raft.append_entries(request).await)
     }
@@ -639,20 +646,26 @@ impl RaftPeer for PeerService {
         // Each request is admitted as it is read; the first one refused
         // ends the requests openraft sees.
         let admitted = futures_util::stream::unfold(
-            (incoming, self.clone(), caller, Arc::clone(&refusal)),
-            |(mut incoming, service, caller, refusal)| async move {
+            (incoming, self.clone(), caller, Arc::clone(&refusal), None),
+            |(mut incoming, service, caller, refusal, earlier)| async move {
                 let status = match incoming.message().await {
-                    Ok(Some(payload)) => match service.admit_append(&caller, &payload.data) {
-                        Ok(request) => {
-                            metrics::counter!(
-                                "oncekv_peer_appends_received_total",
-                                "call" => "stream"
-                            )
-                            .increment(1);
-                            return Some((request, (incoming, service, caller, refusal)));
+                    Ok(Some(payload)) => {
+                        match service.admit_append(&caller, &payload.data, earlier) {
+                            Ok(request) => {
+                                metrics::counter!(
+                                    "oncekv_peer_appends_received_total",
+                                    "call" => "stream"
+                                )
+                                .increment(1);
+                                let earlier = earlier.max(peer_checks::committed_by(&request));
+                                return Some((
+                                    request,
+                                    (incoming, service, caller, refusal, earlier),
+                                ));
+                            }
+                            Err(status) => status,
                         }
-                        Err(status) => status,
-                    },
+                    }
                     Ok(None) => return None,
                     Err(status) if is_malformed_message(&status) => Status::invalid_argument(
                         format!("malformed raft message: {}", status.message()),

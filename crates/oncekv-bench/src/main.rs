@@ -486,11 +486,7 @@ pub async fn run(
                 .await?
             }
             Target::Etcd => {
-                let endpoints = if endpoints_given {
-                    connection.endpoints.clone()
-                } else {
-                    vec![ETCD_DEFAULT_ENDPOINT.to_string()]
-                };
+                let endpoints = etcd_endpoints(connection, endpoints_given);
                 grant_etcd_leases(&endpoints, &args, connection, sessions).await?
             }
         };
@@ -523,11 +519,7 @@ pub async fn run(
             measured?
         }
         Target::Etcd => {
-            let endpoints = if endpoints_given {
-                connection.endpoints.clone()
-            } else {
-                vec![ETCD_DEFAULT_ENDPOINT.to_string()]
-            };
+            let endpoints = etcd_endpoints(connection, endpoints_given);
             run_etcd(&endpoints, &args, connection, plan).await?
         }
     };
@@ -582,11 +574,7 @@ async fn run_watch(
             measured?
         }
         Target::Etcd => {
-            let endpoints = if endpoints_given {
-                connection.endpoints.clone()
-            } else {
-                vec![ETCD_DEFAULT_ENDPOINT.to_string()]
-            };
+            let endpoints = etcd_endpoints(connection, endpoints_given);
             run_etcd_watch(&endpoints, args, connection, &prefix, watch_plan, flags).await?
         }
     };
@@ -662,6 +650,16 @@ async fn run_etcd_watch(
     _flags: WatchFlags,
 ) -> anyhow::Result<watch::WatchMeasured> {
     anyhow::bail!("--target etcd: {NO_ETCD}")
+}
+
+/// The etcd endpoints to load: those given, or etcd's default client
+/// address (oncekv's default is not etcd's).
+fn etcd_endpoints(connection: &Connection, endpoints_given: bool) -> Vec<String> {
+    if endpoints_given {
+        connection.endpoints.clone()
+    } else {
+        vec![ETCD_DEFAULT_ENDPOINT.to_string()]
+    }
 }
 
 #[cfg(feature = "etcd")]

@@ -1,10 +1,10 @@
 //! The standard gRPC health service (`grpc.health.v1.Health`) and server
 //! reflection on the client port, for `grpcurl`, load balancers and
 //! Kubernetes-style probes. The node is SERVING (both the overall service
-//! `""` and `oncekv.v1.Kv`) while it leads, or hears from its leader within
-//! an election timeout, and has applied every
-//! entry it knows to be committed; NOT_SERVING otherwise (no quorum, an
-//! election, a follower catching up). Health answers need no credentials:
+//! `""` and `oncekv.v1.Kv`) while it leads and hears from a quorum of
+//! voters, or hears from its leader, within an election timeout, and has
+//! applied every entry it knows to be committed; NOT_SERVING otherwise (no
+//! quorum, a leader cut off from it, an election, a follower catching up). Health answers need no credentials:
 //! they say nothing about the data.
 
 use crate::node::Node;
@@ -22,6 +22,13 @@ pub fn serving(node: &Node) -> Result<(), String> {
     let status = node.status().raft;
     if status.leadership.leader_id.is_none() {
         return Err("no leader known".to_string());
+    }
+    if let Some((heard, voters)) = status.voters_heard
+        && heard <= voters / 2
+    {
+        return Err(format!(
+            "leader without a quorum: {heard} of {voters} voters heard from"
+        ));
     }
     let committed = status.commit_index.unwrap_or(0);
     let applied = status.applied_index.unwrap_or(0);

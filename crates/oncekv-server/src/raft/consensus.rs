@@ -162,6 +162,12 @@ pub struct RaftStatus {
     /// On the leader: each follower's last matched log index (`None` for
     /// nothing yet); empty elsewhere.
     pub replication: Vec<(NodeId, Option<u64>)>,
+    /// On the leader: how many voters (itself included) acknowledged a
+    /// heartbeat or an append within the longest election timeout, and how
+    /// many voters there are; `None` elsewhere. A leader cut off from a
+    /// quorum still calls itself leader (openraft has no check-quorum
+    /// step-down) but cannot commit: this is how it knows.
+    pub voters_heard: Option<(usize, usize)>,
 }
 
 /// Which membership a change was decided on: the log id of the entry
@@ -693,6 +699,10 @@ impl Consensus {
                 voter: voters.contains(id),
             })
             .collect();
+        let voters_heard = self.reachable_in(&metrics).map(|reachable| {
+            let heard = voters.intersection(&reachable).count();
+            (heard, voters.len())
+        });
         RaftStatus {
             id: self.id,
             leadership: self.heard_leadership(&metrics),
@@ -708,6 +718,7 @@ impl Consensus {
                 .filter(|(id, _)| **id != self.id)
                 .map(|(id, matched)| (*id, matched.as_ref().map(|log_id| log_id.index)))
                 .collect(),
+            voters_heard,
         }
     }
 

@@ -640,6 +640,72 @@ async fn a_stream_append_that_rewrites_what_an_earlier_one_commits_is_refused() 
     node.stop().await;
 }
 
+/// The same for two unary appends sent at once: whichever the node takes
+/// first, it never hands openraft the rewrite of what the other commits
+/// (the second is admitted only once openraft answered the first, and
+/// against what the first commits). Either the leader's append is taken
+/// and the rewrite refused, or the later leader's rewrite comes first and
+/// is taken (nothing was committed yet) and the earlier leader's append
+/// is answered with the higher vote; the node goes on serving. Over
+/// several fresh nodes, as the order the calls arrive in varies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_unary_appends_never_rewrite_what_one_commits() {
+    use openraft::alias::EntryOf;
+    type Answer = Result<
+        openraft::raft::AppendEntriesResponse<TypeConfig>,
+        openraft::error::RaftError<TypeConfig>,
+    >;
+    let decode = |answer: tonic::Response<RaftPayload>| -> Answer {
+        postcard::from_bytes(&answer.into_inner().data).expect("decodes")
+    };
+    for _ in 0..8 {
+        let mut node = TestNode::start(|config| config.initial_cluster = None).await;
+        let leader = VoteOf::<TypeConfig>::new_committed(1, 2);
+        let later = VoteOf::<TypeConfig>::new_committed(2, 3);
+        let mut first = append(leader, None, &[0, 1, 2]);
+        first.leader_commit = Some(log_id(1, 2, 2));
+        let rewrite = openraft::raft::AppendEntriesRequest::<TypeConfig> {
+            vote: later,
+            prev_log_id: Some(log_id(2, 3, 1)),
+            entries: vec![EntryOf::<TypeConfig>::new_blank(log_id(2, 3, 2))],
+            leader_commit: None,
+        };
+        let (mut one, mut other) = (node.peer.clone(), node.peer.clone());
+        let (first_answer, rewrite_answer) = tokio::join!(
+            one.append_entries(payload(&first)),
+            other.append_entries(payload(&rewrite)),
+        );
+        let first_answer = decode(first_answer.expect("the leader's append is admitted"));
+        match rewrite_answer {
+            Err(refused) => {
+                assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
+                assert!(refused.message().contains("contradicts"), "{refused:?}");
+                assert!(
+                    matches!(
+                        first_answer,
+                        Ok(openraft::raft::AppendEntriesResponse::Success)
+                    ),
+                    "{first_answer:?}"
+                );
+            }
+            Ok(taken) => {
+                let taken = decode(taken);
+                assert!(taken.is_ok(), "{taken:?}");
+                assert!(
+                    matches!(first_answer, Ok(openraft::raft::AppendEntriesResponse::HigherVote(vote)) if vote == later),
+                    "the rewrite came first, so the earlier leader's append is refused: {first_answer:?}"
+                );
+            }
+        }
+        // Still serving: openraft answers (a panic in it would be Fatal).
+        let mut next = append(leader, Some(2), &[3]);
+        next.leader_commit = Some(log_id(1, 2, 3));
+        let result = node.unary_append(next).await;
+        assert!(result.is_ok(), "{result:?}");
+        node.stop().await;
+    }
+}
+
 fn assert_denied(result: Result<tonic::Response<RaftPayload>, tonic::Status>, what: &str) {
     match result {
         Err(status) => {

@@ -317,10 +317,11 @@ pub fn check_append(
 /// honest leader's is committed cluster-wide, so no later honest message
 /// contradicts it.
 ///
-/// The appends of one stream are admitted as they are read, ahead of
-/// openraft taking the earlier ones, so this node's committed log id read
-/// when one is admitted may not yet count what the ones before it commit;
-/// the stream checks each against the greatest of both.
+/// Appends are admitted as they are read, ahead of openraft taking the
+/// earlier ones of a stream (or a concurrent call's), so this node's
+/// committed log id read when one is admitted may not yet count what the
+/// ones before it commit; the peer service checks each against the
+/// greatest of both.
 pub fn committed_by(request: &AppendEntriesRequest<TypeConfig>) -> Option<LogIdOf<TypeConfig>> {
     let last = request
         .entries

@@ -408,6 +408,15 @@ pub struct PeerService {
     stopping: Option<tokio::sync::watch::Receiver<bool>>,
     /// Noted on every append or snapshot from the leader this node follows.
     contact: LeaderContact,
+    /// The greatest log id the appends admitted so far, on any call,
+    /// commit ([`peer_checks::committed_by`]): appends are admitted before
+    /// openraft takes them (the earlier ones of a stream, a concurrent
+    /// call's), so the node's committed log id may not count them yet.
+    admitted_commit: Arc<std::sync::Mutex<Option<LogIdOf<TypeConfig>>>>,
+    /// Held by a unary append from its admission until openraft answered
+    /// it: one at a time, so none is admitted before an earlier one that
+    /// openraft takes after it.
+    unary_appends: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl std::fmt::Debug for PeerService {
@@ -430,6 +439,8 @@ impl PeerService {
             votes_from: None,
             stopping: None,
             contact: LeaderContact::default(),
+            admitted_commit: Arc::default(),
+            unary_appends: Arc::default(),
         }
     }
 
@@ -578,21 +589,24 @@ impl PeerService {
     /// Decodes and admits one `AppendEntries`, unary or streamed; one
     /// under a vote at least this node's is noted as its leader's contact.
     ///
-    /// `earlier` is what the appends admitted before it on the same stream
-    /// commit ([`peer_checks::committed_by`]), which openraft may not have
-    /// taken yet: it is checked against the greater of that and this
-    /// node's committed log id.
+    /// It is checked against the greater of this node's committed log id
+    /// and what the appends admitted before it commit, which openraft may
+    /// not have taken yet (`admitted_commit`); checked and counted at once,
+    /// so concurrent calls see each other's.
     fn admit_append(
         &self,
         caller: &Caller,
         data: &[u8],
-        earlier: Option<LogIdOf<TypeConfig>>,
     ) -> Result<AppendEntriesRequest<TypeConfig>, Status> {
         let request: AppendEntriesRequest<TypeConfig> = decode(data).map_err(bad_message)?;
         let sender = peer_checks::sender(&request.vote);
         self.authenticate(caller, sender)?;
         let metrics = self.metrics();
-        let committed = metrics.local_committed.max(earlier);
+        let mut admitted_commit = self
+            .admitted_commit
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let committed = metrics.local_committed.max(*admitted_commit);
         peer_checks::check_append(
             &request,
             metrics.id,
@@ -601,6 +615,8 @@ impl PeerService {
         )
         .map_err(refused)?;
         peer_checks::check_leader(sender, &request.vote, &metrics).map_err(not_allowed)?;
+        *admitted_commit = (*admitted_commit).max(peer_checks::committed_by(&request));
+        drop(admitted_commit);
         if request.vote >= metrics.vote {
             self.contact.heard();
         }
@@ -629,7 +645,8 @@ impl RaftPeer for PeerService {
         request: Request<RaftPayload>,
     ) -> Result<Response<RaftPayload>, Status> {
         let caller = Caller::of(&request);
-        let request = self.admit_append(&caller, &request.into_inner().data, None)?;
+        let _one_at_a_time = self.unary_appends.lock().await;
+        let request = self.admit_append(&caller, &request.into_inner().data)?;
         metrics::counter!("oncekv_peer_appends_received_total", "call" => "unary").increment(1);
         reply(&self.raft.append_entries(request).await)
     }
@@ -646,26 +663,20 @@ impl RaftPeer for PeerService {
         // Each request is admitted as it is read; the first one refused
         // ends the requests openraft sees.
         let admitted = futures_util::stream::unfold(
-            (incoming, self.clone(), caller, Arc::clone(&refusal), None),
-            |(mut incoming, service, caller, refusal, earlier)| async move {
+            (incoming, self.clone(), caller, Arc::clone(&refusal)),
+            |(mut incoming, service, caller, refusal)| async move {
                 let status = match incoming.message().await {
-                    Ok(Some(payload)) => {
-                        match service.admit_append(&caller, &payload.data, earlier) {
-                            Ok(request) => {
-                                metrics::counter!(
-                                    "oncekv_peer_appends_received_total",
-                                    "call" => "stream"
-                                )
-                                .increment(1);
-                                let earlier = earlier.max(peer_checks::committed_by(&request));
-                                return Some((
-                                    request,
-                                    (incoming, service, caller, refusal, earlier),
-                                ));
-                            }
-                            Err(status) => status,
+                    Ok(Some(payload)) => match service.admit_append(&caller, &payload.data) {
+                        Ok(request) => {
+                            metrics::counter!(
+                                "oncekv_peer_appends_received_total",
+                                "call" => "stream"
+                            )
+                            .increment(1);
+                            return Some((request, (incoming, service, caller, refusal)));
                         }
-                    }
+                        Err(status) => status,
+                    },
                     Ok(None) => return None,
                     Err(status) if is_malformed_message(&status) => Status::invalid_argument(
                         format!("malformed raft message: {}", status.message()),

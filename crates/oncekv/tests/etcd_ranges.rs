@@ -2,7 +2,7 @@
 //! the same range commands against a real one-member etcd and against an
 //! oncekv node (`get a c`, `get --from-key`, `del a c`, `del --from-key`,
 //! limited reads continued from the next key as Kubernetes' list does,
-//! ranges inside a transaction, `watch a c` from the past and live, an
+//! ranges inside a transaction (sorted and limited too), `watch a c` from the past and live, an
 //! empty watch range, `put --ignore-value`, `put --ignore-lease`), and
 //! their outputs, exit codes and error texts, with ids and revisions
 //! normalised, must be equal. Then, over gRPC, what `etcdctl` cannot send:
@@ -140,6 +140,16 @@ fn script() -> Vec<Step> {
         txn(
             "mod(\"a\") > \"0\"\n\nget /registry/pods/ /registry/pods0 --limit 2\n\n\n",
             true,
+        ),
+        // Sorted and limited inside a transaction (every match is read,
+        // sorted, then limited, as at the top level).
+        txn(
+            "mod(\"a\") > \"0\"\n\nget /registry/pods/ --prefix --sort-by VALUE --order DESCEND --limit 2\nget /registry/ --prefix --sort-by MODIFY --keys-only\n\n\n",
+            true,
+        ),
+        txn(
+            "\nget /registry/pods/ --prefix --sort-by CREATE --order DESCEND\n\n\n",
+            false,
         ),
         step(&["get", "/registry/", "--prefix", "--keys-only"]),
         // Puts keeping the value or the lease.

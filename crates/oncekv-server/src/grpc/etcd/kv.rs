@@ -225,14 +225,19 @@ impl RangeParts {
         })
     }
 
-    /// The node's query for it: every match when it must arrange them.
-    pub(super) fn query(&self) -> Query {
-        let limit = if self.arrange.needs_all() {
+    /// How many pairs the node reads for it: every match (up to the scan
+    /// maximum) when it must sort or filter them, its limit otherwise.
+    fn read_limit(&self) -> u32 {
+        if self.arrange.needs_all() {
             0
         } else {
             self.limit
-        };
-        let query = self.keys.query(limit);
+        }
+    }
+
+    /// The node's query for it: every match when it must arrange them.
+    pub(super) fn query(&self) -> Query {
+        let query = self.keys.query(self.read_limit());
         if self.revision == 0 {
             return query;
         }
@@ -435,12 +440,7 @@ impl OpPlan {
                         "a past revision inside a transaction".to_string(),
                     ));
                 }
-                if parts.arrange.needs_all() {
-                    return Err(EtcdError::Unsupported(
-                        "sorting or filtering inside a transaction".to_string(),
-                    ));
-                }
-                ops.push(parts.keys.read_op(parts.limit));
+                ops.push(parts.keys.read_op(parts.read_limit()));
                 Ok(OpPlan::Range(parts))
             }
             Some(request_op::Request::RequestPut(put)) => {

@@ -106,13 +106,14 @@ fn txn_result(reply: &state::Reply) -> Option<TxnOpResult> {
 }
 
 /// A transaction in the record's terms. A scan's or a range read's limit
-/// is not recorded: the workload's reads are unlimited.
-pub fn txn(txn: &state::Txn) -> rec::Txn {
-    rec::Txn {
+/// is not recorded: the workload's reads are unlimited. `None` for one the
+/// record cannot model: a read at a past revision inside it.
+pub fn txn(txn: &state::Txn) -> Option<rec::Txn> {
+    Some(rec::Txn {
         compares: txn.compare.iter().map(compare).collect(),
-        success: txn.success.iter().map(txn_op).collect(),
-        failure: txn.failure.iter().map(txn_op).collect(),
-    }
+        success: txn.success.iter().map(txn_op).collect::<Option<_>>()?,
+        failure: txn.failure.iter().map(txn_op).collect::<Option<_>>()?,
+    })
 }
 
 fn compare(compare: &state::Compare) -> rec::Compare {
@@ -142,9 +143,9 @@ fn compare(compare: &state::Compare) -> rec::Compare {
     rec::Compare { range, op, target }
 }
 
-fn txn_op(op: &state::TxnOp) -> rec::TxnOp {
+fn txn_op(op: &state::TxnOp) -> Option<rec::TxnOp> {
     let b = |bytes: &Vec<u8>| Bytes(bytes.clone());
-    match op {
+    Some(match op {
         state::TxnOp::Put { key, value, .. } => rec::TxnOp::Put {
             key: b(key),
             value: b(value),
@@ -184,9 +185,10 @@ fn txn_op(op: &state::TxnOp) -> rec::TxnOp {
             },
         },
         state::TxnOp::Txn(nested) => rec::TxnOp::Txn {
-            txn: Box::new(txn(nested)),
+            txn: Box::new(txn(nested)?),
         },
-    }
+        state::TxnOp::RangeAt { .. } => return None,
+    })
 }
 
 /// The reply's canonical bytes: its wire encoding, which is the same for
@@ -328,13 +330,23 @@ mod tests {
     }
 
     #[test]
+    fn a_read_at_a_past_revision_is_not_modelled() {
+        let t = state::Txn::new().on_success(state::TxnOp::RangeAt {
+            range: state::KeyRange::prefix("a"),
+            limit: 0,
+            revision: 3,
+        });
+        assert_eq!(txn(&t), None);
+    }
+
+    #[test]
     fn transactions_and_their_replies_translate() {
         let t = state::Txn::new()
             .compare(state::Compare::exists("a"))
             .on_success(state::TxnOp::incr("a", -2))
             .on_success(state::TxnOp::get("b"))
             .on_failure(state::TxnOp::get("a"));
-        let recorded = txn(&t);
+        let recorded = txn(&t).expect("modelled");
         assert_eq!(recorded.compares.len(), 1);
         assert_eq!(
             recorded.success[0],

@@ -535,8 +535,11 @@ impl Worker {
                 .on_failure(TxnOp::get(from))
                 .on_failure(TxnOp::get(to));
         }
-        let op = Op::Txn(convert::txn(&txn));
-        self.mutate(op, Command::Txn(txn)).await;
+        // Built above of operations the record models.
+        let Some(recorded) = convert::txn(&txn) else {
+            return;
+        };
+        self.mutate(Op::Txn(recorded), Command::Txn(txn)).await;
     }
 
     async fn lease_step(&mut self) {

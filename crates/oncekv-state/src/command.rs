@@ -402,6 +402,14 @@ impl TxnOp {
             TxnOp::Incr { key, by } => Command::Incr { key, by },
             TxnOp::Cas { key, expected, new } => Command::Cas { key, expected, new },
             TxnOp::Range { range, limit } => Command::Read(Query::Range { range, limit }),
+            TxnOp::RangeAt {
+                range,
+                limit,
+                revision,
+            } => Command::Read(Query::At {
+                revision,
+                query: Box::new(Query::Range { range, limit }),
+            }),
             TxnOp::DeletePrefix { .. }
             | TxnOp::DeleteRange { .. }
             | TxnOp::PutExisting { .. }

@@ -184,9 +184,24 @@ pub enum TxnOp {
     /// compares are evaluated with the enclosing transaction's, against
     /// the state before any operation of the outermost transaction runs;
     /// then its branch's operations run here, in order, at the same
-    /// revision. Answers [`crate::Reply::Txn`]. (The last variant, so the
-    /// encoding of every earlier one is unchanged.)
+    /// revision. Answers [`crate::Reply::Txn`].
     Txn(Txn),
+    /// Read the keys in a range as they were at a past revision (etcd's
+    /// Range with a `revision` inside a transaction), from the history.
+    /// The latest revision it may name is the one before the
+    /// transaction's entry (the entry's own is the transaction's, in the
+    /// future for a read inside it, as on etcd), so the transaction's
+    /// writes are never seen; a compacted or future revision refuses the
+    /// transaction. (Variants are only ever added last, so the encoding of
+    /// every earlier one is unchanged.)
+    RangeAt {
+        /// The keys.
+        range: KeyRange,
+        /// Most entries (0: the configured maximum).
+        limit: u32,
+        /// The revision read at.
+        revision: u64,
+    },
 }
 
 /// What a [`TxnOp::PutExisting`] does with one part of a key.
@@ -221,7 +236,11 @@ impl TxnOp {
             | TxnOp::PutExisting { key, .. } => Some(Written::Key(key)),
             TxnOp::DeletePrefix { prefix } => Some(Written::Prefix(prefix)),
             TxnOp::DeleteRange { range } => Some(Written::Range(range)),
-            TxnOp::Get { .. } | TxnOp::Scan { .. } | TxnOp::Range { .. } | TxnOp::Txn(_) => None,
+            TxnOp::Get { .. }
+            | TxnOp::Scan { .. }
+            | TxnOp::Range { .. }
+            | TxnOp::RangeAt { .. }
+            | TxnOp::Txn(_) => None,
         }
     }
 
@@ -237,7 +256,9 @@ impl TxnOp {
             }
             TxnOp::Delete { key } | TxnOp::Get { key } | TxnOp::Incr { key, .. } => key.len(),
             TxnOp::DeletePrefix { prefix } | TxnOp::Scan { prefix, .. } => prefix.len(),
-            TxnOp::Range { range, .. } | TxnOp::DeleteRange { range } => range.payload_bytes(),
+            TxnOp::Range { range, .. }
+            | TxnOp::RangeAt { range, .. }
+            | TxnOp::DeleteRange { range } => range.payload_bytes(),
             TxnOp::PutExisting { key, value, lease } => {
                 let value = match value {
                     Update::Set(value) => value.len(),
@@ -269,6 +290,7 @@ impl TxnOp {
             TxnOp::DeleteRange { .. } => "delete_range",
             TxnOp::PutExisting { .. } => "put_existing",
             TxnOp::Txn(_) => "txn",
+            TxnOp::RangeAt { .. } => "range_at",
         }
     }
 }

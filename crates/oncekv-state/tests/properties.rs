@@ -136,6 +136,12 @@ fn txn_op() -> impl Strategy<Value = TxnOp> {
         }),
         key().prop_map(|key| TxnOp::Get { key }),
         (key_range(), 0u32..3).prop_map(|(range, limit)| TxnOp::Range { range, limit }),
+        // Past, present, future and (after a compaction) compacted.
+        (key_range(), 0u32..3, 0u64..40).prop_map(|(range, limit, revision)| TxnOp::RangeAt {
+            range,
+            limit,
+            revision
+        }),
         key_range().prop_map(|range| TxnOp::DeleteRange { range }),
         (
             key(),

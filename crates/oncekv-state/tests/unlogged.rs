@@ -37,6 +37,11 @@ fn read_op() -> impl Strategy<Value = TxnOp> {
             range: KeyRange::from_key(key(n)),
             limit,
         }),
+        (0u8..6, 0u32..3, 0u64..30).prop_map(|(n, limit, revision)| TxnOp::RangeAt {
+            range: KeyRange::from_key(key(n)),
+            limit,
+            revision,
+        }),
     ]
 }
 

@@ -2,7 +2,7 @@
 //! the same range commands against a real one-member etcd and against an
 //! oncekv node (`get a c`, `get --from-key`, `del a c`, `del --from-key`,
 //! limited reads continued from the next key as Kubernetes' list does,
-//! ranges inside a transaction (sorted and limited too), `watch a c` from the past and live, an
+//! ranges inside a transaction (sorted, limited and at a past revision too), `watch a c` from the past and live, an
 //! empty watch range, `put --ignore-value`, `put --ignore-lease`), and
 //! their outputs, exit codes and error texts, with ids and revisions
 //! normalised, must be equal. Then, over gRPC, what `etcdctl` cannot send:
@@ -35,7 +35,7 @@ use tonic::transport::Channel;
 /// One step of the script.
 enum Step {
     /// `etcdctl` arguments (`{rev}` and `{lease}` are what the script
-    /// remembered on this server) and what it reads.
+    /// remembered on this server) and what it reads (`{rev}` there too).
     Etcdctl {
         args: Vec<String>,
         stdin: &'static str,
@@ -88,6 +88,16 @@ fn script() -> Vec<Step> {
             "get", "a", "c", "--rev", "{rev}", "--limit", "1", "-w", "json",
         ]),
         step(&["get", "a", "c"]),
+        // The past inside a transaction: a key, a range and a limited
+        // one, as they were before the delete.
+        txn(
+            "\nget b --rev {rev}\nget a c --rev {rev} --limit 1\nget a c --rev {rev} --sort-by VALUE --order DESCEND\nget a c\n\n\n",
+            false,
+        ),
+        txn("\nget a c --rev {rev}\n\n\n", true),
+        // A future revision fails the whole transaction, its put too.
+        txn("\nput never 2\nget a --rev 99999999\n\n\n", false),
+        step(&["get", "never"]),
         // Deletes of ranges.
         step(&["del", "a", "c"]),
         step(&["put", "a", "1"]),
@@ -203,7 +213,8 @@ fn transcript(endpoint: &str) -> Vec<(String, Run)> {
             .map(|arg| arg.replace("{rev}", &revision).replace("{lease}", &lease))
             .collect();
         let resolved: Vec<&str> = resolved.iter().map(String::as_str).collect();
-        let mut run = etcdctl(endpoint, &resolved, stdin);
+        let stdin = stdin.replace("{rev}", &revision);
+        let mut run = etcdctl(endpoint, &resolved, &stdin);
         if let Some(granted) = run
             .stdout
             .strip_prefix("lease ")

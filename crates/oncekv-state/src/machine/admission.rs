@@ -40,8 +40,16 @@ impl StateMachine {
         if request.needs_log() {
             return None;
         }
-        let index = self.last_applied.unwrap_or(LogIndex(0));
-        Some(self.clone().apply_request(request, principal, index))
+        // Run as the next entry would be: a read at a past revision inside
+        // a transaction reads up to the revision before its entry's, which
+        // is the last applied one.
+        let next = self
+            .last_applied
+            .map_or(1, |index| index.0.saturating_add(1));
+        Some(
+            self.clone()
+                .apply_request(request, principal, LogIndex(next)),
+        )
     }
 
     pub(super) fn apply_request(

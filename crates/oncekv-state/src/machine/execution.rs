@@ -354,41 +354,46 @@ impl StateMachine {
             Query::Auth => Reply::Auth(self.auth.view()),
             Query::At { revision, query } => {
                 let current = self.last_applied.map_or(0, |i| i.0);
-                if let Err(rejection) = self.kv.check_readable(*revision, current) {
+                self.read_at(*revision, current, query)
+            }
+        }
+    }
+
+    /// Answers `query` as the store was at `revision`, where `current` is
+    /// the latest revision that may be read: refused if `revision` is
+    /// compacted or after `current`.
+    pub(super) fn read_at(&self, revision: u64, current: u64, query: &Query) -> Reply {
+        if let Err(rejection) = self.kv.check_readable(revision, current) {
+            return Reply::Rejected(rejection);
+        }
+        match query {
+            Query::Get { key } => {
+                if let Err(rejection) = self.check_key(key) {
                     return Reply::Rejected(rejection);
                 }
-                match &**query {
-                    Query::Get { key } => {
-                        if let Err(rejection) = self.check_key(key) {
-                            return Reply::Rejected(rejection);
-                        }
-                        let stored = self.kv.get_at(key, *revision);
-                        Reply::Get {
-                            meta: stored.as_ref().map(|stored| stored.meta),
-                            value: stored.map(|stored| stored.value.to_vec()),
-                        }
-                    }
-                    Query::Scan { prefix, limit } => {
-                        let max = self.limits.scan_limit_max;
-                        let limit = if *limit == 0 { max } else { (*limit).min(max) };
-                        let bytes_max = self.limits.scan_bytes_max;
-                        let (entries, more) =
-                            self.kv
-                                .scan_at(prefix, *revision, limit as usize, bytes_max);
-                        Reply::Scan { entries, more }
-                    }
-                    Query::Range { range, limit } => {
-                        let (limit, bytes_max) = self.scan_bounds(*limit);
-                        let page = self.kv.scan_range_at(range, *revision, limit, bytes_max);
-                        Reply::Range {
-                            entries: page.entries,
-                            more: page.more,
-                            count: page.count,
-                        }
-                    }
-                    _ => Reply::Rejected(Rejection::NotVersioned),
+                let stored = self.kv.get_at(key, revision);
+                Reply::Get {
+                    meta: stored.as_ref().map(|stored| stored.meta),
+                    value: stored.map(|stored| stored.value.to_vec()),
                 }
             }
+            Query::Scan { prefix, limit } => {
+                let max = self.limits.scan_limit_max;
+                let limit = if *limit == 0 { max } else { (*limit).min(max) };
+                let bytes_max = self.limits.scan_bytes_max;
+                let (entries, more) = self.kv.scan_at(prefix, revision, limit as usize, bytes_max);
+                Reply::Scan { entries, more }
+            }
+            Query::Range { range, limit } => {
+                let (limit, bytes_max) = self.scan_bounds(*limit);
+                let page = self.kv.scan_range_at(range, revision, limit, bytes_max);
+                Reply::Range {
+                    entries: page.entries,
+                    more: page.more,
+                    count: page.count,
+                }
+            }
+            _ => Reply::Rejected(Rejection::NotVersioned),
         }
     }
 
@@ -505,6 +510,22 @@ impl StateMachine {
                     .put_existing(key, value, lease)
                     .and_then(|put| self.try_execute(&put, index)),
                 TxnOp::Txn(nested) => self.run_branch(nested, path, index, reply),
+                // The store as it was before this entry: the entry's own
+                // revision is the transaction's, which a read inside it
+                // may not name (on etcd, a range at a transaction's own
+                // revision is in the future).
+                TxnOp::RangeAt {
+                    range,
+                    limit,
+                    revision,
+                } => Ok(self.read_at(
+                    *revision,
+                    index.0.saturating_sub(1),
+                    &Query::Range {
+                        range: range.clone(),
+                        limit: *limit,
+                    },
+                )),
                 other => match other.as_command() {
                     Some(command) => self.try_execute(&command, index),
                     None => unreachable!("every other operation runs as a command"),

@@ -435,12 +435,15 @@ impl OpPlan {
         match &op.request {
             Some(request_op::Request::RequestRange(range)) => {
                 let parts = RangeParts::of(range)?;
-                if parts.revision != 0 {
-                    return Err(EtcdError::Unsupported(
-                        "a past revision inside a transaction".to_string(),
-                    ));
-                }
-                ops.push(parts.keys.read_op(parts.read_limit()));
+                ops.push(if parts.revision == 0 {
+                    parts.keys.read_op(parts.read_limit())
+                } else {
+                    TxnOp::RangeAt {
+                        range: parts.keys.range(),
+                        limit: parts.read_limit(),
+                        revision: parts.revision,
+                    }
+                });
                 Ok(OpPlan::Range(parts))
             }
             Some(request_op::Request::RequestPut(put)) => {

@@ -535,9 +535,8 @@ impl Worker {
                 .on_failure(TxnOp::get(from))
                 .on_failure(TxnOp::get(to));
         }
-        // Built above of operations the record models.
         let Some(recorded) = convert::txn(&txn) else {
-            return;
+            unreachable!("a transfer is built of operations the record models");
         };
         self.mutate(Op::Txn(recorded), Command::Txn(txn)).await;
     }

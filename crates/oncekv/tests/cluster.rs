@@ -707,7 +707,11 @@ async fn endpoint_health_and_status_cover_every_member() {
         .collect();
     cluster.node(followers[0]).kill();
     let at_leader = cluster.node(leader).client.clone();
-    let (code, text) = run(&["endpoint", "health"], &at_leader);
+    let (code, text) = eventually(ELECTION, "the leader with a quorum to be healthy", || {
+        let answer = run(&["endpoint", "health"], &at_leader);
+        async move { (answer.0 == 0).then_some(answer) }
+    })
+    .await;
     assert_eq!(code, 0, "a leader with a quorum is healthy: {text}");
     // Both gone: the leader is cut off from its quorum. openraft keeps it
     // leader (there is no check-quorum step-down), but it can commit

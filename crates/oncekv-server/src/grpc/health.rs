@@ -4,8 +4,8 @@
 //! `""` and `oncekv.v1.Kv`) while it leads and hears from a quorum of
 //! voters, or hears from its leader, within an election timeout, and has
 //! applied every entry it knows to be committed; NOT_SERVING otherwise (no
-//! quorum, a leader cut off from it, an election, a follower catching up). Health answers need no credentials:
-//! they say nothing about the data.
+//! quorum, a leader cut off from it, an election, a follower catching up).
+//! Health answers need no credentials: they say nothing about the data.
 
 use crate::node::Node;
 use oncekv_proto::v1::kv_server::KvServer;

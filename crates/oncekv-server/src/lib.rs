@@ -12,7 +12,7 @@
 //! 1. `sync`, `private_fs`, `certs`, `raft::runtime`, `raft::peer_token`, `raft::write_behind`, `raft::gradual_release`
 //! 2. `raft::snapshot_file`
 //! 3. `clock`, `login_guard`, `raft::type_config`, `raft::storage_failure`
-//! 4. `tls`, `identity`, `transport`, `raft::write_error`, `raft::segment_log`
+//! 4. `tls`, `identity`, `transport`, `raft::write_error`, `raft::segment_log`, `raft::commit_notice`
 //! 5. `watch`, `raft::peer_checks`, `raft::network`
 //! 6. `raft::state_machine_store`
 //! 7. `raft::peer_service`, `raft::seed`

@@ -2,6 +2,7 @@
 //! durable log store, state-machine store, peer network and the runtime
 //! openraft runs on.
 
+pub mod commit_notice;
 pub mod consensus;
 pub mod gradual_release;
 pub mod network;

@@ -25,6 +25,7 @@
 //! not know `StreamAppend` (UNIMPLEMENTED) is sent one unary
 //! `AppendEntries` per round from then on, as [`PeerAppend::Unary`] does.
 
+use super::commit_notice::CommitNoticesLast;
 use super::peer_token::PeerToken;
 use super::snapshot_file::SnapshotFile;
 use super::type_config::{NodeId, NodeInfo, TypeConfig};
@@ -291,7 +292,9 @@ impl PeerClient {
         // Encoding a request cannot fail for these types; if it did, the
         // stream would end there and the replies to what was sent before
         // still arrive (openraft then resends the rest).
-        let requests = input
+        // Commit notices follow what is ready first: on a leader, the
+        // answer to the write that just committed.
+        let requests = CommitNoticesLast::new(input)
             .take_until(gone)
             .map(move |request| encode(&request))
             .take_while(|encoded| {

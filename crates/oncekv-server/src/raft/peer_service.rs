@@ -598,9 +598,29 @@ impl PeerService {
         caller: &Caller,
         data: &[u8],
     ) -> Result<AppendEntriesRequest<TypeConfig>, Status> {
+        let request = self.authenticated_append(caller, data)?;
+        self.admit_authenticated(request)
+    }
+
+    /// Decodes an `AppendEntries` whose caller speaks for its sender
+    /// (peer TLS); the first half of [`admit_append`](Self::admit_append).
+    fn authenticated_append(
+        &self,
+        caller: &Caller,
+        data: &[u8],
+    ) -> Result<AppendEntriesRequest<TypeConfig>, Status> {
         let request: AppendEntriesRequest<TypeConfig> = decode(data).map_err(bad_message)?;
+        self.authenticate(caller, peer_checks::sender(&request.vote))?;
+        Ok(request)
+    }
+
+    /// The second half of [`admit_append`](Self::admit_append): the
+    /// checks against this node's state and what was admitted before.
+    fn admit_authenticated(
+        &self,
+        request: AppendEntriesRequest<TypeConfig>,
+    ) -> Result<AppendEntriesRequest<TypeConfig>, Status> {
         let sender = peer_checks::sender(&request.vote);
-        self.authenticate(caller, sender)?;
         let metrics = self.metrics();
         let mut admitted_commit = self
             .admitted_commit
@@ -645,8 +665,10 @@ impl RaftPeer for PeerService {
         request: Request<RaftPayload>,
     ) -> Result<Response<RaftPayload>, Status> {
         let caller = Caller::of(&request);
+        // Only a caller that speaks for its sender waits for its turn.
+        let request = self.authenticated_append(&caller, &request.into_inner().data)?;
         let _one_at_a_time = self.unary_appends.lock().await;
-        let request = self.admit_append(&caller, &request.into_inner().data)?;
+        let request = self.admit_authenticated(request)?;
         metrics::counter!("oncekv_peer_appends_received_total", "call" => "unary").increment(1);
         reply(&self.raft.append_entries(request).await)
     }

@@ -1,7 +1,8 @@
 //! The order of a leader's messages to one follower: an `AppendEntries`
 //! that carries no entries (it tells the follower that the commit index
-//! moved, or is a heartbeat) goes after the tasks already ready to run on
-//! this worker.
+//! moved, or probes where the follower's log matches) goes after the
+//! tasks already ready to run on this worker. A heartbeat, openraft's
+//! stream of one request, goes at once: its stream ends behind it.
 //!
 //! When an entry commits, openraft applies it and, at the same moment,
 //! tells each follower the new commit index in a message of its own. On a
@@ -206,6 +207,15 @@ mod tests {
         assert_eq!(polled.poll(), None);
         assert_eq!(polled.poll(), Some(Some((Some(3), 0, Some(3)))));
         assert_eq!(polled.poll(), None);
+    }
+
+    #[test]
+    fn a_heartbeat_goes_at_once() {
+        let mut polled = Polled::new();
+        polled.send(request(5, 0, 5));
+        polled.sender = None;
+        assert_eq!(polled.poll(), Some(Some((Some(5), 0, Some(5)))));
+        assert_eq!(polled.poll(), Some(None));
     }
 
     #[test]
